@@ -1,0 +1,134 @@
+"""gpu_envs: batched RL environments as TensorDicts on the learner's device.
+
+Two entry points pick the backend for you::
+
+    import gpu_envs
+    env = gpu_envs.make("CartPole-v1", num_envs=4096)         # built-in torch env
+    env = gpu_envs.wrap(my_vector_env)                         # any supported env object
+    td = env.reset(seed=0)
+    traj = env.rollout(steps=64)                               # TensorDict [N, T]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gpu_envs.env import BatchedEnv
+from gpu_envs.errors import (
+    ActionError,
+    BackendError,
+    ClosedEnvError,
+    DeviceMismatchError,
+    GpuEnvsError,
+    InvalidArgumentError,
+    NotAnEnvError,
+    ObservationError,
+    ResetMaskError,
+    ResetNeededError,
+    SpecError,
+    UnknownBackendError,
+    UnknownEnvError,
+    UnsupportedSpaceError,
+)
+from gpu_envs.registry import MAKE_ORDER, WRAP_ORDER, get_plugin, plugins
+
+__version__ = "0.1.0"
+
+# Keyword arguments consumed by BatchedEnv itself; the rest go to the backend.
+_ENV_KWARGS = ("missing_obs_value", "validate")
+
+__all__ = [
+    "ActionError",
+    "BackendError",
+    "BatchedEnv",
+    "ClosedEnvError",
+    "DeviceMismatchError",
+    "GpuEnvsError",
+    "InvalidArgumentError",
+    "NotAnEnvError",
+    "ObservationError",
+    "ResetMaskError",
+    "ResetNeededError",
+    "SpecError",
+    "UnknownBackendError",
+    "UnknownEnvError",
+    "UnsupportedSpaceError",
+    "available_envs",
+    "default_device",
+    "make",
+    "wrap",
+]
+
+
+def default_device() -> torch.device:
+    """CUDA when available, else CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    env_kwargs = {k: kwargs.pop(k) for k in _ENV_KWARGS if k in kwargs}
+    return env_kwargs, kwargs
+
+
+def available_envs() -> dict[str, list[str]]:
+    """Env ids ``make`` accepts, per installed backend (``{"torch": [...], ...}``)."""
+    return {p.name: p.env_ids() for p in plugins(MAKE_ORDER) if p.available()}
+
+
+def make(
+    env_id: str,
+    num_envs: int = 1,
+    device: torch.device | str | None = None,
+    backend: str = "auto",
+    seed: int | None = None,
+    **kwargs: Any,
+) -> BatchedEnv:
+    """Build ``num_envs`` copies of ``env_id`` behind a :class:`BatchedEnv`.
+
+    ``backend="auto"`` prefers a built-in torch implementation of the id, then
+    gymnasium's registry, then Isaac Lab's. ``device=None`` means CUDA when available.
+    ``seed`` seeds the first ``reset()``. Other keyword arguments go to the backend
+    (e.g. ``expose_final_obs`` for built-in envs), except ``missing_obs_value`` and
+    ``validate``, which configure the :class:`BatchedEnv`.
+
+    Example::
+
+        env = gpu_envs.make("Pendulum-v1", num_envs=1024, device="cpu", seed=0)
+    """
+    if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
+        raise InvalidArgumentError(f"num_envs must be an int >= 1, got {num_envs!r}.")
+    device = torch.device(device) if device is not None else default_device()
+    env_kwargs, backend_kwargs = _split_kwargs(dict(kwargs))
+    candidates = plugins(MAKE_ORDER) if backend == "auto" else [get_plugin(backend)]
+    for plugin in candidates:
+        if plugin.available() and plugin.can_make(env_id):
+            raw = plugin.make(env_id, num_envs, device, **backend_kwargs)
+            return BatchedEnv(raw, seed=seed, **env_kwargs)
+    known = "; ".join(f"{name}: {', '.join(ids[:12])}{' ...' if len(ids) > 12 else ''}" for name, ids in available_envs().items())
+    where = "any backend" if backend == "auto" else f"backend {backend!r}"
+    raise UnknownEnvError(f"unknown env id {env_id!r} for {where}. Available ids -- {known}. `gpu-envs list` prints them all.")
+
+
+def wrap(obj: Any, device: torch.device | str | None = None, backend: str = "auto", **kwargs: Any) -> BatchedEnv:
+    """Put an existing env object behind a :class:`BatchedEnv`, detecting its backend.
+
+    Accepts torch vector envs (see ``gpu_envs.backends.torch``), gymnasium ``Env`` and
+    ``VectorEnv``, Isaac Lab envs and JAX envs. ``device=None`` keeps a device-resident
+    env where it lives (CPU backends default to CUDA when available).
+
+    Example::
+
+        env = gpu_envs.wrap(MyTorchVectorEnv(num_envs=4096, device="cuda"))
+    """
+    env_kwargs, backend_kwargs = _split_kwargs(dict(kwargs))
+    candidates = plugins(WRAP_ORDER) if backend == "auto" else [get_plugin(backend)]
+    for plugin in candidates:
+        if plugin.detect(obj):
+            return BatchedEnv(plugin.wrap(obj, None if device is None else torch.device(device), **backend_kwargs), **env_kwargs)
+    raise NotAnEnvError(
+        f"wrap() does not know how to wrap a {type(obj).__module__}.{type(obj).__name__}. It accepts "
+        "gymnasium Env/VectorEnv objects, Isaac Lab envs, JAX envs and torch vector envs "
+        "(reset/step/num_envs/single_observation_space/single_action_space; see gpu_envs.backends.torch)."
+    )

@@ -1,0 +1,71 @@
+"""One exception hierarchy for everything ``gpu_envs`` refuses.
+
+Every error subclasses :class:`GpuEnvsError` *and* the builtin that fits
+(``ValueError``, ``TypeError`` or ``RuntimeError``), so callers can catch either
+``gpu_envs.GpuEnvsError`` or the usual builtin. Messages name the cause and the fix.
+
+Example::
+
+    try:
+        env.step(td)
+    except gpu_envs.ActionError as err:   # also a ValueError
+        print(err)
+"""
+
+from __future__ import annotations
+
+
+class GpuEnvsError(Exception):
+    """Base class of every error raised on purpose by gpu_envs."""
+
+
+class SpecError(GpuEnvsError, ValueError):
+    """A spec was built from inconsistent arguments (bounds, shapes, sizes)."""
+
+
+class UnsupportedSpaceError(GpuEnvsError, TypeError):
+    """A gymnasium space has no tensor representation here (Sequence, Text, Graph...)."""
+
+
+class ActionError(GpuEnvsError, ValueError):
+    """An action has the wrong shape, dtype, device or values for the action spec."""
+
+
+class ResetMaskError(GpuEnvsError, ValueError):
+    """A ``"_reset"`` mask has the wrong shape or dtype, or the backend cannot reset partially."""
+
+
+class UnknownEnvError(GpuEnvsError, ValueError):
+    """``make`` was given an env id no backend provides."""
+
+
+class UnknownBackendError(GpuEnvsError, ValueError):
+    """``make``/``wrap`` was given a backend name that does not exist."""
+
+
+class NotAnEnvError(GpuEnvsError, TypeError):
+    """``wrap`` was given an object that no backend recognises as an environment."""
+
+
+class DeviceMismatchError(GpuEnvsError, ValueError):
+    """The wrapped env lives on another device than the one requested."""
+
+
+class ObservationError(GpuEnvsError, ValueError):
+    """An env returned observations that do not match its declared observation space."""
+
+
+class ResetNeededError(GpuEnvsError, RuntimeError):
+    """``step`` was called before the first ``reset``."""
+
+
+class ClosedEnvError(GpuEnvsError, RuntimeError):
+    """The env was used after ``close()``."""
+
+
+class BackendError(GpuEnvsError, RuntimeError):
+    """The wrapped simulator failed (raised, died, or broke its own contract)."""
+
+
+class InvalidArgumentError(GpuEnvsError, ValueError):
+    """An argument is out of its allowed range (``num_envs < 1``, ``steps < 1``...)."""

@@ -1,0 +1,97 @@
+"""The backend contract: what every env family adapter hands to :class:`BatchedEnv`.
+
+A backend is the ONLY layer that reads foreign types (numpy arrays, JAX arrays, info
+dicts, observation groups). It returns plain torch tensors on the target device in a
+:class:`RawStep`, and it never builds a TensorDict: that is :mod:`gpu_envs.env`'s job.
+
+Every backend behaves like a *same-step auto-resetting* vector env: when a row ends in
+``step``, the backend resets it before returning, reports the post-reset observation in
+``RawStep.obs`` and, where it can, the true final observation in ``RawStep.final_obs``.
+Backends over envs that reset differently (gymnasium's NEXT_STEP or DISABLED modes, a
+single env) translate to this one shape, so the layers above have one path.
+
+Example (a minimal backend over something that already speaks torch)::
+
+    class MyBackend(Backend):
+        def reset(self, seed=None, mask=None):
+            return {"observation": self.sim.reset(seed)}
+        def step(self, action):
+            obs, rew, term, trunc, final = self.sim.step(action)
+            return RawStep({"observation": obs}, rew, term, trunc, {"observation": final})
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gpu_envs.specs import Composite, Spec
+
+# Observations travel as flat dicts keyed by TensorDict keys: a string, or a tuple of
+# strings for nested entries (a gymnasium Dict inside a Dict).
+ObsDict = dict[Any, torch.Tensor]
+
+
+@dataclass(slots=True)
+class RawStep:
+    """One vector step, as torch tensors on the target device.
+
+    Attributes:
+        obs: observation per key, ``[N, *shape]``; post-reset on rows that ended.
+        reward: ``[N]`` (any float dtype; cast once to the reward spec's dtype).
+        terminated: ``[N]`` bool.
+        truncated: ``[N]`` bool.
+        final_obs: the pre-reset observation per key for the FULL batch, trusted only on
+            rows that ended in this step (and where ``final_mask`` is True), or ``None``
+            when the env cannot give it (then placeholders are used).
+        final_mask: ``[N]`` bool, rows on which ``final_obs`` is valid; ``None`` means
+            every ended row.
+        info: extra numeric entries ``[N, ...]`` placed under ``("next", key)``.
+    """
+
+    obs: ObsDict
+    reward: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    final_obs: ObsDict | None = None
+    final_mask: torch.Tensor | None = None
+    info: ObsDict = field(default_factory=dict)
+
+
+class Backend(ABC):
+    """Adapter from one env family to torch tensors on ``device``.
+
+    Subclasses set ``num_envs``, ``device``, ``observation_spec`` (a Composite whose
+    leaves are the observation keys), ``action_spec`` and, if they emit info entries,
+    ``info_spec``. ``supports_partial_reset`` says whether ``reset(mask=...)`` can reset
+    a subset of rows. ``name`` is shown in ``repr``.
+    """
+
+    name: str = "backend"
+    num_envs: int
+    device: torch.device
+    observation_spec: Composite
+    action_spec: Spec
+    info_spec: Composite
+    supports_partial_reset: bool = False
+
+    @abstractmethod
+    def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
+        """Reset all rows (``mask is None``) or the rows where ``mask`` ``[N]`` is True.
+
+        Returns the observation of ALL rows (unchanged ones included).
+        """
+
+    @abstractmethod
+    def step(self, action: torch.Tensor) -> RawStep:
+        """Step every row once, auto-resetting rows that end (same-step semantics)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends own nothing
+        """Release the simulator's resources. Called once by ``BatchedEnv.close``."""
+
+    def describe(self) -> str:
+        """A short text for ``repr``: the wrapped object's type."""
+        return self.name

@@ -1,0 +1,211 @@
+"""Torch vector envs: the protocol users implement to plug their own GPU env in.
+
+Any object with the shape of a gymnasium ``VectorEnv`` that speaks torch tensors can be
+wrapped, with no numpy and no host synchronisation::
+
+    class MyEnv:
+        num_envs: int                       # N
+        device: torch.device                # optional; where the tensors live
+        single_observation_space: gymnasium.Space   # Box, or Dict of Boxes (groups)
+        single_action_space: gymnasium.Space
+        supports_reset_mask: bool = False   # optional; True if reset honours reset_mask
+
+        def reset(self, *, seed=None, options=None) -> (obs, info): ...
+        def step(self, action) -> (obs, reward, terminated, truncated, info): ...
+        def close(self): ...
+
+* ``obs`` is a tensor ``[N, *shape]`` (key ``"observation"``) or a dict of tensors, one
+  per observation group (keys ``"policy"``, ``"critic"``, ...; nested dicts allowed).
+* ``reward`` is ``[N]`` float; ``terminated`` and ``truncated`` are ``[N]`` bool.
+* Rows that end are reset inside ``step`` (same-step auto-reset): the returned ``obs``
+  is the post-reset observation there.
+* The true final observations, when the env keeps them, go in ``info["final_obs"]``
+  (same structure as ``obs``, the FULL batch, trusted only on rows that ended in this
+  step), optionally with ``info["_final_obs"]``, a ``[N]`` bool mask of valid rows.
+  Without them, ended rows get placeholders and ``("next", "final_obs_missing")``.
+* ``reset(options={"reset_mask": mask})`` with ``mask`` ``[N]`` bool resets only those
+  rows, if the env sets ``supports_reset_mask = True``.
+* An env that rewrites its output tensors in place on the next step must be wrapped
+  with ``copy_buffers=True`` (the Isaac Lab backend does that itself).
+
+Example::
+
+    env = gpu_envs.wrap(MyEnv(num_envs=4096, device="cuda"))
+    td = env.reset(seed=0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from gpu_envs.backends.base import Backend, ObsDict, RawStep
+from gpu_envs.errors import DeviceMismatchError, NotAnEnvError, ObservationError
+from gpu_envs.specs import Composite, Spec, spec_from_gym
+
+REQUIRED_METHODS = ("reset", "step")
+REQUIRED_ATTRIBUTES = ("num_envs", "single_observation_space", "single_action_space")
+
+
+def looks_like_torch_vector_env(obj: Any) -> bool:
+    """True if ``obj`` has the methods and attributes of the protocol above."""
+    return all(callable(getattr(obj, m, None)) for m in REQUIRED_METHODS) and all(
+        hasattr(obj, a) for a in REQUIRED_ATTRIBUTES
+    )
+
+
+def flatten_obs(obs: Any, default_key: str = "observation") -> ObsDict:
+    """A tensor or (nested) dict of tensors -> flat dict keyed by str / tuple keys."""
+    if isinstance(obs, torch.Tensor):
+        return {default_key: obs}
+    flat: ObsDict = {}
+
+    def visit(prefix: tuple, node: Mapping) -> None:
+        for name, value in node.items():
+            key = prefix + (name,)
+            if isinstance(value, Mapping):
+                visit(key, value)
+            else:
+                flat[key[0] if len(key) == 1 else key] = value
+
+    visit((), obs)
+    return flat
+
+
+def observation_spec_from_space(space: Any, device: torch.device, default_key: str = "observation") -> Composite:
+    """The observation Composite for a single-env gymnasium space (Dict -> one key per group)."""
+    spec = spec_from_gym(space, device=device)
+    if isinstance(spec, Composite):
+        return spec
+    return Composite({default_key: spec}, device=device)
+
+
+def resolve_device(env: Any, device: torch.device | str | None) -> torch.device:
+    """The env's device, checked against the requested one (no silent cross-device copies)."""
+    env_device = getattr(env, "device", None)
+    if env_device is None:
+        return torch.device(device) if device is not None else torch.device("cpu")
+    env_device = torch.device(env_device)
+    if device is None:
+        return env_device
+    wanted = torch.device(device)
+    if _same_device(wanted, env_device):
+        return env_device
+    raise DeviceMismatchError(
+        f"{type(env).__name__} lives on {env_device} but device={wanted} was requested. "
+        f"Build the env on {wanted}, or wrap it with device={env_device!s} (gpu_envs never "
+        "copies device-resident data through another device behind your back)."
+    )
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    if a.type != b.type:
+        return False
+    return a.index is None or b.index is None or a.index == b.index
+
+
+class TorchVectorBackend(Backend):
+    """Backend over any env following the torch vector env protocol (module docstring)."""
+
+    name = "torch"
+
+    def __init__(
+        self,
+        env: Any,
+        device: torch.device | str | None = None,
+        *,
+        copy_buffers: bool = False,
+        observation_spec: Composite | None = None,
+        action_spec: Spec | None = None,
+    ) -> None:
+        if not looks_like_torch_vector_env(env):
+            missing = [m for m in REQUIRED_METHODS if not callable(getattr(env, m, None))]
+            missing += [a for a in REQUIRED_ATTRIBUTES if not hasattr(env, a)]
+            raise NotAnEnvError(
+                f"{type(env).__name__} is not a torch vector env: it lacks {', '.join(missing)}. "
+                "See gpu_envs.backends.torch for the protocol to implement."
+            )
+        self.env = env
+        self.num_envs = int(env.num_envs)
+        self.device = resolve_device(env, device)
+        self.observation_spec = observation_spec or observation_spec_from_space(
+            env.single_observation_space, self.device
+        )
+        self.action_spec = action_spec or spec_from_gym(env.single_action_space, device=self.device)
+        self.info_spec = Composite({}, device=self.device)
+        self.supports_partial_reset = bool(getattr(env, "supports_reset_mask", False))
+        self.copy_buffers = copy_buffers
+        self._obs_keys = list(self.observation_spec.keys(include_nested=True, leaves_only=True))
+
+    def describe(self) -> str:
+        return f"torch({type(self.env).__name__})"
+
+    def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
+        options = None if mask is None else {"reset_mask": mask}
+        obs, _info = self.env.reset(seed=seed, options=options)
+        return self._obs(obs)
+
+    def step(self, action: torch.Tensor) -> RawStep:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        final = info.get("final_obs") if info else None
+        if self.copy_buffers:
+            reward, terminated, truncated = reward.clone(), terminated.clone(), truncated.clone()
+        return RawStep(
+            obs=self._obs(obs),
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=None if final is None else self._obs(final, "info['final_obs']"),
+            final_mask=info.get("_final_obs") if final is not None else None,
+        )
+
+    def _obs(self, obs: Any, where: str = "observation") -> ObsDict:
+        flat = flatten_obs(obs)
+        try:
+            out = {key: flat[key] for key in self._obs_keys}
+        except KeyError as err:
+            raise ObservationError(
+                f"{type(self.env).__name__} returned an {where} without key {err.args[0]!r}; "
+                f"its observation space declares {self._obs_keys}. Return every group on every step."
+            ) from None
+        if self.copy_buffers:
+            out = {key: value.clone() for key, value in out.items()}
+        return out
+
+    def close(self) -> None:
+        close = getattr(self.env, "close", None)
+        if callable(close):
+            close()
+
+
+class TorchPlugin:
+    """Registry entry: built-in torch envs for ``make``, protocol envs for ``wrap``."""
+
+    name = "torch"
+
+    def available(self) -> bool:
+        return True
+
+    def env_ids(self) -> list[str]:
+        from gpu_envs.envs import BUILTIN_ENVS
+
+        return sorted(BUILTIN_ENVS)
+
+    def can_make(self, env_id: str) -> bool:
+        return env_id in self.env_ids()
+
+    def make(self, env_id: str, num_envs: int, device: torch.device, **kwargs: Any) -> Backend:
+        from gpu_envs.envs import BUILTIN_ENVS
+
+        return TorchVectorBackend(BUILTIN_ENVS[env_id](num_envs=num_envs, device=device, **kwargs))
+
+    def detect(self, obj: Any) -> bool:
+        return looks_like_torch_vector_env(obj)
+
+    def wrap(self, obj: Any, device: torch.device | None, **kwargs: Any) -> Backend:
+        return TorchVectorBackend(obj, device, **kwargs)
+
+
+PLUGIN = TorchPlugin()

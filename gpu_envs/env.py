@@ -1,0 +1,330 @@
+"""``BatchedEnv``: the one public env contract, returning TensorDicts on the device.
+
+Every backend (built-in torch envs, user torch envs, gymnasium, Isaac Lab, JAX...) ends
+up behind this class, so a learner sees one interface with torchrl's keys:
+
+* ``reset(seed=None, td=None)`` -> root TensorDict ``[N]``: observation keys and the
+  ``"done"``, ``"terminated"``, ``"truncated"`` flags (bool ``[N, 1]``, all False).
+* ``step(td)`` reads ``td["action"]`` and sets ``td["next"]``: next observations (the
+  TRUE final one on rows that ended), ``"reward"`` ``[N, 1]``, the three done flags and
+  ``"final_obs_missing"`` (True where the backend could not give a final observation
+  and a placeholder stands in).
+* ``step_and_maybe_reset(td)`` -> ``(td, td_root)``: also returns the input of the next
+  step (post-reset observations on rows that ended). Nothing is reset twice.
+* ``rollout(steps, policy=None)`` -> TensorDict ``[N, T]``.
+
+The hot path (``step``, ``step_and_maybe_reset``) never synchronises with the host:
+action checks look at metadata only (shape, dtype, device); value checks (a Discrete
+action out of range) run on the first step, or on every step with ``validate=True``.
+
+Example::
+
+    with gpu_envs.make("CartPole-v1", num_envs=8) as env:
+        td = env.reset(seed=0)
+        td["action"] = env.action_spec.rand(env.batch_size)
+        td, td_root = env.step_and_maybe_reset(td)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.errors import (
+    ActionError,
+    BackendError,
+    ClosedEnvError,
+    ResetMaskError,
+    ResetNeededError,
+)
+from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete
+from gpu_envs.transforms.final_obs import FinalObsTransform
+
+Policy = Callable[[TensorDictBase], TensorDictBase]
+DONE_KEYS = ("done", "terminated", "truncated")
+
+
+def normalize_device(device: torch.device | str) -> torch.device:
+    """``"cuda"`` -> ``cuda:<current>`` so that device comparisons are exact."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _nest(flat: dict) -> dict:
+    """Flat dict with tuple keys -> nested dicts, the layout TensorDict expects."""
+    nested: dict = {}
+    for key, value in flat.items():
+        if isinstance(key, tuple):
+            node = nested
+            for part in key[:-1]:
+                node = node.setdefault(part, {})
+            node[key[-1]] = value
+        else:
+            nested[key] = value
+    return nested
+
+
+class BatchedEnv:
+    """A batch of ``N`` environments behind torchrl-style TensorDicts on one device.
+
+    Build it with :func:`gpu_envs.make` or :func:`gpu_envs.wrap` rather than directly.
+
+    Args:
+        backend: the adapter that talks to the simulator (see ``gpu_envs.backends``).
+        missing_obs_value: placeholder for final observations a backend cannot give;
+            ``None`` means NaN for floats, 0 for integers.
+        validate: check action values (ranges) on every step, at the cost of one host
+            sync per step. Metadata (shape, dtype, device) is always checked.
+        seed: seed used by the first ``reset()`` that is given none.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        missing_obs_value: float | int | None = None,
+        validate: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        self.backend = backend
+        self.num_envs = backend.num_envs
+        self.device = normalize_device(backend.device)
+        self.batch_size = torch.Size([self.num_envs])
+        self.observation_spec: Composite = backend.observation_spec
+        self.action_spec = backend.action_spec
+        self.reward_spec = Box(-math.inf, math.inf, (1,), torch.float32, device=self.device)
+        self.done_spec = Composite({k: Binary(1, device=self.device) for k in DONE_KEYS}, device=self.device)
+        self.info_spec: Composite = getattr(backend, "info_spec", None) or Composite({}, device=self.device)
+        self.validate = validate
+        self._final_obs = FinalObsTransform(self.observation_spec, self.num_envs, missing_obs_value)
+        self._obs_nested = any(isinstance(k, tuple) for k in self._final_obs.keys)
+        self._action_shape = self.batch_size + self.action_spec.shape
+        self._action_dtype = self.action_spec.dtype
+        self._check_values = isinstance(self.action_spec, (Discrete, MultiDiscrete, Binary))
+        self._false = torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
+        self._last_done = self._false
+        self._rng = torch.Generator(device=self.device)
+        self._default_seed = seed
+        self._closed = False
+        self._needs_reset = True
+        self._first_step = True
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, seed: int | None = None, td: TensorDictBase | None = None) -> TensorDict:
+        """Reset every row, or only the rows where ``td["_reset"]`` is True.
+
+        Rows that ended in the last ``step`` were already reset by the backend; a mask
+        naming them serves their cached post-reset observation instead of resetting
+        them again. Returns the root TensorDict ``[N]``.
+        """
+        self._check_open()
+        mask = None if td is None else td.get("_reset", None)
+        if mask is None or self._needs_reset:
+            if seed is None and self._needs_reset:
+                seed = self._default_seed
+            obs = self.backend.reset(seed=seed)
+            if seed is not None:
+                self._rng.manual_seed(seed)
+            self._final_obs.root_obs = obs
+            self._needs_reset = False
+        else:
+            self._partial_reset(self._check_reset_mask(mask), seed)
+        self._last_done = self._false
+        return self._root_td()
+
+    def _check_reset_mask(self, mask: Any) -> torch.Tensor:
+        ok_shape = isinstance(mask, torch.Tensor) and tuple(mask.shape) in (
+            (self.num_envs,),
+            (self.num_envs, 1),
+        )
+        if not ok_shape or mask.dtype != torch.bool:
+            got = f"{tuple(mask.shape)} {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise ResetMaskError(
+                f'"_reset" must be a bool tensor of shape ({self.num_envs},) or ({self.num_envs}, 1); '
+                f"got {got}. Build it like td['done'] (e.g. torch.zeros({self.num_envs}, 1, dtype=torch.bool))."
+            )
+        return mask.to(self.device).view(self.num_envs, 1)
+
+    def _partial_reset(self, mask: torch.Tensor, seed: int | None) -> None:
+        todo = mask & ~self._last_done  # rows not already reset by the backend
+        if not bool(todo.any()):
+            return
+        if self.backend.supports_partial_reset:
+            obs = self.backend.reset(seed=seed, mask=todo.view(self.num_envs))
+        elif bool(todo.all()):
+            obs = self.backend.reset(seed=seed)
+        else:
+            raise ResetMaskError(
+                f"the {self.backend.describe()} backend cannot reset a subset of its envs. "
+                "Reset all of them with env.reset(), or use an env that accepts a reset mask."
+            )
+        root = self._final_obs.root_obs
+        self._final_obs.root_obs = {
+            key: torch.where(todo.view((self.num_envs,) + (1,) * (value.dim() - 1)), value, root[key])
+            for key, value in obs.items()
+        }
+
+    def _root_td(self) -> TensorDict:
+        obs = self._final_obs.root_obs
+        data = _nest(obs) if self._obs_nested else dict(obs)
+        false = self._false
+        data["done"] = false
+        data["terminated"] = false
+        data["truncated"] = false
+        return TensorDict._new_unsafe(data, batch_size=self.batch_size, device=self.device)
+
+    # ------------------------------------------------------------------- step
+    def step(self, td: TensorDictBase) -> TensorDictBase:
+        """Step with ``td["action"]``; writes ``td["next"]`` and returns ``td``."""
+        if self._needs_reset or self._closed:
+            self._check_open()
+            raise ResetNeededError("step() was called before reset(): call env.reset() first.")
+        action = td.get("action", None)
+        self._check_action(action)
+        raw = self.backend.step(action)
+        if self._first_step:
+            self._check_raw(raw)
+            self._first_step = False
+        n = self.num_envs
+        terminated = raw.terminated.view(n, 1)
+        truncated = raw.truncated.view(n, 1)
+        done = terminated | truncated
+        next_obs, missing = self._final_obs(raw.obs, done, raw.final_obs, raw.final_mask)
+        self._last_done = done
+        data = _nest(next_obs) if self._obs_nested else next_obs
+        data["reward"] = raw.reward.view(n, 1).to(torch.float32)
+        data["done"] = done
+        data["terminated"] = terminated
+        data["truncated"] = truncated
+        data["final_obs_missing"] = missing
+        if raw.info:
+            data.update(_nest(raw.info))
+        td.set("next", TensorDict._new_unsafe(data, batch_size=self.batch_size, device=self.device))
+        return td
+
+    def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
+        """Step, then return ``(td, td_root)`` where ``td_root`` is the next step's input.
+
+        ``td_root`` holds the post-reset observations on rows that ended and the next
+        observations elsewhere (the backend already reset the ended rows in ``step``).
+        """
+        td = self.step(td)
+        self._last_done = self._false
+        return td, self._root_td()
+
+    def rollout(self, steps: int, policy: Policy | None = None, *, reset: bool = True) -> TensorDictBase:
+        """Run ``steps`` steps and return the transitions stacked as ``[N, T]``.
+
+        ``policy`` maps the root TensorDict to one holding ``"action"``; ``None`` samples
+        the action spec. With ``reset=False`` the rollout continues from where the last
+        one stopped (the env must have been reset once).
+        """
+        if steps < 1:
+            raise ValueError(f"steps must be >= 1, got {steps}.")
+        td = self.reset() if reset or self._needs_reset else self._root_td()
+        out = []
+        for _ in range(steps):
+            td = self._act(td, policy)
+            td, root = self.step_and_maybe_reset(td)
+            out.append(td)
+            td = root
+        return torch.stack(out, dim=1)
+
+    def _act(self, td: TensorDictBase, policy: Policy | None) -> TensorDictBase:
+        if policy is None:
+            td.set("action", self.action_spec.rand(self.batch_size, generator=self._rng))
+            return td
+        result = policy(td)
+        return td if result is None else result
+
+    # ------------------------------------------------------------- validation
+    def _check_action(self, action: Any) -> None:
+        if (
+            not isinstance(action, torch.Tensor)
+            or action.shape != self._action_shape
+            or action.dtype != self._action_dtype
+            or action.device != self.device
+        ):
+            raise ActionError(self._explain_action(action))
+        if self._check_values and (self.validate or self._first_step) and not self.action_spec.contains(action):
+            raise ActionError(
+                f"action values are outside {self.action_spec!r} "
+                f"(min {action.min().item()}, max {action.max().item()}). "
+                "Sample actions from env.action_spec or clamp them to its range."
+            )
+
+    def _explain_action(self, action: Any) -> str:
+        want = f"shape {tuple(self._action_shape)}, dtype {self._action_dtype}, device {self.device}"
+        if action is None:
+            return f'td has no "action" entry: set td["action"] to a tensor with {want} (e.g. env.action_spec.rand(env.batch_size)).'
+        if not isinstance(action, torch.Tensor):
+            return f"action must be a torch.Tensor with {want}; got {type(action).__name__}."
+        if action.shape != self._action_shape:
+            hint = ""
+            if action.shape == self._action_shape + (1,):
+                hint = " Drop the trailing dim with action.squeeze(-1)."
+            elif action.shape + (1,) == self._action_shape:
+                hint = " Add the trailing dim with action.unsqueeze(-1)."
+            return f"action has shape {tuple(action.shape)} but the env expects {tuple(self._action_shape)}.{hint}"
+        if action.dtype != self._action_dtype:
+            return f"action has dtype {action.dtype} but the env expects {self._action_dtype}: cast it with action.to({self._action_dtype})."
+        return f"action is on {action.device} but the env runs on {self.device}: move it with action.to('{self.device}')."
+
+    def _check_raw(self, raw: RawStep) -> None:
+        """Validate the backend's first step once (shapes, dtypes, devices)."""
+        n = self.num_envs
+        for name in ("reward", "terminated", "truncated"):
+            value = getattr(raw, name)
+            if not isinstance(value, torch.Tensor) or value.numel() != n or value.device != self.device:
+                raise BackendError(
+                    f"{self.backend.describe()} returned {name} "
+                    f"{getattr(value, 'shape', type(value).__name__)} on {getattr(value, 'device', '?')}; "
+                    f"expected {n} values on {self.device}."
+                )
+        for name in ("terminated", "truncated"):
+            if getattr(raw, name).dtype != torch.bool:
+                raise BackendError(f"{self.backend.describe()} returned {name} of dtype {getattr(raw, name).dtype}; expected torch.bool.")
+        for source, obs in (("observation", raw.obs), ("final observation", raw.final_obs or {})):
+            for key, value in obs.items():
+                leaf = self.observation_spec[key]
+                if tuple(value.shape) != (n,) + tuple(leaf.shape) or value.dtype != leaf.dtype or value.device != self.device:
+                    raise BackendError(
+                        f"{self.backend.describe()} returned {source} {key!r} with shape {tuple(value.shape)}, "
+                        f"{value.dtype} on {value.device}; its spec says {(n,) + tuple(leaf.shape)}, {leaf.dtype} on {self.device}."
+                    )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedEnvError("this env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap().")
+
+    # -------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Release the backend. Closing twice is harmless."""
+        if not self._closed:
+            self._closed = True
+            self.backend.close()
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> BatchedEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        obs = ", ".join(f"{k}: {tuple(self.observation_spec[k].shape)}" for k in self._final_obs.keys)
+        state = "closed" if self._closed else ("not reset" if self._needs_reset else "running")
+        return (
+            f"BatchedEnv({self.backend.describe()}, num_envs={self.num_envs}, device={self.device}, "
+            f"observation={{{obs}}}, action={self.action_spec!r}, {state})"
+        )

@@ -1,0 +1,55 @@
+"""Which backend makes or wraps what: the table behind ``make`` and ``wrap``.
+
+Each backend module exposes a ``PLUGIN`` object with ``name``, ``available()``,
+``env_ids()``, ``can_make(env_id)``, ``make(env_id, num_envs, device, **kw)``,
+``detect(obj)`` and ``wrap(obj, device, **kw)``. Modules are imported lazily, so an
+optional dependency (isaaclab, jax) is only imported when its backend is used.
+
+Example::
+
+    plugin = get_plugin("gymnasium")
+    backend = plugin.make("CartPole-v1", num_envs=8, device=torch.device("cpu"))
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any
+
+from gpu_envs.errors import UnknownBackendError
+
+# make(backend="auto") tries these in order: built-in torch envs first.
+MAKE_ORDER = ("torch", "gymnasium", "isaaclab")
+# wrap() asks these in order; the most specific detectors come first.
+WRAP_ORDER = ("isaaclab", "jax", "gymnasium", "torch")
+
+_MODULES = {
+    "torch": "gpu_envs.backends.torch",
+    "gymnasium": "gpu_envs.backends.gymnasium",
+    "isaaclab": "gpu_envs.backends.isaaclab",
+    "jax": "gpu_envs.backends.jax",
+}
+
+
+def backend_names() -> list[str]:
+    """Names of every backend this version knows (installed or not)."""
+    return [name for name in _MODULES if _module_exists(name)]
+
+
+def _module_exists(name: str) -> bool:
+    return importlib.util.find_spec(_MODULES[name]) is not None
+
+
+def get_plugin(name: str) -> Any:
+    """The plugin of backend ``name``; a clear error listing the known names otherwise."""
+    if name not in _MODULES or not _module_exists(name):
+        raise UnknownBackendError(
+            f"unknown backend {name!r}; available backends: {', '.join(backend_names())} (or 'auto')."
+        )
+    return importlib.import_module(_MODULES[name]).PLUGIN
+
+
+def plugins(order: tuple[str, ...]) -> list[Any]:
+    """The installed plugins among ``order``, in that order."""
+    return [get_plugin(name) for name in order if name in _MODULES and _module_exists(name)]

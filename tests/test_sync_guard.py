@@ -1,0 +1,56 @@
+"""The hot path never synchronises host and device (DESIGN.md rule 1).
+
+A dispatch mode fails on every syncing aten op; on CUDA machines the same test also
+runs under ``torch.cuda.set_sync_debug_mode("error")``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gpu_envs
+from tests.fakes import CountingTorchVectorEnv
+from tests.sync_guard import SyncError, SyncGuard, no_sync
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _builders(device):
+    return {
+        "CartPole-v1": lambda: gpu_envs.make("CartPole-v1", num_envs=16, device=device, seed=0),
+        "Pendulum-v1": lambda: gpu_envs.make("Pendulum-v1", num_envs=16, device=device, seed=0),
+        "CartPole-no-final-obs": lambda: gpu_envs.make(
+            "CartPole-v1", num_envs=16, device=device, seed=0, expose_final_obs=False
+        ),
+        "user-env-final-obs": lambda: gpu_envs.wrap(CountingTorchVectorEnv(16, device, final_obs="info")),
+        "user-env-masked-final-obs": lambda: gpu_envs.wrap(CountingTorchVectorEnv(16, device, final_obs="masked")),
+        "user-env-no-final-obs": lambda: gpu_envs.wrap(CountingTorchVectorEnv(16, device, final_obs="none")),
+    }
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(_builders("cpu")))
+def test_step_and_rollout_never_sync(device, name):
+    env = _builders(device)[name]()
+    td = env.reset()
+    td["action"] = env.action_spec.rand(env.batch_size, generator=env._rng)
+    td, td = env.step_and_maybe_reset(td)  # the first step validates (allowed to sync)
+    ended = torch.zeros((), device=env.device)
+    with no_sync():
+        for _ in range(100):
+            td["action"] = env.action_spec.rand(env.batch_size, generator=env._rng)
+            td, root = env.step_and_maybe_reset(td)
+            ended += td["next", "done"].sum()
+            td = root
+        traj = env.rollout(20)
+    assert traj.batch_size == torch.Size([16, 20])
+    if "Pendulum" not in name:
+        assert ended.item() > 0, "the guarded steps covered auto-resets"
+
+
+def test_guard_catches_a_sync():
+    env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu")
+    td = env.reset()
+    with pytest.raises(SyncError), SyncGuard():
+        bool(td["done"].any())

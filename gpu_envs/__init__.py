@@ -18,6 +18,7 @@ import torch
 from gpu_envs.env import BatchedEnv
 from gpu_envs.errors import (
     ActionError,
+    AutoresetModeError,
     BackendError,
     ClosedEnvError,
     DeviceMismatchError,
@@ -41,6 +42,7 @@ _ENV_KWARGS = ("missing_obs_value", "validate")
 
 __all__ = [
     "ActionError",
+    "AutoresetModeError",
     "BackendError",
     "BatchedEnv",
     "ClosedEnvError",

@@ -110,7 +110,8 @@ class BatchedEnv:
         self._check_values = isinstance(self.action_spec, (Discrete, MultiDiscrete, Binary))
         self._false = torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
         self._last_done = self._false
-        self._rng = torch.Generator(device=self.device)
+        # Seeded by reset(seed=...): random actions (policy=None) are reproducible too.
+        self.generator = torch.Generator(device=self.device)
         self._default_seed = seed
         self._closed = False
         self._needs_reset = True
@@ -131,13 +132,13 @@ class BatchedEnv:
                 seed = self._default_seed
             obs = self.backend.reset(seed=seed)
             if seed is not None:
-                self._rng.manual_seed(seed)
+                self.generator.manual_seed(seed)
             self._final_obs.root_obs = obs
             self._needs_reset = False
         else:
             self._partial_reset(self._check_reset_mask(mask), seed)
         self._last_done = self._false
-        return self._root_td()
+        return self.root()
 
     def _check_reset_mask(self, mask: Any) -> torch.Tensor:
         ok_shape = isinstance(mask, torch.Tensor) and tuple(mask.shape) in (
@@ -171,7 +172,8 @@ class BatchedEnv:
             for key, value in obs.items()
         }
 
-    def _root_td(self) -> TensorDict:
+    def root(self) -> TensorDict:
+        """The current root TensorDict: what the next step acts on (episodes continue)."""
         obs = self._final_obs.root_obs
         data = _nest(obs) if self._obs_nested else dict(obs)
         false = self._false
@@ -217,7 +219,7 @@ class BatchedEnv:
         """
         td = self.step(td)
         self._last_done = self._false
-        return td, self._root_td()
+        return td, self.root()
 
     def rollout(self, steps: int, policy: Policy | None = None, *, reset: bool = True) -> TensorDictBase:
         """Run ``steps`` steps and return the transitions stacked as ``[N, T]``.
@@ -228,7 +230,7 @@ class BatchedEnv:
         """
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}.")
-        td = self.reset() if reset or self._needs_reset else self._root_td()
+        td = self.reset() if reset or self._needs_reset else self.root()
         out = []
         for _ in range(steps):
             td = self._act(td, policy)
@@ -239,7 +241,7 @@ class BatchedEnv:
 
     def _act(self, td: TensorDictBase, policy: Policy | None) -> TensorDictBase:
         if policy is None:
-            td.set("action", self.action_spec.rand(self.batch_size, generator=self._rng))
+            td.set("action", self.action_spec.rand(self.batch_size, generator=self.generator))
             return td
         result = policy(td)
         return td if result is None else result

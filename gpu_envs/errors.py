@@ -69,3 +69,7 @@ class BackendError(GpuEnvsError, RuntimeError):
 
 class InvalidArgumentError(GpuEnvsError, ValueError):
     """An argument is out of its allowed range (``num_envs < 1``, ``steps < 1``...)."""
+
+
+class AutoresetModeError(GpuEnvsError, ValueError):
+    """The env auto-resets in a way this backend cannot turn into exact transitions."""

@@ -22,7 +22,7 @@ from gpu_envs.errors import UnknownBackendError
 # make(backend="auto") tries these in order: built-in torch envs first.
 MAKE_ORDER = ("torch", "gymnasium", "isaaclab")
 # wrap() asks these in order; the most specific detectors come first.
-WRAP_ORDER = ("isaaclab", "jax", "gymnasium", "torch")
+WRAP_ORDER = ("isaaclab", "jax", "torch", "gymnasium")
 
 _MODULES = {
     "torch": "gpu_envs.backends.torch",

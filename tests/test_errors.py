@@ -181,3 +181,13 @@ def test_backend_breaking_its_contract_is_reported():
 def test_rollout_bad_steps(cartpole):
     with pytest.raises(ValueError, match="steps"):
         cartpole.rollout(0)
+
+
+def test_torch_env_with_next_step_autoreset_is_refused():
+    import gymnasium as gym
+
+    class NextStep(CountingTorchVectorEnv):
+        metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+
+    with pytest.raises(gpu_envs.AutoresetModeError, match="SAME_STEP"):
+        gpu_envs.wrap(NextStep(2))

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from gpu_envs.backends.base import Backend, ObsDict, RawStep
-from gpu_envs.errors import DeviceMismatchError, NotAnEnvError, ObservationError
+from gpu_envs.errors import AutoresetModeError, DeviceMismatchError, NotAnEnvError, ObservationError
 from gpu_envs.specs import Composite, Spec, spec_from_gym
 
 REQUIRED_METHODS = ("reset", "step")
@@ -50,10 +50,19 @@ REQUIRED_ATTRIBUTES = ("num_envs", "single_observation_space", "single_action_sp
 
 
 def looks_like_torch_vector_env(obj: Any) -> bool:
-    """True if ``obj`` has the methods and attributes of the protocol above."""
-    return all(callable(getattr(obj, m, None)) for m in REQUIRED_METHODS) and all(
+    """True if ``obj`` has the methods and attributes of the protocol above.
+
+    A gymnasium env without a ``device`` attribute speaks numpy: it is left to the
+    gymnasium backend.
+    """
+    shaped = all(callable(getattr(obj, m, None)) for m in REQUIRED_METHODS) and all(
         hasattr(obj, a) for a in REQUIRED_ATTRIBUTES
     )
+    if not shaped:
+        return False
+    import gymnasium as gym
+
+    return getattr(obj, "device", None) is not None or not isinstance(obj, (gym.Env, gym.vector.VectorEnv))
 
 
 def flatten_obs(obs: Any, default_key: str = "observation") -> ObsDict:
@@ -100,6 +109,20 @@ def resolve_device(env: Any, device: torch.device | str | None) -> torch.device:
     )
 
 
+def _check_same_step(env: Any) -> None:
+    """Refuse envs that declare another auto-reset mode: their transitions would be wrong."""
+    import gymnasium as gym
+
+    mode = (getattr(env, "metadata", None) or {}).get("autoreset_mode")
+    if mode is None or mode == gym.vector.AutoresetMode.SAME_STEP or str(mode).lower() in ("same_step", "samestep"):
+        return
+    raise AutoresetModeError(
+        f"{type(env).__name__} declares autoreset_mode={mode}, but torch vector envs must reset ended rows "
+        "inside step (SAME_STEP), reporting final observations in info['final_obs']. Build the env with "
+        "autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP."
+    )
+
+
 def _same_device(a: torch.device, b: torch.device) -> bool:
     if a.type != b.type:
         return False
@@ -127,6 +150,7 @@ class TorchVectorBackend(Backend):
                 f"{type(env).__name__} is not a torch vector env: it lacks {', '.join(missing)}. "
                 "See gpu_envs.backends.torch for the protocol to implement."
             )
+        _check_same_step(env)
         self.env = env
         self.num_envs = int(env.num_envs)
         self.device = resolve_device(env, device)

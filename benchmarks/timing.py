@@ -1,0 +1,71 @@
+"""Shared timing helpers for the benchmarks: interleaved runs, medians, a table, JSON.
+
+These machines are noisy, so absolute times are unstable; every benchmark measures
+its contenders side by side in ONE process, interleaving short rounds (A, B, C, A, B,
+C, ...) and comparing medians, and reports ratios.
+
+Example::
+
+    results = interleave({"raw": raw_step, "gpu_envs": wrapped_step}, steps=200, rounds=15)
+    print_table("N=64", results, baseline="raw")
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+
+def _sync(device: torch.device | None) -> None:
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleave(
+    contenders: dict[str, Callable[[], object]],
+    steps: int,
+    rounds: int,
+    warmup: int = 2,
+    device: torch.device | None = None,
+) -> dict[str, float]:
+    """Median seconds per call of each contender, measured in interleaved rounds."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for r in range(warmup + rounds):
+        for name, fn in contenders.items():
+            _sync(device)
+            start = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            _sync(device)
+            if r >= warmup:
+                samples[name].append((time.perf_counter() - start) / steps)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def format_table(title: str, rows: list[dict], columns: list[tuple[str, str]]) -> str:
+    """A plain-text table; ``columns`` is a list of (key, header)."""
+    cells = [[str(row.get(key, "")) for key, _ in columns] for row in rows]
+    widths = [max(len(header), *(len(c[i]) for c in cells)) for i, (_, header) in enumerate(columns)]
+    line = "  ".join(header.ljust(w) for (_, header), w in zip(columns, widths))
+    out = [title, line, "-" * len(line)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(cell, widths)) for cell in cells]
+    return "\n".join(out)
+
+
+def save_json(path: str | Path | None, payload: dict) -> None:
+    """Write the raw numbers (and machine facts) as JSON where asked."""
+    if path is None:
+        return
+    payload = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        **payload,
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(payload, indent=2))

@@ -51,9 +51,9 @@ def format_table(title: str, rows: list[dict], columns: list[tuple[str, str]]) -
     """A plain-text table; ``columns`` is a list of (key, header)."""
     cells = [[str(row.get(key, "")) for key, _ in columns] for row in rows]
     widths = [max(len(header), *(len(c[i]) for c in cells)) for i, (_, header) in enumerate(columns)]
-    line = "  ".join(header.ljust(w) for (_, header), w in zip(columns, widths))
+    line = "  ".join(header.ljust(w) for (_, header), w in zip(columns, widths, strict=True))
     out = [title, line, "-" * len(line)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(cell, widths)) for cell in cells]
+    out += ["  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)) for cell in cells]
     return "\n".join(out)
 
 

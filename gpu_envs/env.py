@@ -39,6 +39,7 @@ from gpu_envs.errors import (
     ActionError,
     BackendError,
     ClosedEnvError,
+    InvalidArgumentError,
     ResetMaskError,
     ResetNeededError,
 )
@@ -55,6 +56,18 @@ def normalize_device(device: torch.device | str) -> torch.device:
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+def _fast_td(data: dict, batch_size: torch.Size, device: torch.device) -> TensorDict:
+    """A TensorDict over tensors already known to be on ``device`` with ``batch_size``.
+
+    The hot path builds two TensorDicts per step; the public constructor re-validates
+    every entry, and even ``_new_unsafe(device=...)`` probes the MPS backend on each
+    call, so the (already validated) device is set directly.
+    """
+    td = TensorDict._new_unsafe(data, batch_size=batch_size)
+    td._device = device
+    return td
 
 
 def _nest(flat: dict) -> dict:
@@ -180,7 +193,7 @@ class BatchedEnv:
         data["done"] = false
         data["terminated"] = false
         data["truncated"] = false
-        return TensorDict._new_unsafe(data, batch_size=self.batch_size, device=self.device)
+        return _fast_td(data, self.batch_size, self.device)
 
     # ------------------------------------------------------------------- step
     def step(self, td: TensorDictBase) -> TensorDictBase:
@@ -201,14 +214,19 @@ class BatchedEnv:
         next_obs, missing = self._final_obs(raw.obs, done, raw.final_obs, raw.final_mask)
         self._last_done = done
         data = _nest(next_obs) if self._obs_nested else next_obs
-        data["reward"] = raw.reward.view(n, 1).to(torch.float32)
+        reward = raw.reward.view(n, 1)
+        data["reward"] = reward if reward.dtype == torch.float32 else reward.to(torch.float32)
         data["done"] = done
         data["terminated"] = terminated
         data["truncated"] = truncated
         data["final_obs_missing"] = missing
         if raw.info:
             data.update(_nest(raw.info))
-        td.set("next", TensorDict._new_unsafe(data, batch_size=self.batch_size, device=self.device))
+        nxt = _fast_td(data, self.batch_size, self.device)
+        if type(td) is TensorDict:  # skip set()'s re-validation of what was just built
+            td._set_str("next", nxt, validated=True, inplace=False)
+        else:
+            td.set("next", nxt)
         return td
 
     def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
@@ -228,23 +246,14 @@ class BatchedEnv:
         the action spec. With ``reset=False`` the rollout continues from where the last
         one stopped (the env must have been reset once).
         """
-        if steps < 1:
-            raise ValueError(f"steps must be >= 1, got {steps}.")
-        td = self.reset() if reset or self._needs_reset else self.root()
-        out = []
-        for _ in range(steps):
-            td = self._act(td, policy)
-            td, root = self.step_and_maybe_reset(td)
-            out.append(td)
-            td = root
-        return torch.stack(out, dim=1)
+        from gpu_envs.rollout import RolloutBuffer, collect
 
-    def _act(self, td: TensorDictBase, policy: Policy | None) -> TensorDictBase:
-        if policy is None:
-            td.set("action", self.action_spec.rand(self.batch_size, generator=self.generator))
-            return td
-        result = policy(td)
-        return td if result is None else result
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise InvalidArgumentError(f"steps must be an int >= 1, got {steps!r}.")
+        if reset or self._needs_reset:
+            self.reset()
+        # a fresh buffer per call: the returned TensorDict is the caller's to keep
+        return collect(self, policy, buffer=RolloutBuffer(self, steps))
 
     # ------------------------------------------------------------- validation
     def _check_action(self, action: Any) -> None:

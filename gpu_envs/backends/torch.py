@@ -22,7 +22,9 @@ wrapped, with no numpy and no host synchronisation::
 * The true final observations, when the env keeps them, go in ``info["final_obs"]``
   (same structure as ``obs``, the FULL batch, trusted only on rows that ended in this
   step), optionally with ``info["_final_obs"]``, a ``[N]`` bool mask of valid rows.
-  Without them, ended rows get placeholders and ``("next", "final_obs_missing")``.
+  ManiSkill3's ``info["final_observation"]`` / ``info["_final_observation"]`` (only on
+  steps where some row ended) are read the same way. Without them, ended rows get
+  placeholders and ``("next", "final_obs_missing")``.
 * ``reset(options={"reset_mask": mask})`` with ``mask`` ``[N]`` bool resets only those
   rows, if the env sets ``supports_reset_mask = True``.
 * An env that rewrites its output tensors in place on the next step must be wrapped
@@ -47,6 +49,8 @@ from gpu_envs.specs import Composite, Spec, spec_from_gym
 
 REQUIRED_METHODS = ("reset", "step")
 REQUIRED_ATTRIBUTES = ("num_envs", "single_observation_space", "single_action_space")
+# (final observations, their [N] validity mask) in a step's info: ours, then ManiSkill3's.
+FINAL_OBS_KEYS = (("final_obs", "_final_obs"), ("final_observation", "_final_observation"))
 
 
 def looks_like_torch_vector_env(obj: Any) -> bool:
@@ -109,6 +113,16 @@ def resolve_device(env: Any, device: torch.device | str | None) -> torch.device:
     )
 
 
+def final_obs_in(info: Mapping | None) -> tuple[str, Any, Any]:
+    """``(key, final observations, [N] mask or None)`` from a step's info; ``final`` is None if absent."""
+    if info:
+        for key, mask_key in FINAL_OBS_KEYS:
+            final = info.get(key)
+            if final is not None:
+                return key, final, info.get(mask_key)
+    return "", None, None
+
+
 def _check_same_step(env: Any) -> None:
     """Refuse envs that declare another auto-reset mode: their transitions would be wrong."""
     import gymnasium as gym
@@ -162,6 +176,7 @@ class TorchVectorBackend(Backend):
         self.supports_partial_reset = bool(getattr(env, "supports_reset_mask", False))
         self.copy_buffers = copy_buffers
         self._obs_keys = list(self.observation_spec.keys(include_nested=True, leaves_only=True))
+        self._single_tensor_obs = self._obs_keys == ["observation"]
 
     def describe(self) -> str:
         return f"torch({type(self.env).__name__})"
@@ -173,7 +188,7 @@ class TorchVectorBackend(Backend):
 
     def step(self, action: torch.Tensor) -> RawStep:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        final = info.get("final_obs") if info else None
+        key, final, final_mask = final_obs_in(info)
         if self.copy_buffers:
             reward, terminated, truncated = reward.clone(), terminated.clone(), truncated.clone()
         return RawStep(
@@ -181,11 +196,13 @@ class TorchVectorBackend(Backend):
             reward=reward,
             terminated=terminated,
             truncated=truncated,
-            final_obs=None if final is None else self._obs(final, "info['final_obs']"),
-            final_mask=info.get("_final_obs") if final is not None else None,
+            final_obs=None if final is None else self._obs(final, f"info[{key!r}]"),
+            final_mask=final_mask,
         )
 
     def _obs(self, obs: Any, where: str = "observation") -> ObsDict:
+        if self._single_tensor_obs and isinstance(obs, torch.Tensor) and not self.copy_buffers:
+            return {"observation": obs}  # the common case, without the generic walk
         flat = flatten_obs(obs)
         try:
             out = {key: flat[key] for key in self._obs_keys}

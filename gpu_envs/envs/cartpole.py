@@ -1,0 +1,286 @@
+"""Batched CartPole-v1 in pure torch: thousands of carts per step, on any device.
+
+Same physics as gymnasium 1.4's ``CartPole-v1`` (Barto, Sutton & Anderson): the same
+constants, explicit Euler integration, uniform initial state in ``[-0.05, 0.05]^4``,
+termination when ``|x| > 2.4`` or ``|theta| > 12 deg``, reward ``1.0`` on every step
+(including the terminating one) and truncation after 500 steps. Only the precision
+differs: the state is float32 (gymnasium integrates in float64).
+
+Why: stepping N numpy envs costs N Python calls per step; here one ``step`` advances all
+N rows with a fixed, small number of tensor ops that never wait for the device (no
+``.item()``, no data-dependent branch), so it can be queued on a GPU stream or captured.
+Ended rows are reset inside ``step`` (gymnasium's SAME_STEP auto-reset, as in Isaac Lab),
+with their final observation kept in ``info["final_obs"]``.
+
+Example::
+
+    import torch
+    from gpu_envs.envs import CartPoleEnv
+
+    env = CartPoleEnv(num_envs=4096, device="cuda")
+    obs, _ = env.reset(seed=0)                                  # [4096, 4] float32
+    for _ in range(1000):
+        action = torch.randint(0, 2, (env.num_envs,), device=env.device)
+        obs, reward, terminated, truncated, info = env.step(action)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+
+from gpu_envs.errors import ClosedEnvError, ResetMaskError, ResetNeededError
+
+__all__ = ["CartPoleEnv"]
+
+
+class CartPoleEnv(gymnasium.vector.VectorEnv):
+    """``num_envs`` CartPole-v1 systems stepped together as one ``[N, 4]`` float32 tensor.
+
+    A gymnasium ``VectorEnv`` (so gymnasium and torchrl tooling accept it) that follows
+    the torch vector env protocol (see :mod:`gpu_envs.backends.torch`): torch tensors in and out and same-step
+    auto-reset. The state ``(x, x_dot, theta, theta_dot)`` is also the observation.
+
+    Args:
+        num_envs: number of independent carts ``N``.
+        device: where every tensor (state, outputs, random generator) lives.
+        expose_final_obs: if True, ``step`` returns ``info = {"final_obs": obs before the
+            auto-reset [N, 4], "_final_obs": done mask [N]}``; if False, ``info = {}``
+            (Isaac Lab style, the final observation of ended rows is lost).
+        max_episode_steps: truncation limit (``truncated = elapsed_steps >= limit``).
+        seed: seeds the env's ``torch.Generator`` (on ``device``), the only source of
+            randomness; ``None`` draws a fresh seed. ``reset(seed=...)`` re-seeds it.
+
+    Attributes:
+        state: ``[N, 4]`` float32. ``step`` replaces it with a new tensor (never writes
+            into the old one); callers may overwrite it in place or assign a new one.
+        elapsed_steps: ``[N]`` int64, steps since each row's episode began.
+
+    Every tensor ``reset``/``step`` return is newly allocated (never the state itself, never
+    rewritten later), so callers may keep or modify them.
+
+    Example::
+
+        env = CartPoleEnv(num_envs=8, seed=1)
+        obs, _ = env.reset()
+        obs, rew, term, trunc, info = env.step(torch.ones(8, dtype=torch.long))
+        final = torch.where((term | trunc)[:, None], info["final_obs"], obs)
+    """
+
+    metadata: dict[str, Any] = {
+        "autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP,
+        "render_modes": [],
+    }
+    autoreset_mode = gymnasium.vector.AutoresetMode.SAME_STEP  # read by torchrl's GymWrapper
+    render_mode = None
+    supports_reset_mask = True
+    _ROW_VIEWS_MIN_ENVS = 512  # see __init__
+
+    # gymnasium CartPoleEnv constants
+    gravity = 9.8
+    masscart = 1.0
+    masspole = 0.1
+    total_mass = masspole + masscart
+    length = 0.5  # half the pole's length
+    polemass_length = masspole * length
+    force_mag = 10.0
+    tau = 0.02
+    theta_threshold_radians = 12 * 2 * math.pi / 360
+    x_threshold = 2.4
+    reset_low = -0.05
+    reset_high = 0.05
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        device: str | torch.device = "cpu",
+        *,
+        expose_final_obs: bool = True,
+        max_episode_steps: int = 500,
+        seed: int | None = None,
+    ) -> None:
+        if int(num_envs) < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if int(max_episode_steps) < 1:
+            raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self.expose_final_obs = bool(expose_final_obs)
+        self.max_episode_steps = int(max_episode_steps)
+
+        high = np.array(
+            [self.x_threshold * 2, np.inf, self.theta_threshold_radians * 2, np.inf],
+            dtype=np.float32,
+        )
+        self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)
+        self.single_action_space = spaces.Discrete(2)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+        n, dev, f32 = self.num_envs, self.device, torch.float32
+        self._state = torch.zeros(n, 4, dtype=f32, device=dev)
+        self.elapsed_steps = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._generator = torch.Generator(device=dev)
+        if seed is None:
+            self._generator.seed()
+        else:
+            self._generator.manual_seed(int(seed))
+        self._reset_buf = torch.empty(n, 4, dtype=f32, device=dev)
+        # Large batches handle whole [N, 4] rows as single elements: a float32 row is 16
+        # bytes (one complex128) and a bool row 4 bytes (one int32), which avoids slow
+        # per-row loops over 4 columns in `where` and `any`. Small batches pay more for the
+        # extra view ops than they save. (Decided once here; MPS has no complex128.)
+        self._row_views = n >= self._ROW_VIEWS_MIN_ENVS and dev.type in ("cpu", "cuda")
+        self._reset_rows = self._reset_buf.view(torch.complex128) if self._row_views else self._reset_buf
+
+        # Step constants, folded so that one step is a short fixed chain of tensor ops;
+        # accelerations are computed divided by g (see step).
+        def scalar(value: float) -> torch.Tensor:
+            # 0-dim float32: keeps results float32 whatever the action's dtype.
+            return torch.tensor(value, dtype=f32, device=dev)
+
+        g, tm = self.gravity, self.total_mass
+        self._force_neg = scalar(-self.force_mag / (tm * g))  # action 0
+        self._force_step = 2 * self.force_mag / (tm * g)  # action 1 adds this
+        self._k_pml = self.polemass_length / (tm * g)
+        # thetaacc denominator / g: length * (4/3 - masspole * cos^2 / total_mass) / g
+        self._den_const = scalar(self.length * 4.0 / 3.0 / g)
+        self._den_cos2 = -self.length * self.masspole / tm / g
+        tau = torch.tensor([self.tau, self.tau * g, self.tau, self.tau], dtype=f32, device=dev)
+        self._tau = tau.expand(n, 4).contiguous()  # full [N, 4]: no broadcast in the kernel
+        # termination bound on |state|, x and theta only (full [N, 4] for the same reason)
+        bounds = torch.tensor(
+            [self.x_threshold, math.inf, self.theta_threshold_radians, math.inf], dtype=f32, device=dev
+        )
+        self._bounds = bounds.expand(n, 4).contiguous()
+        self._one = torch.ones((), dtype=torch.int64, device=dev)
+        self._zero = torch.zeros((), dtype=torch.int64, device=dev)
+        self._limit = torch.tensor(self.max_episode_steps, dtype=torch.int64, device=dev)
+        self._needs_reset = True
+        self._closed = False
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
+        """Reset all rows, or only ``options["reset_mask"]`` rows; return ``(obs [N, 4], {})``.
+
+        ``seed`` re-seeds the env's generator (bit-for-bit reproducible). ``options`` may
+        hold ``"reset_mask"`` (``[N]`` bool: rows to reset, the others keep their state and
+        step count) and, like gymnasium, ``"low"``/``"high"`` bounds of the uniform
+        initial state for this reset (default ``-0.05``/``0.05``).
+        """
+        if self._closed:
+            raise ClosedEnvError("CartPoleEnv was closed; build a new one.")
+        if seed is not None:
+            self._generator.manual_seed(int(seed))
+        options = options or {}
+        low = float(options.get("low", self.reset_low))
+        high = float(options.get("high", self.reset_high))
+        if low > high:
+            raise ValueError(f"options low ({low}) must be <= high ({high})")
+        fresh = torch.empty_like(self._state).uniform_(low, high, generator=self._generator)
+        mask = options.get("reset_mask")
+        if mask is None:
+            self._state = fresh
+            self.elapsed_steps = torch.zeros_like(self.elapsed_steps)
+        else:
+            mask = self._check_mask(mask)
+            self._state = torch.where(mask.unsqueeze(1), fresh, self._state)
+            self.elapsed_steps = self.elapsed_steps.masked_fill(mask, 0)
+        self._needs_reset = False
+        return self._state.clone(), {}
+
+    @property
+    def state(self) -> torch.Tensor:
+        """``[N, 4]`` float32 ``(x, x_dot, theta, theta_dot)``; writable in place or assignable."""
+        return self._state
+
+    @state.setter
+    def state(self, value: torch.Tensor) -> None:
+        value = torch.as_tensor(value, dtype=torch.float32, device=self.device)
+        if tuple(value.shape) != (self.num_envs, 4):
+            raise ValueError(f"state must have shape ({self.num_envs}, 4), got {tuple(value.shape)}")
+        self._state = value.contiguous()
+
+    def _check_mask(self, mask: Any) -> torch.Tensor:
+        if self._needs_reset:
+            raise ResetNeededError("call reset() without reset_mask before resetting some rows")
+        mask = torch.as_tensor(mask, device=self.device)
+        if mask.dtype != torch.bool or tuple(mask.shape) != (self.num_envs,):
+            raise ResetMaskError(
+                f"reset_mask must be a bool tensor of shape ({self.num_envs},), got {mask.dtype} {tuple(mask.shape)}"
+            )
+        return mask
+
+    # ------------------------------------------------------------------ step
+    def step(
+        self, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Advance every row by one step of ``tau = 0.02`` s and auto-reset ended rows.
+
+        Args:
+            action: ``[N]`` integer (or bool) tensor on ``device`` with values 0 (push
+                left) or 1 (push right). Values are not checked (that would need a host
+                synchronisation); anything else gives a force outside gymnasium's.
+
+        Returns:
+            ``(obs [N, 4] float32, reward [N] float32, terminated [N] bool,
+            truncated [N] bool, info)``; ``obs`` is post-reset on ended rows; ``info`` is
+            ``{"final_obs": pre-reset obs [N, 4], "_final_obs": ended rows [N]}`` when
+            ``expose_final_obs`` else ``{}``.
+        """
+        if self._needs_reset:
+            self._raise_not_ready()
+        s = self._state
+        _, x_dot, theta, theta_dot = s.unbind(1)
+        cos = torch.cos(theta)
+        sin = torch.sin(theta)
+        # Everything below is divided by g (folded into the constants):
+        # temp/g = (force + polemass_length * theta_dot^2 * sin) / (total_mass * g)
+        temp = torch.add(self._force_neg, action, alpha=self._force_step)
+        temp = torch.addcmul(temp, theta_dot * theta_dot, sin, value=self._k_pml)
+        # thetaacc = (g sin - cos temp) / (length (4/3 - masspole cos^2 / total_mass))
+        theta_acc = torch.addcmul(sin, cos, temp, value=-1.0)
+        theta_acc = theta_acc / torch.addcmul(self._den_const, cos, cos, value=self._den_cos2)
+        # xacc/g = temp/g - polemass_length * thetaacc * cos / (total_mass * g)
+        x_acc = torch.addcmul(temp, theta_acc, cos, value=-self._k_pml)
+        # euler: state += tau * (x_dot, xacc, theta_dot, thetaacc)  (tau * g on xacc)
+        new = torch.addcmul(s, torch.stack((x_dot, x_acc, theta_dot, theta_acc), 1), self._tau)
+
+        # |x| > x_threshold or |theta| > theta_threshold
+        out_of_bounds = new.abs() > self._bounds
+        # (self._row_views is fixed at construction: a python flag, not a data branch)
+        terminated = out_of_bounds.view(torch.int32).view(-1).bool() if self._row_views else out_of_bounds.any(1)
+        elapsed = self.elapsed_steps + self._one
+        truncated = elapsed >= self._limit
+        done = terminated | truncated
+
+        # Same-step auto-reset: fresh candidates for every row, kept where done.
+        self._reset_buf.uniform_(self.reset_low, self.reset_high, generator=self._generator)
+        if self._row_views:
+            post = torch.where(done.unsqueeze(1), self._reset_rows, new.view(torch.complex128))
+            self._state = post.view(torch.float32)
+        else:
+            self._state = torch.where(done.unsqueeze(1), self._reset_buf, new)
+        self.elapsed_steps = torch.where(done, self._zero, elapsed)
+        reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
+        info = {"final_obs": new, "_final_obs": done} if self.expose_final_obs else {}
+        return self._state.clone(), reward, terminated, truncated, info
+
+    def _raise_not_ready(self) -> None:
+        if self._closed:
+            raise ClosedEnvError("CartPoleEnv was closed; build a new one.")
+        raise ResetNeededError("call reset() before step()")
+
+    def close(self) -> None:
+        """Mark the env closed (it holds no external resources); later calls raise."""
+        self._closed = True
+        self._needs_reset = True
+
+    def __repr__(self) -> str:
+        return f"CartPoleEnv(num_envs={self.num_envs}, device={self.device})"

@@ -1,0 +1,261 @@
+"""Batched Pendulum-v1 in pure torch: thousands of pendulums per step, on any device.
+
+Same physics as gymnasium 1.4's ``Pendulum-v1`` (g = 10, m = l = 1, dt = 0.05): torque
+clipped to ``[-2, 2]``, angular speed clipped to ``[-8, 8]``, semi-implicit update of
+``(th, thdot)``, reward ``-(angle_normalize(th)^2 + 0.1 thdot^2 + 0.001 u^2)`` on the
+pre-step state and clipped torque, observation ``[cos th, sin th, thdot]``, initial state
+uniform in ``[-pi, pi] x [-1, 1]``, never terminates, truncated after 200 steps. Only the
+precision differs: the state is float32 (gymnasium integrates in float64).
+
+Why: one ``step`` advances all N rows with a fixed, small number of tensor ops that
+never wait for the device (no ``.item()``, no data-dependent branch). Ended rows are
+reset inside ``step`` (gymnasium's SAME_STEP auto-reset, as in Isaac Lab), with their
+final observation kept in ``info["final_obs"]``.
+
+Example::
+
+    import torch
+    from gpu_envs.envs import PendulumEnv
+
+    env = PendulumEnv(num_envs=4096, device="cuda")
+    obs, _ = env.reset(seed=0)                                  # [4096, 3] float32
+    for _ in range(1000):
+        torque = 4 * torch.rand(env.num_envs, 1, device=env.device) - 2
+        obs, reward, terminated, truncated, info = env.step(torque)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+
+from gpu_envs.errors import ClosedEnvError, ResetMaskError, ResetNeededError
+
+__all__ = ["PendulumEnv"]
+
+
+class PendulumEnv(gymnasium.vector.VectorEnv):
+    """``num_envs`` Pendulum-v1 systems stepped together as one ``[N, 2]`` float32 state.
+
+    A gymnasium ``VectorEnv`` (so gymnasium and torchrl tooling accept it) that follows
+    the torch vector env protocol (see :mod:`gpu_envs.backends.torch`): torch tensors in and out and same-step
+    auto-reset. The state is ``(th, thdot)`` with ``th`` unwrapped (as in gymnasium);
+    the observation is ``[cos th, sin th, thdot]``.
+
+    Args:
+        num_envs: number of independent pendulums ``N``.
+        device: where every tensor (state, outputs, random generator) lives.
+        expose_final_obs: if True, ``step`` returns ``info = {"final_obs": obs before the
+            auto-reset [N, 3], "_final_obs": done mask [N]}``; if False, ``info = {}``.
+        max_episode_steps: truncation limit (``truncated = elapsed_steps >= limit``).
+        seed: seeds the env's ``torch.Generator`` (on ``device``), the only source of
+            randomness; ``None`` draws a fresh seed. ``reset(seed=...)`` re-seeds it.
+
+    Attributes:
+        state: ``[N, 2]`` float32. ``step`` replaces it with a new tensor (never writes
+            into the old one); callers may overwrite it in place or assign a new one.
+        elapsed_steps: ``[N]`` int64, steps since each row's episode began.
+
+    Every tensor ``reset``/``step`` return is newly allocated (never the state itself, never
+    rewritten later), so callers may keep or modify them.
+
+    Example::
+
+        env = PendulumEnv(num_envs=8, seed=1)
+        obs, _ = env.reset()
+        obs, rew, term, trunc, info = env.step(torch.zeros(8, 1))
+    """
+
+    metadata: dict[str, Any] = {
+        "autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP,
+        "render_modes": [],
+    }
+    autoreset_mode = gymnasium.vector.AutoresetMode.SAME_STEP  # read by torchrl's GymWrapper
+    render_mode = None
+    supports_reset_mask = True
+
+    # gymnasium PendulumEnv constants
+    max_speed = 8.0
+    max_torque = 2.0
+    dt = 0.05
+    g = 10.0
+    m = 1.0
+    l = 1.0  # noqa: E741 (gymnasium's name)
+    default_x_init = math.pi
+    default_y_init = 1.0
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        device: str | torch.device = "cpu",
+        *,
+        expose_final_obs: bool = True,
+        max_episode_steps: int = 200,
+        seed: int | None = None,
+    ) -> None:
+        if int(num_envs) < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if int(max_episode_steps) < 1:
+            raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self.expose_final_obs = bool(expose_final_obs)
+        self.max_episode_steps = int(max_episode_steps)
+
+        high = np.array([1.0, 1.0, self.max_speed], dtype=np.float32)
+        self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)
+        self.single_action_space = spaces.Box(low=-self.max_torque, high=self.max_torque, shape=(1,), dtype=np.float32)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+        n, dev, f32 = self.num_envs, self.device, torch.float32
+        self._state = torch.zeros(n, 2, dtype=f32, device=dev)
+        self.elapsed_steps = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._generator = torch.Generator(device=dev)
+        if seed is None:
+            self._generator.seed()
+        else:
+            self._generator.manual_seed(int(seed))
+        self._reset_buf = torch.empty(2, n, dtype=f32, device=dev)
+        self._fresh_th, self._fresh_thdot = self._reset_buf  # contiguous row views
+
+        # thdot' = thdot + (3 g / (2 l) sin th + 3 / (m l^2) u) dt
+        self._k_sin = 3 * self.g / (2 * self.l) * self.dt
+        self._k_u = 3.0 / (self.m * self.l**2) * self.dt
+        self._zero = torch.zeros((), dtype=f32, device=dev)
+        self._one_step = torch.ones((), dtype=torch.int64, device=dev)
+        self._zero_steps = torch.zeros((), dtype=torch.int64, device=dev)
+        self._limit = torch.tensor(self.max_episode_steps, dtype=torch.int64, device=dev)
+        self._needs_reset = True
+        self._closed = False
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
+        """Reset all rows, or only ``options["reset_mask"]`` rows; return ``(obs [N, 3], {})``.
+
+        ``seed`` re-seeds the env's generator (bit-for-bit reproducible). ``options`` may
+        hold ``"reset_mask"`` (``[N]`` bool: rows to reset, the others keep their state and
+        step count) and, like gymnasium, ``"x_init"``/``"y_init"``: the symmetric bounds
+        of the uniform initial ``th``/``thdot`` for this reset (default ``pi``/``1``).
+        """
+        if self._closed:
+            raise ClosedEnvError("PendulumEnv was closed; build a new one.")
+        if seed is not None:
+            self._generator.manual_seed(int(seed))
+        options = options or {}
+        fresh = torch.stack(
+            self._draw(
+                float(options.get("x_init", self.default_x_init)),
+                float(options.get("y_init", self.default_y_init)),
+            ),
+            1,
+        )
+        mask = options.get("reset_mask")
+        if mask is None:
+            self._state = fresh
+            self.elapsed_steps = torch.zeros_like(self.elapsed_steps)
+        else:
+            mask = self._check_mask(mask)
+            self._state = torch.where(mask.unsqueeze(1), fresh, self._state)
+            self.elapsed_steps = self.elapsed_steps.masked_fill(mask, 0)
+        self._needs_reset = False
+        th, thdot = self._state.unbind(1)
+        return torch.stack((torch.cos(th), torch.sin(th), thdot), 1), {}
+
+    @property
+    def state(self) -> torch.Tensor:
+        """``[N, 2]`` float32 ``(th, thdot)``; writable in place or assignable."""
+        return self._state
+
+    @state.setter
+    def state(self, value: torch.Tensor) -> None:
+        value = torch.as_tensor(value, dtype=torch.float32, device=self.device)
+        if tuple(value.shape) != (self.num_envs, 2):
+            raise ValueError(f"state must have shape ({self.num_envs}, 2), got {tuple(value.shape)}")
+        self._state = value.contiguous()
+
+    def _check_mask(self, mask: Any) -> torch.Tensor:
+        if self._needs_reset:
+            raise ResetNeededError("call reset() without reset_mask before resetting some rows")
+        mask = torch.as_tensor(mask, device=self.device)
+        if mask.dtype != torch.bool or tuple(mask.shape) != (self.num_envs,):
+            raise ResetMaskError(
+                f"reset_mask must be a bool tensor of shape ({self.num_envs},), got {mask.dtype} {tuple(mask.shape)}"
+            )
+        return mask
+
+    # ------------------------------------------------------------------ step
+    def step(
+        self, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Advance every row by ``dt = 0.05`` s and auto-reset rows that reached the limit.
+
+        Args:
+            action: ``[N, 1]`` float torque on ``device`` (clipped to ``[-2, 2]``).
+
+        Returns:
+            ``(obs [N, 3] float32, reward [N] float32, terminated [N] bool (always
+            False), truncated [N] bool, info)``; ``obs`` is post-reset on truncated
+            rows; ``info`` is ``{"final_obs": pre-reset obs [N, 3], "_final_obs":
+            ended rows [N]}`` when ``expose_final_obs`` else ``{}``.
+        """
+        if self._needs_reset:
+            self._raise_not_ready()
+        th, thdot = self._state.unbind(1)
+        u = action.reshape(self.num_envs)
+        if u.dtype != torch.float32:  # a dtype check, not a data read
+            u = u.to(torch.float32)
+        u = u.clamp(-self.max_torque, self.max_torque)
+        # reward = -(angle_normalize(th)^2 + .1 thdot^2 + .001 u^2), pre-step state.
+        # atan2(sin, cos) is angle_normalize up to the sign at exactly +-pi (same square),
+        # and far more precise in float32 than ((th + pi) % 2pi) - pi once |th| grows.
+        sin = torch.sin(th)
+        angle = torch.atan2(sin, torch.cos(th))
+        reward = torch.addcmul(self._zero, angle, angle, value=-1.0)
+        reward = torch.addcmul(reward, thdot, thdot, value=-0.1)
+        reward = torch.addcmul(reward, u, u, value=-0.001)
+        # thdot' = clip(thdot + (3 g / (2 l) sin th + 3 / (m l^2) u) dt) ; th' = th + thdot' dt
+        new_thdot = torch.add(thdot, sin, alpha=self._k_sin)
+        new_thdot = torch.add(new_thdot, u, alpha=self._k_u).clamp_(-self.max_speed, self.max_speed)
+        new_th = torch.add(th, new_thdot, alpha=self.dt)
+
+        elapsed = self.elapsed_steps + self._one_step
+        truncated = elapsed >= self._limit
+        terminated = torch.zeros_like(truncated)
+
+        # Same-step auto-reset: fresh candidates for every row, kept where truncated.
+        fresh_th, fresh_thdot = self._draw(self.default_x_init, self.default_y_init)
+        post_th = torch.where(truncated, fresh_th, new_th)
+        post_thdot = torch.where(truncated, fresh_thdot, new_thdot)
+        self._state = torch.stack((post_th, post_thdot), 1)
+        self.elapsed_steps = torch.where(truncated, self._zero_steps, elapsed)
+        obs = torch.stack((torch.cos(post_th), torch.sin(post_th), post_thdot), 1)
+        if not self.expose_final_obs:
+            return obs, reward, terminated, truncated, {}
+        final_obs = torch.stack((torch.cos(new_th), torch.sin(new_th), new_thdot), 1)
+        return obs, reward, terminated, truncated, {"final_obs": final_obs, "_final_obs": truncated}
+
+    def _draw(self, x: float, y: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Initial ``(th, thdot)`` candidates for every row: U[-x, x], U[-y, y] (reused buffers)."""
+        self._fresh_th.uniform_(-x, x, generator=self._generator)
+        self._fresh_thdot.uniform_(-y, y, generator=self._generator)
+        return self._fresh_th, self._fresh_thdot
+
+    def _raise_not_ready(self) -> None:
+        if self._closed:
+            raise ClosedEnvError("PendulumEnv was closed; build a new one.")
+        raise ResetNeededError("call reset() before step()")
+
+    def close(self) -> None:
+        """Mark the env closed (it holds no external resources); later calls raise."""
+        self._closed = True
+        self._needs_reset = True
+
+    def __repr__(self) -> str:
+        return f"PendulumEnv(num_envs={self.num_envs}, device={self.device})"

@@ -73,3 +73,11 @@ class InvalidArgumentError(GpuEnvsError, ValueError):
 
 class AutoresetModeError(GpuEnvsError, ValueError):
     """The env auto-resets in a way this backend cannot turn into exact transitions."""
+
+
+class RolloutError(GpuEnvsError, RuntimeError):
+    """A collection cannot proceed: the transitions changed layout, or the env or policy cannot be compiled/captured."""
+
+
+class MissingComponentError(GpuEnvsError, RuntimeError):
+    """An optional part is absent: the benchmarks of a source checkout, an optional dependency."""

@@ -1,0 +1,199 @@
+"""PPO on the built-in CartPole-v1, in one file: gpu_envs.make + collect + gae, no RL library.
+
+The loop is CleanRL's PPO (clipped surrogate, GAE, minibatch epochs, entropy bonus,
+annealed learning rate) with the environment side done by gpu_envs:
+
+* ``collect(env, agent.act, steps=T)`` fills the same ``[N, T]`` TensorDict every
+  iteration, on the env's device, and episodes carry over between iterations;
+* ``gae(...)`` bootstraps truncated episodes (CartPole's 500-step limit) from the value
+  of their TRUE final observation ``("next", "observation")``, not the reset one.
+
+Run::
+
+    python examples/ppo_cartpole.py                 # full run: solves CartPole-v1 (>= 475)
+    python examples/ppo_cartpole.py --quick         # ~100k steps, a few seconds
+    python examples/ppo_cartpole.py --device cuda --num-envs 1024 --compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import torch
+from torch import nn
+from torch.distributions import Categorical
+
+import gpu_envs
+from gpu_envs.rollout import collect, gae
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--total-steps", type=int, default=600_000, help="env-steps to train for")
+    p.add_argument("--num-envs", type=int, default=32, help="parallel envs N")
+    p.add_argument("--steps", type=int, default=128, help="steps per collection T (batch = N * T)")
+    p.add_argument("--lr", type=float, default=2.5e-3)
+    p.add_argument("--epochs", type=int, default=4, help="passes over each batch")
+    p.add_argument("--minibatches", type=int, default=4)
+    p.add_argument("--gamma", type=float, default=0.99)
+    p.add_argument("--lam", type=float, default=0.95, help="GAE lambda")
+    p.add_argument("--clip", type=float, default=0.2)
+    p.add_argument("--ent-coef", type=float, default=0.01)
+    p.add_argument("--vf-coef", type=float, default=0.5)
+    p.add_argument("--max-grad-norm", type=float, default=0.5)
+    p.add_argument("--eval-episodes", type=int, default=100)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--compile", action="store_true", help="collect with torch.compile")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--quick", action="store_true", help="small budget (100k steps): shows learning, not a solve")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.total_steps = min(args.total_steps, 100_000)
+    return args
+
+
+def layer(n_in: int, n_out: int, std: float = math.sqrt(2)) -> nn.Linear:
+    lin = nn.Linear(n_in, n_out)
+    nn.init.orthogonal_(lin.weight, std)
+    nn.init.zeros_(lin.bias)
+    return lin
+
+
+class Agent(nn.Module):
+    """Separate actor and critic MLPs (64-64, tanh), as in CleanRL."""
+
+    def __init__(self, obs_dim: int, n_actions: int) -> None:
+        super().__init__()
+        self.critic = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 1, 1.0))
+        self.actor = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, n_actions, 0.01))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs)
+
+    def dist(self, obs: torch.Tensor) -> Categorical:
+        return Categorical(logits=self.actor(obs), validate_args=False)
+
+    @torch.no_grad()
+    def act(self, td):
+        """The collection policy: TensorDict in, ``"action"`` sampled into it."""
+        td["action"] = self.dist(td["observation"]).sample()
+        return td
+
+    @torch.no_grad()
+    def act_greedy(self, td):
+        td["action"] = self.actor(td["observation"]).argmax(-1)
+        return td
+
+
+def first_episode_returns(traj) -> torch.Tensor:
+    """Return of each env's first episode in a rollout [N, T] (it must end within T)."""
+    done = traj["next", "done"].squeeze(-1)
+    before_end = (done.cumsum(1) - done.long()) == 0  # steps up to and including the first end
+    return (traj["next", "reward"].squeeze(-1) * before_end).sum(1)
+
+
+def evaluate(agent: Agent, episodes: int, device: str, seed: int, greedy: bool) -> float:
+    """Mean return over ``episodes`` fresh episodes (one per env; CartPole ends by step 500)."""
+    env = gpu_envs.make("CartPole-v1", num_envs=episodes, device=device, seed=seed)
+    traj = collect(env, agent.act_greedy if greedy else agent.act, steps=500)
+    return first_episode_returns(traj).mean().item()
+
+
+def train(args: argparse.Namespace) -> dict:
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    env = gpu_envs.make("CartPole-v1", num_envs=args.num_envs, device=args.device, seed=args.seed)
+    n, t_len = env.num_envs, args.steps
+    agent = Agent(env.observation_spec["observation"].shape[0], env.action_spec.n).to(env.device)
+    opt = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5)
+    batch = n * t_len
+    mb_size = batch // args.minibatches
+    iterations = max(1, args.total_steps // batch)
+    running = torch.zeros(n, device=env.device)  # return of each env's ongoing episode
+    history = []  # (env-steps, mean return of the episodes that ended in that iteration)
+    start = time.perf_counter()
+
+    for it in range(iterations):
+        for group in opt.param_groups:  # linear learning-rate annealing
+            group["lr"] = args.lr * (1.0 - it / iterations)
+
+        traj = collect(env, agent.act, steps=t_len, compile=args.compile)  # [N, T], written in place
+
+        with torch.no_grad():
+            obs, action = traj["observation"], traj["action"]
+            reward = traj["next", "reward"].squeeze(-1)
+            value = agent.value(obs).squeeze(-1)
+            # V of ("next", "observation"): the TRUE final observation where an episode ended
+            next_value = agent.value(traj["next", "observation"]).squeeze(-1)
+            adv, target = gae(
+                reward, value, next_value,
+                traj["next", "terminated"], traj["next", "truncated"], traj["next", "final_obs_missing"],
+                gamma=args.gamma, lam=args.lam,
+            )  # fmt: skip
+            logp_old = agent.dist(obs).log_prob(action)
+
+            # episode returns, carried across collections like the episodes themselves
+            done = traj["next", "done"].squeeze(-1)
+            ended_sum, ended = torch.zeros((), device=env.device), done.sum()
+            for t in range(t_len):
+                running += reward[:, t]
+                ended_sum += (running * done[:, t]).sum()
+                running *= ~done[:, t]
+
+        b_obs, b_act = obs.reshape(batch, -1), action.reshape(batch)
+        b_logp, b_adv, b_target = logp_old.reshape(batch), adv.reshape(batch), target.reshape(batch)
+        for _ in range(args.epochs):
+            perm = torch.randperm(batch, device=env.device)
+            for i in range(0, batch, mb_size):
+                idx = perm[i : i + mb_size]
+                dist = agent.dist(b_obs[idx])
+                ratio = (dist.log_prob(b_act[idx]) - b_logp[idx]).exp()
+                mb_adv = b_adv[idx]
+                mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+                pg_loss = torch.max(-mb_adv * ratio, -mb_adv * ratio.clamp(1 - args.clip, 1 + args.clip)).mean()
+                v_loss = 0.5 * (agent.value(b_obs[idx]).squeeze(-1) - b_target[idx]).pow(2).mean()
+                loss = pg_loss - args.ent_coef * dist.entropy().mean() + args.vf_coef * v_loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                opt.step()
+
+        n_ended = int(ended.item())  # one sync per iteration, for the log
+        mean_ret = ended_sum.item() / n_ended if n_ended else float("nan")
+        history.append(((it + 1) * batch, mean_ret))
+        if not args.quiet and (it % 10 == 0 or it == iterations - 1):
+            elapsed = time.perf_counter() - start
+            print(f"iter {it + 1:4d}/{iterations}  env-steps {(it + 1) * batch:>9,}  "
+                  f"mean return {mean_ret:7.1f} ({n_ended} episodes)  {elapsed:6.1f}s")  # fmt: skip
+
+    wall = time.perf_counter() - start
+    result = {
+        "env_steps": iterations * batch,
+        "wall_s": wall,
+        "final_train_return": history[-1][1],
+        "history": history,
+        "eval_return": evaluate(agent, args.eval_episodes, args.device, args.seed + 1000, greedy=False),
+        "eval_return_greedy": evaluate(agent, args.eval_episodes, args.device, args.seed + 2000, greedy=True),
+    }
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    result = train(args)
+    print(
+        f"done: {result['env_steps']:,} env-steps in {result['wall_s']:.1f}s "
+        f"({result['env_steps'] / result['wall_s']:,.0f} env-steps/s incl. learning); "
+        f"last-iteration training return {result['final_train_return']:.1f}; "
+        f"evaluation over {args.eval_episodes} episodes: {result['eval_return']:.1f} (sampled actions), "
+        f"{result['eval_return_greedy']:.1f} (greedy); solved (>= 475): {result['eval_return'] >= 475}"
+    )
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""Compiled and graph-captured collections give the same transitions as eager ones.
+
+* ``compile=True`` (torch.compile of policy + env step) against eager, on the CPU:
+  exactly on the counting env (integer-valued observations, placeholders included), and
+  on the built-in CartPole (actions and flags exactly, float physics to rounding).
+* ``cudagraph=True`` needs CUDA. Its logic -- warm-up, state pinning, re-binding,
+  generator handling, refusal of Python-side per-step state -- is checked here on the
+  CPU with an emulated graph: a dispatch mode records the ATen ops of the capture and
+  ``replay`` re-runs them on the very same tensors, which is what a CUDA graph does
+  with its static memory. ``benchmarks/gpu_check.py`` runs the real thing on a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+import gpu_envs
+from gpu_envs.errors import InvalidArgumentError, RolloutError
+from gpu_envs.rollout import RolloutBuffer, collect
+from gpu_envs.rollout_graph import CudaGraphs, GraphCollector, scan_state
+from tests.fakes import CountingTorchVectorEnv
+
+N = 6
+
+
+def count_policy(td):
+    """Deterministic, observation-dependent actions: the policy is part of what is compiled."""
+    obs = td["observation"]
+    td["action"] = ((obs[:, 0] + obs[:, 2]) % 2).long()
+    td["score"] = obs.sum(-1, keepdim=True) * 0.5
+    return td
+
+
+def assert_same(a, b, float_exact=True):
+    assert set(a.keys(True, True)) == set(b.keys(True, True))
+    for key in a.keys(True, True):
+        x, y = a[key], b[key]
+        if x.is_floating_point() and not float_exact:
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5, equal_nan=True, msg=str(key))
+        elif x.is_floating_point():
+            assert torch.equal(torch.isnan(x), torch.isnan(y)), key
+            assert torch.equal(x.nan_to_num(-1.5), y.nan_to_num(-1.5)), key
+        else:
+            assert torch.equal(x, y), key
+
+
+def counting_runs(n_calls, steps, **kw):
+    env = gpu_envs.wrap(CountingTorchVectorEnv(N, final_obs="masked"))
+    env.reset(seed=0)
+    return torch.cat([collect(env, count_policy, steps=steps, **kw).clone() for _ in range(n_calls)], dim=1)
+
+
+def test_compiled_collect_equals_eager_on_counting_env():
+    eager = counting_runs(3, 20)
+    compiled = counting_runs(3, 20, compile=True)
+    assert_same(eager, compiled)
+    assert compiled["next", "final_obs_missing"].any() and compiled["next", "truncated"].any()
+    assert compiled["score"].shape == (N, 60, 1)
+
+
+def test_compiled_cartpole_equals_eager():
+    def run(compile):
+        env = gpu_envs.make("CartPole-v1", num_envs=64, device="cpu", seed=3)
+        return torch.cat([collect(env, None, steps=25, compile=compile).clone() for _ in range(2)], dim=1)
+
+    eager, compiled = run(False), run(True)
+    assert eager["next", "done"].any(), "auto-resets inside the compared window"
+    # random actions and resets come from the same generators: identical; physics to rounding
+    assert_same(eager, compiled, float_exact=False)
+
+
+def test_cudagraph_on_cpu_is_a_clear_error():
+    env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0)
+    with pytest.raises(InvalidArgumentError, match=r"cudagraph=True needs an env on a CUDA device"):
+        collect(env, steps=4, cudagraph=True)
+
+
+# ---------------------------------------------------------------------------
+# CUDA graph logic, emulated on the CPU
+# ---------------------------------------------------------------------------
+
+
+class SyncInCapture(RuntimeError):
+    pass
+
+
+class _Recorder(TorchDispatchMode):
+    """Records ops and undoes their effects on memory that existed before the capture.
+
+    A real capture runs nothing: afterwards every pre-existing tensor and generator is as
+    it was. Here ops must run (to produce their outputs), so each tensor an op writes
+    into that the capture did not allocate is saved first and restored at the end.
+    """
+
+    def __init__(self, ops):
+        super().__init__()
+        self.ops = ops
+        self.new_storages: set[int] = set()
+        self.saved: list = []
+        self.saved_keys: set = set()
+        self.generators: dict = {}
+
+    def _save(self, t):
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride())
+        if t.untyped_storage().data_ptr() not in self.new_storages and key not in self.saved_keys:
+            self.saved_keys.add(key)
+            self.saved.append((t, t.clone()))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise SyncInCapture("operation not permitted when stream is capturing")
+        for i, arg in enumerate(func._schema.arguments):
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                for t in tree_leaves(value):
+                    if isinstance(t, torch.Tensor):
+                        self._save(t)
+            if isinstance(value, torch.Generator) and id(value) not in self.generators:
+                self.generators[id(value)] = (value, value.get_state())
+        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        out = func(*args, **kwargs)
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                self.new_storages.add(t.untyped_storage().data_ptr())
+        self.ops.append((func, args, kwargs, out))
+        return out
+
+    def undo(self):
+        for t, value in reversed(self.saved):
+            t.copy_(value)
+        for generator, state in self.generators.values():
+            generator.set_state(state)
+
+
+class EmulatedGraph:
+    """Replays recorded ops on the recorded tensors: static memory, like a CUDA graph."""
+
+    def __init__(self):
+        self.ops = []
+        self.replays = 0
+
+    def replay(self):
+        self.replays += 1
+        with torch.no_grad():
+            self._replay()
+
+    def _replay(self):
+        for func, args, kwargs, out in self.ops:
+            new = func(*args, **kwargs)
+            for old, fresh in zip(tree_leaves(out), tree_leaves(new), strict=True):
+                if isinstance(old, torch.Tensor) and old is not fresh and old.data_ptr() != fresh.data_ptr():
+                    old.copy_(fresh)
+
+
+class EmulatedGraphs(CudaGraphs):
+    def available(self, device):
+        return True
+
+    def new_graph(self):
+        return EmulatedGraph()
+
+    def register_generator(self, graph, generator):
+        pass
+
+    @contextlib.contextmanager
+    def capture(self, graph):
+        recorder = _Recorder(graph.ops)
+        rng = torch.get_rng_state()
+        try:
+            with torch.no_grad(), recorder:
+                yield
+        finally:
+            recorder.undo()
+            torch.set_rng_state(rng)
+
+    @contextlib.contextmanager
+    def side_stream(self, device):
+        yield
+
+
+def graph_runs(make_env, policy, n_calls, steps, between=None):
+    env = make_env()
+    buf = RolloutBuffer(env, steps)
+    collector = GraphCollector(env, policy, buf, api=EmulatedGraphs())
+    out = []
+    for i in range(n_calls):
+        out.append(collector.collect().clone())
+        if between is not None:
+            between(env, i)
+    return torch.cat(out, dim=1), collector, env
+
+
+def eager_runs(make_env, policy, n_calls, steps, between=None):
+    env = make_env()
+    buf = RolloutBuffer(env, steps)
+    out = []
+    for i in range(n_calls):
+        out.append(collect(env, policy, buffer=buf).clone())
+        if between is not None:
+            between(env, i)
+    return torch.cat(out, dim=1)
+
+
+def counting_env():
+    env = gpu_envs.wrap(CountingTorchVectorEnv(N, final_obs="masked"))
+    env.reset(seed=0)
+    return env
+
+
+def cartpole_env():
+    return gpu_envs.make("CartPole-v1", num_envs=16, device="cpu", seed=5)
+
+
+def transformed_env():
+    """Transforms keep state too (running returns, running mean/variance): it must be pinned."""
+    from gpu_envs.transforms import EpisodeStats, ObservationNorm, RewardScale, TransformedEnv
+
+    return TransformedEnv(cartpole_env(), EpisodeStats(), ObservationNorm(), RewardScale(0.5))
+
+
+@pytest.mark.parametrize(
+    ("make_env", "policy"),
+    [(counting_env, count_policy), (counting_env, None), (cartpole_env, None), (transformed_env, None)],
+    ids=["counting-policy", "counting-random", "cartpole-random", "transformed-cartpole"],
+)
+def test_graph_replays_equal_eager_collections(make_env, policy):
+    graphed, collector, env = graph_runs(make_env, policy, 4, 15)
+    assert collector.graph is not None and collector.graph.replays == 3  # 1 warm-up + 3 replays
+    eager = eager_runs(make_env, policy, 4, 15)
+    assert_same(eager, graphed)
+    # after the replays the env's root is where the last replay ended
+    last = graphed[:, -1]
+    root = env.root()
+    ended = last["next", "done"].squeeze(-1)
+    assert torch.equal(root["observation"][~ended], last["next", "observation"][~ended])
+
+
+def test_graph_picks_up_resets_and_eager_steps_between_replays():
+    def between(env, i):
+        if i == 1:
+            env.reset(seed=11)  # replaces the env's state tensors from outside the graph
+        if i == 2:
+            td = env.root()
+            td["action"] = torch.ones(env.num_envs, dtype=torch.long)
+            env.step_and_maybe_reset(td)
+
+    graphed, _, _ = graph_runs(cartpole_env, None, 4, 10, between)
+    eager = eager_runs(cartpole_env, None, 4, 10, between)
+    assert_same(eager, graphed)
+
+
+def test_graph_refuses_python_side_step_state():
+    class PythonCounter(CountingTorchVectorEnv):
+        calls = 0
+
+        def step(self, action):
+            self.calls += 1  # per-step state a CUDA graph cannot replay
+            return super().step(action)
+
+    env = gpu_envs.wrap(PythonCounter(N))
+    env.reset()
+    collector = GraphCollector(env, None, RolloutBuffer(env, 5), api=EmulatedGraphs())
+    with pytest.raises(RolloutError, match=r"Python-side state .*env\.backend\.env\.calls"):
+        collector.collect()
+    assert env.backend.env.calls == 5  # restored to its value before the capture
+    collect(env, steps=5)  # the env still works eagerly
+
+
+def test_graph_refuses_a_host_sync_in_the_policy():
+    def syncing(td):
+        td["action"] = torch.full((N,), int(td["observation"][0, 2].item()) % 2)
+        return td
+
+    env = counting_env()
+    collector = GraphCollector(env, syncing, RolloutBuffer(env, 5), api=EmulatedGraphs())
+    with pytest.raises(RolloutError, match="could not capture the collection in a CUDA graph"):
+        collector.collect()
+    before = env.root()["observation"].clone()
+    traj = collect(env, syncing, steps=3)  # restored: the env continues eagerly
+    assert torch.equal(traj["observation"][:, 0], before)
+
+
+def test_scan_state_finds_env_tensors_and_generators():
+    env = cartpole_env()
+    env.reset()
+    found = scan_state(env)
+    names = {"".join(f".{n}" for _, n in path): value for path, value in found.items()}
+    assert names[".backend.env.elapsed_steps"] is env.backend.env.elapsed_steps
+    assert any(value is env.backend.env.state for value in names.values())
+    assert isinstance(names[".generator"], torch.Generator)
+    assert isinstance(names[".backend.env._generator"], torch.Generator)
+    assert any(name.startswith("._final_obs.root_obs.") for name in names)

@@ -96,3 +96,47 @@ def test_bench_quick_overhead_prints_one_ratio_table_and_saves_json(tmp_path):
     ]
     saved = json.loads(path.read_text())
     assert saved["results"]["overhead"]["rows"][0]["N"] == 1 and len(saved["table"]) == 2
+
+
+def test_bench_ratio_lines_from_times_rates_and_explicit_ratios():
+    from gpu_envs.cli.cmd_bench import ratio_rows
+
+    times = {"columns": [("N", "N")], "rows": [{"N": 64, "raw_us": 100.0, "gpu_envs_us": 125.0, "torchrl_us": 500.0, "gpu_envs_overhead": "+25%"}]}
+    assert ratio_rows("overhead", times) == [
+        {"benchmark": "overhead", "case": "N=64", "contender": "gpu_envs", "value": "125.0 us/step", "vs_raw": "0.80x", "vs_torchrl": "4.00x"}
+    ]
+    rates = {
+        "columns": [("N", "N")],
+        "rows": [{"N": 4096, "gymnasium_sps": 1e5, "gpu_envs_eager_sps": 2e6, "gpu_envs_compiled_steps_per_s": 4e6}],
+    }
+    lines = ratio_rows("rollout", rates)
+    assert [(line["contender"], line["value"], line["vs_raw"], line["vs_torchrl"]) for line in lines] == [
+        ("gpu_envs_eager", "2.00M steps/s", "20.00x (gymnasium)", "n/a"),
+        ("gpu_envs_compiled", "4.00M steps/s", "40.00x (gymnasium)", "n/a"),
+    ]
+    long_rows = {
+        "columns": [("contender", "contender")],
+        "rows": [
+            {"contender": "gpu_envs collect N=4096", "steps_per_s": "2,000,000", "env_steps_per_s": 2e6},
+            {"contender": "gymnasium SyncVectorEnv N=4096", "env_steps_per_s": 1e5},
+            {"contender": "torchrl rollout N=4096", "env_steps_per_s": 4e5},
+            {"contender": "memory: 100 collections", "note": "RSS +0.00 MiB", "growth_bytes": 0},
+        ],
+    }
+    lines = ratio_rows("rollout", long_rows)
+    assert [(line["case"], line["contender"], line["vs_raw"], line["vs_torchrl"]) for line in lines] == [
+        ("N=4096", "gpu_envs collect", "20.00x (gymnasium SyncVectorEnv)", "5.00x"),
+        ("", "memory: 100 collections", "", ""),
+    ]
+    assert lines[1]["value"] == "RSS +0.00 MiB"
+    given = {"rows": [], "ratios": [{"case": "N=1", "contender": "gpu_envs", "value": "1", "vs_raw": "1.0x", "vs_torchrl": "n/a"}]}
+    assert ratio_rows("device", given)[0]["benchmark"] == "device"
+
+
+def test_bench_without_a_source_checkout_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    import gpu_envs
+
+    monkeypatch.setattr(gpu_envs, "__file__", str(tmp_path / "site-packages" / "gpu_envs" / "__init__.py"))
+    assert main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "no benchmarks found" in err and "pip install -e ." in err

@@ -1,0 +1,39 @@
+"""Transforms: small TensorDict -> TensorDict modules on the device, composable.
+
+* :class:`FinalObsTransform` (used inside every ``BatchedEnv``): true final observations.
+* :class:`TransformedEnv` stacks :class:`Transform` pieces on an env, keeping its API:
+  :class:`EpisodeStats`, :class:`ObservationNorm`, :class:`RewardScale`,
+  :class:`ClipReward`, :class:`ActionRescale`, :class:`ClipAction`.
+
+Example::
+
+    from gpu_envs.transforms import EpisodeStats, ObservationNorm, TransformedEnv
+
+    stats = EpisodeStats()
+    env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=1024), stats, ObservationNorm())
+    env.rollout(200)
+    print(stats.summary())
+"""
+
+from gpu_envs.transforms.action import ActionRescale, ClipAction
+from gpu_envs.transforms.base import EnvSpecs, Transform
+from gpu_envs.transforms.episode_stats import EpisodeStats, EpisodeSummary, completed_episodes
+from gpu_envs.transforms.final_obs import FinalObsTransform
+from gpu_envs.transforms.observation_norm import ObservationNorm
+from gpu_envs.transforms.reward import ClipReward, RewardScale
+from gpu_envs.transforms.transformed_env import TransformedEnv
+
+__all__ = [
+    "ActionRescale",
+    "ClipAction",
+    "ClipReward",
+    "EnvSpecs",
+    "EpisodeStats",
+    "EpisodeSummary",
+    "FinalObsTransform",
+    "ObservationNorm",
+    "RewardScale",
+    "Transform",
+    "TransformedEnv",
+    "completed_episodes",
+]

@@ -1,0 +1,71 @@
+"""``gpu-envs rollout``: random-action collection with a progress bar and an episode summary.
+
+The env is wrapped in :class:`~gpu_envs.transforms.EpisodeStats` and collected with
+:func:`gpu_envs.rollout.collect` in chunks of up to :data:`CHUNK` steps (episodes carry
+over between chunks, and each chunk reuses the buffer ``collect`` caches on the env). The
+progress bar moves between chunks; the episode summary is read (one sync) at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from gpu_envs.cli.common import add_env_arguments, make_env
+
+CHUNK = 32  # steps per collect() call: one progress update per chunk
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "rollout",
+        help="roll out an env with random actions and print a summary",
+        description=(
+            "Roll out NUM_ENVS copies of ENV_ID for STEPS steps with random actions, showing a "
+            "progress bar, then print a summary: env-steps/s, episodes finished, mean episode "
+            "return and length."
+        ),
+    )
+    add_env_arguments(parser, num_envs=64, steps=1000, env_required=False)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from gpu_envs.rollout import collect
+    from gpu_envs.transforms import EpisodeStats, TransformedEnv
+
+    console = Console()
+    stats = EpisodeStats()
+    with TransformedEnv(make_env(args), stats) as env:
+        env.reset()
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        start = time.perf_counter()
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task(f"{args.env_id} x{env.num_envs}", total=args.steps)
+            done = 0
+            while done < args.steps:
+                size = min(CHUNK, args.steps - done)
+                collect(env, None, size)  # episodes carry over; the buffer is cached on env
+                done += size
+                progress.update(task, completed=done)
+        if env.device.type == "cuda":
+            torch.cuda.synchronize(env.device)
+        elapsed = time.perf_counter() - start
+        summary = stats.summary()
+        table = Table(title=f"gpu-envs rollout: {args.env_id} on {env.device}")
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        table.add_row("backend", env.backend.describe())
+        table.add_row("envs x steps", f"{env.num_envs} x {args.steps}")
+        table.add_row("env-steps/s", f"{env.num_envs * args.steps / elapsed:,.0f}")
+        table.add_row("episodes finished", f"{summary.episodes}")
+        table.add_row("mean episode return", "n/a" if summary.episodes == 0 else f"{summary.mean_return:.2f}")
+        table.add_row("mean episode length", "n/a" if summary.episodes == 0 else f"{summary.mean_length:.1f}")
+    console.print(table)
+    return 0

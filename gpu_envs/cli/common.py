@@ -1,0 +1,34 @@
+"""Arguments shared by the subcommands that build an env (``rollout``, ``check``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DEFAULT_ENV = "CartPole-v1"
+
+
+def add_env_arguments(parser: argparse.ArgumentParser, *, num_envs: int, steps: int, env_required: bool) -> None:
+    """ENV_ID, --num-envs, --steps, --device, --seed and --backend."""
+    if env_required:
+        parser.add_argument("env_id", metavar="ENV_ID", help="env id, e.g. CartPole-v1 (`gpu-envs list` shows them)")
+    else:
+        parser.add_argument(
+            "env_id", nargs="?", default=DEFAULT_ENV, metavar="ENV_ID", help=f"env id (default: {DEFAULT_ENV}, built in)"
+        )
+    parser.add_argument("--num-envs", type=int, default=num_envs, metavar="N", help=f"number of parallel envs (default: {num_envs})")
+    parser.add_argument("--steps", type=int, default=steps, metavar="T", help=f"vector steps to run (default: {steps})")
+    parser.add_argument(
+        "--device", default=None, metavar="D", help="torch device, e.g. cpu or cuda:0 (default: cuda if available, else cpu)"
+    )
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="reset seed (default: 0)")
+    parser.add_argument("--backend", default="auto", metavar="B", help="backend: auto, torch, gymnasium, ... (default: auto)")
+
+
+def make_env(args: argparse.Namespace) -> Any:
+    """``gpu_envs.make`` from the parsed arguments, refusing ``--steps < 1`` first."""
+    import gpu_envs
+
+    if args.steps < 1:
+        raise gpu_envs.InvalidArgumentError(f"--steps must be >= 1, got {args.steps}.")
+    return gpu_envs.make(args.env_id, num_envs=args.num_envs, device=args.device, backend=args.backend, seed=args.seed)

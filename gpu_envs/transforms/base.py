@@ -1,0 +1,149 @@
+"""The ``Transform`` interface: small TensorDict -> TensorDict pieces between env and learner.
+
+A transform is a tiny, composable module (in the spirit of Brax's wrappers) that sees
+every TensorDict crossing one layer of a :class:`~gpu_envs.transforms.TransformedEnv`:
+
+* ``setup(specs)`` once, when the env is built: allocate per-env state on the device
+  and return the specs as seen *above* the transform (e.g. ``ActionRescale`` exposes a
+  ``Box(-1, 1)`` action spec);
+* ``inv(td)`` on the way down: rewrite ``"action"`` before the env steps;
+* ``step(td)`` on the way up: rewrite or add ``("next", ...)`` entries after a step;
+* ``root(td)`` on every root TensorDict (the input of the next step); must be pure;
+* ``reset(td, mask)`` after a reset of the rows where ``mask`` ``[N, 1]`` is True.
+
+Rules every transform follows (they keep the hot path fast and correct):
+
+* no host synchronisation in ``inv``/``step``/``root``/``reset``: ``torch.where`` and
+  arithmetic masks only, never ``.item()``, ``bool(t)`` or boolean-mask indexing;
+* never write into a tensor it did not allocate (set new tensors in the TensorDict;
+  the env may still hold the old ones); its own state is updated in place;
+* ``setup`` returns NEW spec objects rather than mutating the ones it is given.
+
+Example (a transform that adds a constant to the reward)::
+
+    class AddOne(Transform):
+        def step(self, td):
+            td.set(("next", "reward"), td.get(("next", "reward")) + 1)
+            return td
+
+    env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=8), AddOne())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from gpu_envs.errors import InvalidArgumentError
+from gpu_envs.specs import Composite, Spec
+
+__all__ = ["EnvSpecs", "Transform"]
+
+
+@dataclass(frozen=True)
+class EnvSpecs:
+    """What a transform learns about the env below it, and hands on (changed) to the one above.
+
+    Attributes mirror the env's: ``num_envs``, ``device``, ``observation_spec`` (a
+    Composite of the observation keys), ``action_spec``, ``reward_spec``, ``done_spec``
+    and ``info_spec`` (extra ``("next", key)`` entries).
+    """
+
+    num_envs: int
+    device: torch.device
+    observation_spec: Composite
+    action_spec: Spec
+    reward_spec: Spec
+    done_spec: Composite
+    info_spec: Composite
+
+    def replace(self, **changes: Any) -> EnvSpecs:
+        """A copy with some fields replaced: ``specs.replace(action_spec=Box(-1, 1, (2,)))``."""
+        return dataclasses.replace(self, **changes)
+
+
+class Transform:
+    """Base class: every hook is the identity, so a subclass overrides only what it changes.
+
+    A transform instance holds the state of ONE env (per-env running values); build a
+    new instance per :class:`TransformedEnv` (share statistics with ``state_dict``).
+    """
+
+    num_envs: int
+    device: torch.device
+
+    def __init__(self) -> None:
+        self._bound = False
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, specs: EnvSpecs) -> EnvSpecs:
+        """Bind to an env: allocate state on ``specs.device``, return the specs seen above.
+
+        Subclasses call ``super().setup(specs)`` first.
+        """
+        if getattr(self, "_bound", False):
+            raise InvalidArgumentError(
+                f"{type(self).__name__} is already part of another TransformedEnv; a transform holds "
+                "one env's state. Create a new instance (copy statistics with state_dict/load_state_dict)."
+            )
+        self._bound = True
+        self.num_envs = specs.num_envs
+        self.device = specs.device
+        return specs
+
+    # ------------------------------------------------------------ data hooks
+    def inv(self, td: TensorDictBase) -> TensorDictBase:
+        """Rewrite the input of a step (``"action"``) on its way down to the env."""
+        return td
+
+    def step(self, td: TensorDictBase) -> TensorDictBase:
+        """Rewrite the output of a step (``("next", ...)`` entries) on its way up."""
+        return td
+
+    def root(self, td: TensorDictBase) -> TensorDictBase:
+        """Rewrite a root TensorDict (observations the policy acts on). Must have no side effect."""
+        return td
+
+    def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+        """Called after the rows where ``mask`` (bool ``[N, 1]``) were reset; returns the root.
+
+        The default applies :meth:`root`; stateful transforms also clear those rows.
+        """
+        return self.root(td)
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Tensors worth saving (statistics); empty for stateless transforms."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        if state:
+            raise InvalidArgumentError(f"{type(self).__name__} has no state; got keys {sorted(state)}.")
+
+    def _check_state(self, state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+        """Refuse a state dict whose keys or shapes differ from ``expected`` (this instance's)."""
+        if not getattr(self, "_bound", False):
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.load_state_dict needs the transform to be set up: build the "
+                "TransformedEnv first, then load the state into its transform."
+            )
+        if set(state) != set(expected):
+            raise InvalidArgumentError(
+                f"{type(self).__name__} state keys {sorted(state)} do not match {sorted(expected)}; "
+                "load a state_dict saved from the same transform over the same observation keys."
+            )
+        for key, value in expected.items():
+            got = state[key]
+            if not isinstance(got, torch.Tensor) or got.shape != value.shape:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__} state {key!r} must be a tensor of shape {tuple(value.shape)}, "
+                    f"got {getattr(got, 'shape', type(got).__name__)}."
+                )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

@@ -1,0 +1,172 @@
+"""``EpisodeStats``: episode returns and lengths, tracked on the device without a sync.
+
+Per env it keeps the running return and length of the current episode. On a step where
+a row's episode ends (``("next", "done")``), it writes the finished episode's values
+
+* ``("next", "episode_return")`` float32 ``[N, 1]`` and
+* ``("next", "episode_length")`` int64 ``[N, 1]``
+
+on that row, and **0 on every other row**. Zero (not NaN) keeps sums and means
+mask-friendly: weight by the done flag, ``(ret * done).sum() / done.sum()``, or call
+:func:`completed_episodes` on a trajectory. (0 is also a possible real return, so
+always use ``("next", "done")`` as the mask, never ``ret != 0``.)
+
+It also sums finished episodes into device tensors (count, total return, total
+length); :meth:`EpisodeStats.summary` is the only method that reads them back to the
+host (one sync), e.g. for a progress line every N iterations.
+
+The return is the sum of the rewards this transform sees: put ``EpisodeStats`` first
+(next to the env) to record raw returns, after a ``RewardScale`` to record scaled ones.
+A ``reset`` interrupts the current episodes of the reset rows: they are dropped, not
+counted.
+
+Example::
+
+    stats = EpisodeStats()
+    env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=256), stats)
+    traj = env.rollout(500)
+    n, mean_ret, mean_len = completed_episodes(traj)   # device tensors, this rollout
+    print(stats.summary())                              # all episodes since creation
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDictBase
+
+from gpu_envs.specs import Box
+from gpu_envs.transforms.base import EnvSpecs, Transform
+
+__all__ = ["EpisodeStats", "EpisodeSummary", "completed_episodes"]
+
+RETURN_KEY = ("next", "episode_return")
+LENGTH_KEY = ("next", "episode_length")
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """Finished episodes and their mean return and length (NaN means when none finished)."""
+
+    episodes: int
+    mean_return: float
+    mean_length: float
+
+
+def completed_episodes(td: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(count, mean_return, mean_length)`` of the episodes that ended in ``td``, as device tensors.
+
+    ``td`` is any batch of transitions written by :class:`EpisodeStats` (``[N]``, ``[N, T]``...).
+    Means are NaN when no episode ended. No host sync.
+
+    Example::
+
+        count, mean_ret, mean_len = completed_episodes(env.rollout(64))
+    """
+    done = td.get(("next", "done"))
+    count = done.sum()
+    ret = td.get(RETURN_KEY).to(torch.float64).sum()
+    length = td.get(LENGTH_KEY).to(torch.float64).sum()
+    safe = count.clamp(min=1).to(torch.float64)
+    nan = torch.full((), math.nan, dtype=torch.float64, device=count.device)
+    has = count > 0
+    return count, torch.where(has, ret / safe, nan), torch.where(has, length / safe, nan)
+
+
+class EpisodeStats(Transform):
+    """Track per-env episode return and length; emit them on the rows whose episode ended.
+
+    Attributes (device scalars, updated in place, read without a sync):
+        episodes: int64, episodes finished since creation (or :meth:`clear`).
+        total_return: float64, sum of their returns.
+        total_length: int64, sum of their lengths.
+    """
+
+    def setup(self, specs: EnvSpecs) -> EnvSpecs:
+        specs = super().setup(specs)
+        n, dev = specs.num_envs, specs.device
+        self._return = torch.zeros(n, 1, dtype=torch.float32, device=dev)
+        self._length = torch.zeros(n, 1, dtype=torch.int64, device=dev)
+        # shape (1,), not (): torch.compile (2.13, CPU) drops in-place updates of 0-d float64 tensors
+        self._episodes = torch.zeros(1, dtype=torch.int64, device=dev)
+        self._total_return = torch.zeros(1, dtype=torch.float64, device=dev)
+        self._total_length = torch.zeros(1, dtype=torch.int64, device=dev)
+        info = specs.info_spec.to(dev)
+        info["episode_return"] = Box(-math.inf, math.inf, (1,), torch.float32, device=dev)
+        info["episode_length"] = Box(0, math.inf, (1,), torch.int64, device=dev)
+        return specs.replace(info_spec=info)
+
+    def step(self, td: TensorDictBase) -> TensorDictBase:
+        done = td.get(("next", "done"))
+        self._return.add_(td.get(("next", "reward")))
+        self._length.add_(1)
+        ret = torch.where(done, self._return, 0.0)
+        length = torch.where(done, self._length, 0)
+        self._episodes.add_(done.sum())
+        self._total_return.add_(ret.sum(dtype=torch.float64))
+        self._total_length.add_(length.sum())
+        self._return.masked_fill_(done, 0.0)
+        self._length.masked_fill_(done, 0)
+        td.set(RETURN_KEY, ret)
+        td.set(LENGTH_KEY, length)
+        return td
+
+    def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+        self._return.masked_fill_(mask, 0.0)
+        self._length.masked_fill_(mask, 0)
+        return td
+
+    # ---------------------------------------------------------------- reading
+    @property
+    def episodes(self) -> torch.Tensor:
+        """Episodes finished since creation (or :meth:`clear`): int64 scalar on the device."""
+        return self._episodes.view(())
+
+    @property
+    def total_return(self) -> torch.Tensor:
+        """Sum of their returns: float64 scalar on the device."""
+        return self._total_return.view(())
+
+    @property
+    def total_length(self) -> torch.Tensor:
+        """Sum of their lengths: int64 scalar on the device."""
+        return self._total_length.view(())
+
+    @property
+    def running_return(self) -> torch.Tensor:
+        """Return of each env's current (unfinished) episode, ``[N, 1]``."""
+        return self._return
+
+    @property
+    def running_length(self) -> torch.Tensor:
+        """Length of each env's current (unfinished) episode, ``[N, 1]``."""
+        return self._length
+
+    def summary(self) -> EpisodeSummary:
+        """Finished episodes, mean return and mean length. Synchronises once (reads 3 numbers)."""
+        count, ret, length = torch.cat(
+            [self._episodes.to(torch.float64), self._total_return, self._total_length.to(torch.float64)]
+        ).tolist()
+        if count == 0:
+            return EpisodeSummary(0, math.nan, math.nan)
+        return EpisodeSummary(int(count), ret / count, length / count)
+
+    def clear(self) -> None:
+        """Zero the aggregate (not the running episodes), e.g. at each training iteration."""
+        self._episodes.zero_()
+        self._total_return.zero_()
+        self._total_length.zero_()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {
+            "episodes": self.episodes.clone(),
+            "total_return": self.total_return.clone(),
+            "total_length": self.total_length.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self._check_state(state, self.state_dict() if getattr(self, "_bound", False) else {})
+        for name in ("episodes", "total_return", "total_length"):
+            getattr(self, name).copy_(state[name])  # 0-d views of the (1,) state

@@ -1,0 +1,238 @@
+"""``ObservationNorm``: running mean/variance normalisation of observations, on the device.
+
+For each normalised key it keeps the count, mean and sum of squared deviations (M2) of
+every observation seen so far, merged batch by batch with the parallel form of Welford's
+algorithm (Chan et al.), in float64, with tensor ops only: no host sync, so it runs
+inside a CUDA-graph-friendly step loop. Observations are mapped to
+``(obs - mean) / sqrt(var + eps)`` (optionally clipped to ``[-clip, clip]``) in both
+``("next", key)`` and the root, with the same statistics, so a row that did not end
+sees the same normalised value as next observation and as next root.
+
+What updates the statistics: each step's ``("next", key)`` rows and each reset's
+observations on the reset rows. Rows that carry a placeholder (``("next",
+"final_obs_missing")``) or any non-finite value are left out with a mask, so NaN
+placeholders never poison the mean. ``freeze()`` stops updating (evaluation, or a
+pretrained normaliser loaded with ``load_state_dict``); ``unfreeze()`` resumes.
+
+By default every floating-point observation key is normalised (integer keys are left
+alone); pass ``keys`` to choose. The observation spec keeps its shapes and dtypes; its
+bounds become ``(-inf, inf)`` (``[-clip, clip]`` with ``clip``).
+
+Example::
+
+    norm = ObservationNorm(clip=10.0)
+    env = TransformedEnv(gpu_envs.make("Pendulum-v1", num_envs=1024), norm)
+    env.rollout(200)
+    norm.freeze()
+    torch.save(norm.state_dict(), "obs_norm.pt")
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+
+from gpu_envs.errors import InvalidArgumentError, SpecError
+from gpu_envs.specs import Box
+from gpu_envs.transforms.base import EnvSpecs, Transform
+
+__all__ = ["ObservationNorm"]
+
+Key = str | tuple[str, ...]
+
+
+def _next(key: Key) -> tuple[str, ...]:
+    return ("next", *key) if isinstance(key, tuple) else ("next", key)
+
+
+def _name(key: Key) -> str:
+    return "/".join(key) if isinstance(key, tuple) else key
+
+
+class ObservationNorm(Transform):
+    """Normalise observation keys with running statistics (see the module docstring).
+
+    Args:
+        keys: observation keys to normalise (a key or a list of keys; tuple keys for
+            nested entries); ``None`` means every floating-point observation key.
+        eps: added to the variance before the square root.
+        clip: if given, normalised values are clamped to ``[-clip, clip]``.
+        frozen: start frozen (statistics not updated until :meth:`unfreeze`).
+
+    Attributes:
+        keys: the normalised keys (known after the env is built).
+        frozen: True while the statistics are not updated.
+    """
+
+    def __init__(
+        self,
+        keys: Key | Sequence[Key] | None = None,
+        *,
+        eps: float = 1e-8,
+        clip: float | None = None,
+        frozen: bool = False,
+    ) -> None:
+        super().__init__()
+        if isinstance(keys, (str, tuple)):
+            keys = [keys]
+        self._requested = None if keys is None else list(keys)
+        if not (isinstance(eps, (int, float)) and eps > 0):
+            raise InvalidArgumentError(f"ObservationNorm eps must be a number > 0, got {eps!r}.")
+        if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):
+            raise InvalidArgumentError(f"ObservationNorm clip must be a number > 0 or None, got {clip!r}.")
+        self.eps = float(eps)
+        self.clip = None if clip is None else float(clip)
+        self.frozen = bool(frozen)
+        self.keys: list[Key] = []
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, specs: EnvSpecs) -> EnvSpecs:
+        specs = super().setup(specs)
+        leaves = dict(specs.observation_spec.items(include_nested=True, leaves_only=True))
+        if self._requested is None:
+            self.keys = [k for k, s in leaves.items() if s.dtype is not None and s.dtype.is_floating_point]
+            if not self.keys:
+                raise SpecError(
+                    f"ObservationNorm found no floating-point observation key among {list(leaves)}; "
+                    "integer observations are not normalised. Drop the transform or cast the observations."
+                )
+        else:
+            for key in self._requested:
+                if key not in leaves:
+                    raise SpecError(f"ObservationNorm key {key!r} is not an observation key; available: {list(leaves)}.")
+                if not leaves[key].dtype.is_floating_point:
+                    raise SpecError(
+                        f"ObservationNorm key {key!r} has dtype {leaves[key].dtype}; only floating-point "
+                        "observations can be normalised."
+                    )
+            self.keys = list(self._requested)
+        dev = specs.device
+        f64 = {"dtype": torch.float64, "device": dev}
+        self._count, self._mean, self._m2, self._loc, self._scale, self._view = {}, {}, {}, {}, {}, {}
+        obs_spec = specs.observation_spec.to(dev)
+        bound = math.inf if self.clip is None else self.clip
+        for key in self.keys:
+            leaf = leaves[key]
+            # shape (1,), not (): torch.compile (2.13, CPU) drops in-place updates of 0-d float64 tensors
+            self._count[key] = torch.zeros(1, **f64)
+            self._mean[key] = torch.zeros(leaf.shape, **f64)
+            self._m2[key] = torch.zeros(leaf.shape, **f64)
+            self._loc[key] = torch.zeros(leaf.shape, dtype=leaf.dtype, device=dev)
+            self._scale[key] = torch.ones(leaf.shape, dtype=leaf.dtype, device=dev)
+            self._view[key] = (specs.num_envs,) + (1,) * len(leaf.shape)
+            obs_spec[key] = Box(-bound, bound, leaf.shape, leaf.dtype, device=dev)
+        return specs.replace(observation_spec=obs_spec)
+
+    # ------------------------------------------------------------- data hooks
+    def step(self, td: TensorDictBase) -> TensorDictBase:
+        missing = td.get(("next", "final_obs_missing"), None)
+        keep = None if missing is None else ~missing.view(self.num_envs)
+        for key in self.keys:
+            x = td.get(_next(key))
+            if not self.frozen:
+                self._update(key, x, keep)
+            td.set(_next(key), self._normalize(key, x))
+        return td
+
+    def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+        if not self.frozen:
+            rows = mask.view(self.num_envs)
+            for key in self.keys:
+                self._update(key, td.get(key), rows)
+        return self.root(td)
+
+    def root(self, td: TensorDictBase) -> TensorDictBase:
+        for key in self.keys:
+            td.set(key, self._normalize(key, td.get(key)))
+        return td
+
+    def _normalize(self, key: Key, x: torch.Tensor) -> torch.Tensor:
+        out = (x - self._loc[key]) * self._scale[key]
+        return out if self.clip is None else out.clamp(-self.clip, self.clip)
+
+    def _update(self, key: Key, x: torch.Tensor, rows: torch.Tensor | None) -> None:
+        """Merge the batch statistics of the finite rows of ``x`` (and of ``rows``) in place."""
+        n = self.num_envs
+        valid = torch.isfinite(x).reshape(n, -1).all(dim=1)
+        if rows is not None:
+            valid = valid & rows
+        m = valid.view(self._view[key])
+        count_b = valid.sum().to(torch.float64)
+        safe_b = count_b.clamp(min=1)
+        mean_b = torch.where(m, x, 0).sum(dim=0).to(torch.float64) / safe_b
+        dev = torch.where(m, x - mean_b.to(x.dtype), 0)
+        m2_b = (dev * dev).sum(dim=0).to(torch.float64)
+        state, mean_a = self._count[key], self._mean[key]
+        count_a = state.view(())
+        total = count_a + count_b
+        frac = count_b / total.clamp(min=1)  # 0 when the batch had no valid row: nothing changes
+        delta = mean_b - mean_a
+        self._m2[key].add_(m2_b + delta * delta * count_a * frac)
+        mean_a.add_(delta * frac)
+        state.copy_(total.view(1))
+        self._refresh(key)
+
+    def _refresh(self, key: Key) -> None:
+        count = self._count[key].view(())
+        var = torch.where(count > 0, self._m2[key] / count.clamp(min=1), 1.0)
+        self._loc[key].copy_(self._mean[key])
+        self._scale[key].copy_(torch.rsqrt(var + self.eps))
+
+    # ------------------------------------------------------------- statistics
+    def freeze(self) -> ObservationNorm:
+        """Stop updating the statistics (normalisation continues). Returns ``self``."""
+        self.frozen = True
+        return self
+
+    def unfreeze(self) -> ObservationNorm:
+        """Resume updating the statistics. Returns ``self``."""
+        self.frozen = False
+        return self
+
+    def mean(self, key: Key | None = None) -> torch.Tensor:
+        """Running mean of ``key`` (default: the only/first normalised key), float64."""
+        return self._mean[self._key(key)].clone()
+
+    def var(self, key: Key | None = None) -> torch.Tensor:
+        """Running (population) variance of ``key``, float64; 1 before any data."""
+        key = self._key(key)
+        count = self._count[key].view(())
+        return torch.where(count > 0, self._m2[key] / count.clamp(min=1), 1.0)
+
+    def count(self, key: Key | None = None) -> torch.Tensor:
+        """Number of observations merged into ``key``'s statistics, float64 scalar."""
+        return self._count[self._key(key)].clone().view(())
+
+    def _key(self, key: Key | None) -> Key:
+        if not self.keys:
+            raise InvalidArgumentError("ObservationNorm has no statistics yet: build the TransformedEnv first.")
+        if key is None:
+            return self.keys[0]
+        if key not in self._mean:
+            raise InvalidArgumentError(f"{key!r} is not normalised here; normalised keys: {self.keys}.")
+        return key
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """``{"<key>.count"|"<key>.mean"|"<key>.m2": tensor}``; nested keys are joined with ``/``."""
+        out = {}
+        for key in self.keys:
+            out[f"{_name(key)}.count"] = self._count[key].clone().view(())
+            out[f"{_name(key)}.mean"] = self._mean[key].clone()
+            out[f"{_name(key)}.m2"] = self._m2[key].clone()
+        return out
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self._check_state(state, self.state_dict())
+        for key in self.keys:
+            self._count[key].copy_(state[f"{_name(key)}.count"].reshape(1))
+            self._mean[key].copy_(state[f"{_name(key)}.mean"])
+            self._m2[key].copy_(state[f"{_name(key)}.m2"])
+            self._refresh(key)
+
+    def __repr__(self) -> str:
+        keys = self.keys or self._requested or "float keys"
+        extra = "" if self.clip is None else f", clip={self.clip}"
+        return f"ObservationNorm(keys={keys}{extra}{', frozen' if self.frozen else ''})"

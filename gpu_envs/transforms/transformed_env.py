@@ -1,0 +1,212 @@
+"""``TransformedEnv``: an env plus a chain of transforms, with the SAME API as ``BatchedEnv``.
+
+``TransformedEnv(env, t1, t2, t3)`` stacks the transforms on ``env`` like nested
+wrappers: ``t1`` sits next to the env, ``t3`` next to the learner. Outputs (step
+results, roots, specs) flow up through ``t1, t2, t3``; the action flows down through
+``t3.inv, t2.inv, t1.inv``. So ``TransformedEnv(env, EpisodeStats(), RewardScale(0.1))``
+records the env's raw returns and hands the learner scaled rewards.
+
+Because the API is BatchedEnv's (``reset``, ``step``, ``step_and_maybe_reset``,
+``root``, ``rollout``, the specs, ``num_envs``, ``device``, ``batch_size``,
+``generator``, ``close``), anything written against an env (``gpu_envs.rollout.collect``,
+a training loop, another ``TransformedEnv``) accepts a transformed one unchanged.
+
+Where a transform rewrites the action (``ActionRescale``, ``ClipAction``), the env
+steps a shallow copy of the TensorDict: the returned ``td["action"]`` stays the
+policy's own output, which is what a learner needs for log-probabilities.
+
+Example::
+
+    env = TransformedEnv(
+        gpu_envs.make("Pendulum-v1", num_envs=1024, device="cuda"),
+        EpisodeStats(), ObservationNorm(), ActionRescale(),
+    )
+    traj = env.rollout(64)                 # actions sampled from Box(-1, 1)
+    print(env.transforms[0].summary())     # episodes, mean return, mean length
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from gpu_envs.errors import InvalidArgumentError, ResetNeededError
+from gpu_envs.transforms.base import EnvSpecs, Transform
+
+Policy = Callable[[TensorDictBase], TensorDictBase]
+_ENV_API = ("reset", "step", "step_and_maybe_reset", "root", "observation_spec", "action_spec", "num_envs", "device")
+
+
+class TransformedEnv:
+    """``env`` seen through ``transforms`` (first = closest to the env).
+
+    Args:
+        env: a :class:`~gpu_envs.BatchedEnv` or another ``TransformedEnv``.
+        *transforms: :class:`Transform` instances, each used by this env only.
+
+    Attributes not defined here (``backend``, ``is_closed``...) are read from ``env``.
+    """
+
+    def __init__(self, env: Any, *transforms: Transform) -> None:
+        missing = [name for name in _ENV_API if not hasattr(env, name)]
+        if missing:
+            raise InvalidArgumentError(
+                f"TransformedEnv needs an env with the BatchedEnv API (missing {missing}); got a "
+                f"{type(env).__name__}. Build one with gpu_envs.make() or gpu_envs.wrap() first."
+            )
+        for t in transforms:
+            if not isinstance(t, Transform):
+                raise InvalidArgumentError(
+                    f"TransformedEnv expects Transform instances, got {type(t).__name__}; "
+                    "pass e.g. EpisodeStats() (an instance, not the class)."
+                )
+        self.env = env
+        self.transforms: list[Transform] = list(transforms)
+        specs = EnvSpecs(
+            num_envs=env.num_envs,
+            device=env.device,
+            observation_spec=env.observation_spec,
+            action_spec=env.action_spec,
+            reward_spec=env.reward_spec,
+            done_spec=env.done_spec,
+            info_spec=env.info_spec,
+        )
+        for t in self.transforms:
+            specs = t.setup(specs)
+        self._specs = specs
+        self._inverting = [t for t in reversed(self.transforms) if type(t).inv is not Transform.inv]
+        self._all_rows = torch.ones(env.num_envs, 1, dtype=torch.bool, device=env.device)
+        self._needs_reset = True
+
+    # ------------------------------------------------------------- properties
+    @property
+    def num_envs(self) -> int:
+        return self.env.num_envs
+
+    @property
+    def device(self) -> torch.device:
+        return self.env.device
+
+    @property
+    def batch_size(self) -> torch.Size:
+        return self.env.batch_size
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The env's generator (seeded by ``reset(seed=...)``), used for random actions."""
+        return self.env.generator
+
+    @property
+    def observation_spec(self):
+        return self._specs.observation_spec
+
+    @property
+    def action_spec(self):
+        return self._specs.action_spec
+
+    @property
+    def reward_spec(self):
+        return self._specs.reward_spec
+
+    @property
+    def done_spec(self):
+        return self._specs.done_spec
+
+    @property
+    def info_spec(self):
+        return self._specs.info_spec
+
+    def __getattr__(self, name: str) -> Any:
+        # only called for names not found normally: read them from the wrapped env
+        if name.startswith("_") or "env" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    # ------------------------------------------------------------------- API
+    def reset(self, seed: int | None = None, td: TensorDictBase | None = None) -> TensorDictBase:
+        """Reset every row (or the rows of ``td["_reset"]``) and return the transformed root."""
+        root = self.env.reset(seed=seed, td=td)
+        mask = None if td is None or self._needs_reset else td.get("_reset", None)
+        mask = self._all_rows if mask is None else mask.view(self.num_envs, 1)
+        for t in self.transforms:
+            root = t.reset(root, mask)
+        self._needs_reset = False
+        return root
+
+    def root(self) -> TensorDictBase:
+        """The current root TensorDict, through every transform's ``root``."""
+        root = self.env.root()
+        for t in self.transforms:
+            root = t.root(root)
+        return root
+
+    def step(self, td: TensorDictBase) -> TensorDictBase:
+        """Step with ``td["action"]`` (rewritten by the action transforms); returns ``td``."""
+        self._check_reset()
+        inner = self._inverse(td)
+        out = self.env.step(inner)
+        return self._forward(td, out)
+
+    def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, then return ``(td, td_root)`` with both passed through the transforms."""
+        self._check_reset()
+        inner = self._inverse(td)
+        out, root = self.env.step_and_maybe_reset(inner)
+        td = self._forward(td, out)
+        for t in self.transforms:
+            root = t.root(root)
+        return td, root
+
+    def rollout(self, steps: int, policy: Policy | None = None, *, reset: bool = True) -> TensorDictBase:
+        """Run ``steps`` steps and return the transitions stacked as ``[N, T]``.
+
+        Same contract as :meth:`gpu_envs.BatchedEnv.rollout`: ``policy=None`` samples
+        :attr:`action_spec` (the transformed one) with :attr:`generator`, and
+        ``reset=False`` continues from the current root.
+        """
+        from gpu_envs.rollout import RolloutBuffer, collect
+
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise InvalidArgumentError(f"steps must be an int >= 1, got {steps!r}.")
+        if reset or self._needs_reset:
+            self.reset()
+        # a fresh buffer per call: the returned TensorDict is the caller's to keep
+        return collect(self, policy, buffer=RolloutBuffer(self, steps))
+
+    # --------------------------------------------------------------- helpers
+    def _check_reset(self) -> None:
+        if self._needs_reset:
+            raise ResetNeededError("step() was called before reset() on this TransformedEnv: call env.reset() first.")
+
+    def _inverse(self, td: TensorDictBase) -> TensorDictBase:
+        if not self._inverting:
+            return td
+        inner = td.copy()  # shallow: the caller's td keeps the policy's action
+        for t in self._inverting:
+            inner = t.inv(inner)
+        return inner
+
+    def _forward(self, td: TensorDictBase, out: TensorDictBase) -> TensorDictBase:
+        if out is not td:
+            td.set("next", out.get("next"))
+        for t in self.transforms:
+            td = t.step(td)
+        return td
+
+    # -------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Close the wrapped env (closing twice is harmless)."""
+        self.env.close()
+
+    def __enter__(self) -> TransformedEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        chain = ", ".join(repr(t) for t in self.transforms)
+        return f"TransformedEnv({self.env!r}, transforms=[{chain}])"

@@ -346,3 +346,16 @@ def test_close_closes_the_isaac_env():
     assert fake._is_closed and env.is_closed
     with pytest.raises(gpu_envs.ClosedEnvError, match="was closed"):
         gpu_envs.wrap(fake)
+
+
+def test_gymnasium_backend_declines_isaac_lab_task_ids():
+    import gymnasium as gym
+
+    from gpu_envs.registry import get_plugin
+
+    gym.register("GpuEnvsTest/IsaacLike-v0", entry_point="isaaclab_tasks.fake:Env")
+    try:
+        assert not get_plugin("gymnasium").can_make("GpuEnvsTest/IsaacLike-v0")
+        assert get_plugin("gymnasium").can_make("CartPole-v1")
+    finally:
+        del gym.registry["GpuEnvsTest/IsaacLike-v0"]

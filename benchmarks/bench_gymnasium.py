@@ -1,0 +1,134 @@
+"""Overhead of the gymnasium backend over raw gymnasium (issue: CPU fallback, <= 30% / 10%).
+
+CartPole-v1 in a gymnasium ``SyncVectorEnv`` with SAME_STEP auto-reset, at N in {8, 256}:
+
+(a) raw: ``venv.step(action)`` with a fixed numpy action, on the vector env built by
+    ``gym.make_vec(..., vector_kwargs={"autoreset_mode": SAME_STEP})`` (gymnasium's
+    defaults otherwise);
+(b) gpu_envs: ``gpu_envs.make("CartPole-v1", N, device="cpu", backend="gymnasium")``
+    with a fixed action tensor and ``step_and_maybe_reset`` (final observations, done
+    flags and TensorDicts included);
+(c) torchrl: ``GymWrapper`` over the same kind of vector env, ``step_and_maybe_reset``,
+    when torchrl is installed;
+(d) gym_lean: the raw loop on a vector env built the way ``gpu_envs.make`` builds its
+    own (``copy=False``, no ``PassiveEnvChecker`` layer), to show how much of (b) is
+    the construction and how much the wrapper.
+
+Interleaved rounds in one process, ``torch.set_num_threads(1)``.
+
+    python -m benchmarks.bench_gymnasium --json benchmarks/results/gymnasium.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import gpu_envs
+from benchmarks.timing import format_table, interleave, save_json
+
+SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
+COLUMNS = [
+    ("N", "N"),
+    ("raw_us", "raw us/step"),
+    ("gpu_envs_us", "gpu_envs us/step"),
+    ("gpu_envs_overhead", "gpu_envs overhead"),
+    ("torchrl_us", "torchrl us/step"),
+    ("torchrl_overhead", "torchrl overhead"),
+    ("gym_lean_us", "raw, gpu_envs' build us/step"),
+    ("gym_lean_overhead", "vs raw"),
+]
+
+
+def _raw_venv(n: int, lean: bool = False) -> gym.vector.VectorEnv:
+    vector_kwargs = {"autoreset_mode": SAME_STEP, **({"copy": False} if lean else {})}
+    extra = {"disable_env_checker": True} if lean else {}
+    return gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync", vector_kwargs=vector_kwargs, **extra)
+
+
+def contenders(n: int) -> tuple[dict, list]:
+    """The step functions to time, and the envs to close afterwards."""
+    action_np = (np.arange(n) % 2).astype(np.int64)
+    action = torch.as_tensor(action_np)
+
+    raw = _raw_venv(n)
+    raw.reset(seed=0)
+
+    ours = gpu_envs.make("CartPole-v1", num_envs=n, device="cpu", backend="gymnasium", seed=0)
+    state = {"ours": ours.reset()}
+
+    def ours_step() -> None:
+        td = state["ours"]
+        td.set("action", action)
+        state["ours"] = ours.step_and_maybe_reset(td)[1]
+
+    lean = _raw_venv(n, lean=True)
+    lean.reset(seed=0)
+    out = {"raw": lambda: raw.step(action_np), "gpu_envs": ours_step, "gym_lean": lambda: lean.step(action_np)}
+    envs = [raw, ours, lean]
+    if importlib.util.find_spec("torchrl") is not None:
+        from torchrl.envs import GymWrapper
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs = GymWrapper(_raw_venv(n), categorical_action_encoding=True, device="cpu")
+            state["torchrl"] = theirs.reset()
+
+        def torchrl_step() -> None:
+            td = state["torchrl"]
+            td.set("action", action)
+            state["torchrl"] = theirs.step_and_maybe_reset(td)[1]
+
+        out["torchrl"] = torchrl_step
+        envs.append(theirs)
+    return out, envs
+
+
+def run(
+    quick: bool = False, sizes: tuple[int, ...] = (8, 256), steps: int | None = None, rounds: int | None = None
+) -> dict:
+    """Time every contender at each N; returns the table for ``gpu-envs bench``."""
+    torch.set_num_threads(1)
+    rows = []
+    for n in sizes:
+        per_round = steps or (max(20, 4000 // n) if quick else max(50, 20000 // n))
+        fns, envs = contenders(n)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            times = interleave(fns, steps=per_round, rounds=rounds or (5 if quick else 15))
+        for env in envs:
+            env.close()
+        row: dict = {"N": n}
+        for name, seconds in times.items():
+            row[f"{name}_us"] = round(seconds * 1e6, 1)
+            if name != "raw":
+                row[f"{name}_overhead"] = f"{seconds / times['raw'] - 1:+.1%}"
+        rows.append(row)
+    columns = [c for c in COLUMNS if any(c[0] in r for r in rows)]
+    return {
+        "title": "bench_gymnasium: CartPole-v1 SyncVectorEnv (SAME_STEP) on cpu, 1 thread",
+        "rows": rows,
+        "columns": columns,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[8, 256])
+    parser.add_argument("--steps", type=int, default=None, help="steps per round (default: by N)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 15)")
+    parser.add_argument("--quick", action="store_true", help="fewer steps and rounds")
+    parser.add_argument("--json", default=None, help="where to save the numbers")
+    args = parser.parse_args()
+    result = run(args.quick, tuple(args.sizes), args.steps, args.rounds)
+    print(format_table(result["title"], result["rows"], result["columns"]))
+    save_json(args.json, {"benchmark": "gymnasium", "device": "cpu", "rows": result["rows"]})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""The CPU fallback: gymnasium envs (vector or single) as exact same-step transitions.
+
+Example::
+
+    env = gpu_envs.make("CartPole-v1", num_envs=8, backend="gymnasium", seed=0)  # SyncVectorEnv
+    env = gpu_envs.make("Acrobot-v1", num_envs=8, vectorization="async")          # AsyncVectorEnv
+    env = gpu_envs.wrap(gym.make_vec("CartPole-v1", 8, vector_kwargs={"autoreset_mode": "SameStep"}))
+    env = gpu_envs.wrap(gym.make("Pendulum-v1"))                                   # batch size [1]
+
+Auto-reset modes (read from ``metadata["autoreset_mode"]``). Every backend presents as
+a same-step auto-resetting env (:mod:`gpu_envs.backends.base`); the modes map to it so:
+
+* ``SAME_STEP`` (what ``make`` builds): the env resets ended rows inside ``step``. The
+  true final observations are read from ``info["final_obs"]`` (an object array) for the
+  ended rows only, masked by ``info["_final_obs"]``; the info of the final step is read
+  from ``info["final_info"]`` (the plain info of an ended row is its RESET info).
+* ``DISABLED``: the env never resets by itself. After a step where rows ended, the
+  backend keeps the step's observation as the final one and resets exactly those rows
+  with ``reset(options={"reset_mask": done})``.
+* ``NEXT_STEP`` (the default of ``gym.make_vec`` and ``SyncVectorEnv``): the ended step
+  already returns the true final observation, and the env would reset that row on the
+  NEXT ``step`` call, ignoring its action and returning reward 0 -- a fake transition.
+  The backend avoids it exactly as in ``DISABLED``: right after the ended step it resets
+  the ended rows through ``reset_mask``, which gymnasium defines as clearing the pending
+  auto-reset, so the next ``step`` steps every row for real. No fake transition, no lost
+  step; the oracle tests prove it against single envs stepped by hand. This relies on
+  the vector env honouring ``reset_mask``, so NEXT_STEP is accepted only from gymnasium's
+  own ``SyncVectorEnv`` and ``AsyncVectorEnv`` with ``shared_memory=True`` (gymnasium
+  1.x forgets to clear the pending reset in its ``shared_memory=False`` worker); other
+  NEXT_STEP envs are refused at wrap time with the fix (build them with SAME_STEP or
+  DISABLED). The extra ``reset`` costs one more call per step with ended rows.
+
+A single (non-vector) ``gymnasium.Env`` is run as a batch of ONE (batch size ``[1]``,
+so its TensorDicts have the same layout as every other env): it is put in a
+``SyncVectorEnv`` with ``autoreset_mode=DISABLED`` and reset by hand at done as above.
+
+Data path per step: the action tensor becomes numpy once (the tensor's own memory on
+the CPU, one copy into a pinned buffer from CUDA). Each result is copied once: for a
+CUDA target into ONE reused packed staging buffer (pinned) that crosses in one
+non-blocking copy, for a CPU target into a fresh array shared by ``torch.from_numpy``
+(:mod:`gymnasium_staging`). No Python loop over sub-envs, except over the rows that
+ended, to collect their final observations from gymnasium's object array.
+
+Info: numeric entries become ``("next", key)`` tensors with specs discovered from the
+first step's info (:mod:`gymnasium_info`); ``env.info_spec`` lists them after that step.
+Non-numeric entries are dropped with one warning. Spaces: :mod:`gymnasium_spaces`
+(``one_hot_actions=True`` for one-hot Discrete actions).
+
+Seeding: ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i`` (gymnasium's rule); with
+the same seed and actions, runs are identical bit for bit.
+
+Options of ``make``/``wrap`` (:mod:`gymnasium_plugin`): ``one_hot_actions``,
+``info_spec`` (a Composite declaring the info entries to keep, instead of discovery);
+for ``make`` and single envs also ``from_pixels``/``pixels_only`` (a ``"pixels"`` key
+from ``render()``) and ``frame_skip`` (:mod:`gymnasium_wrappers`); for ``make`` also
+``vectorization`` (``"sync"``/``"async"``), ``num_workers`` (AsyncVectorEnv, at most
+that many sub-envs stepping at once), ``vector_kwargs``, ``wrappers`` and keyword
+arguments of the env. Vector-env facts (modes, worker shutdown) are in
+:mod:`gymnasium_vector`.
+A failure inside the env (an exception, a dead async worker) raises
+:class:`~gpu_envs.errors.BackendError` with the env's message; an async env is shut
+down at once (no worker left behind).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from gpu_envs.backends.base import Backend, ObsDict, RawStep
+from gpu_envs.backends.gymnasium_info import InfoReader, InfoSpec
+from gpu_envs.backends.gymnasium_plugin import GymnasiumPlugin
+from gpu_envs.backends.gymnasium_spaces import ActionCodec, ObsLayout
+from gpu_envs.backends.gymnasium_staging import Staging
+from gpu_envs.backends.gymnasium_vector import autoreset_mode, check_next_step, episode_statistics, shutdown_async
+from gpu_envs.backends.gymnasium_wrappers import FrameSkip, add_pixels
+from gpu_envs.errors import (
+    BackendError,
+    ClosedEnvError,
+    GpuEnvsError,
+    InvalidArgumentError,
+    NotAnEnvError,
+)
+from gpu_envs.specs import Composite
+
+AutoresetMode = gym.vector.AutoresetMode
+_NEXT_KEYS = ("reward", "done", "terminated", "truncated", "final_obs_missing")
+_WORKER_GONE = (EOFError, BrokenPipeError, ConnectionError)
+
+
+class GymnasiumBackend(Backend):
+    """Backend over a gymnasium ``VectorEnv`` (any auto-reset mode, see the module doc).
+
+    Args:
+        env: the vector env (a single env goes through :func:`wrap_single` first).
+        device: target device; ``None`` means :func:`gpu_envs.default_device`.
+        one_hot_actions: a ``Discrete`` action as a one-hot bool ``[N, n]`` tensor.
+        info_spec: a Composite of the info entries to keep (no discovery), or ``None``.
+        default_key: key of a non-Dict observation (``"pixels"`` for pixels-only envs).
+        single: ``env`` is the batch-of-one adapter of a single env (for ``describe``).
+    """
+
+    name = "gymnasium"
+    supports_partial_reset = True
+    # Staging mode: None picks by device (packed buffer + one transfer off the CPU); tests
+    # set True to run the packed path on the CPU.
+    staging_packed: bool | None = None
+
+    def __init__(
+        self,
+        env: Any,
+        device: torch.device | str | None = None,
+        *,
+        one_hot_actions: bool = False,
+        info_spec: Composite | None = None,
+        default_key: str = "observation",
+        single: bool = False,
+    ) -> None:
+        if not isinstance(env, gym.vector.VectorEnv):
+            raise NotAnEnvError(
+                f"the gymnasium backend wraps gymnasium.Env or gymnasium.vector.VectorEnv objects, got "
+                f"{type(env).__module__}.{type(env).__name__}. Build one with gymnasium.make / gymnasium.make_vec."
+            )
+        from gpu_envs import default_device
+        from gpu_envs.env import normalize_device
+
+        self.env = env
+        self.num_envs = n = int(env.num_envs)
+        self.device = normalize_device(device if device is not None else default_device())
+        self.mode = autoreset_mode(env)
+        if self.mode == AutoresetMode.NEXT_STEP and not single:
+            check_next_step(env)
+        self._same_step = self.mode == AutoresetMode.SAME_STEP
+        self._single = single
+        base = env.unwrapped
+        self._async = base if isinstance(base, gym.vector.AsyncVectorEnv) else None
+        # gymnasium's own vector envs give a final observation for exactly the ended rows
+        self._final_for_every_end = isinstance(base, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv))
+        self._layout = ObsLayout(env.single_observation_space, self.device, default_key)
+        self.observation_spec = self._layout.spec
+        self._keys = self._layout.keys
+        self._codec = ActionCodec(env.single_action_space, self.device, n, one_hot_actions)
+        self.action_spec = self._codec.spec
+        if info_spec is not None and not isinstance(info_spec, Composite):
+            raise InvalidArgumentError(
+                f"info_spec must be a gpu_envs.specs.Composite of the info entries to keep, got {type(info_spec).__name__}."
+            )
+        self.info_spec = InfoSpec({}, device=self.device) if info_spec is None else info_spec.to(self.device)
+        reserved = set(self._keys) | set(_NEXT_KEYS)
+        self._info = InfoReader(
+            self.info_spec, reserved, n, declared=info_spec is not None, expected=episode_statistics(env)
+        )
+        self._obs_fields = [
+            ((n, *shape), self.observation_spec[key].dtype)
+            for key, shape in zip(self._keys, self._layout.shapes, strict=True)
+        ]
+        self._reset_stage = Staging(self._obs_fields, self.device, self.staging_packed)
+        self._stage: Staging | None = None  # built at the first step, once the info fields are known
+        self._final_scratch = [
+            np.zeros(shape, dtype) for (shape, _), dtype in zip(self._obs_fields, self._layout.dtypes, strict=True)
+        ]
+        self._info_keys: list = []
+        self._last_obs: ObsDict | None = None
+        self._closed = False
+        self._broken: str | None = None  # why the env cannot be used any more
+        self._stale = False  # a step failed half-way: only a full reset helps
+
+    def describe(self) -> str:
+        base = self.env.unwrapped
+        inner = type(base.envs[0].unwrapped).__name__ if self._single else type(base).__name__
+        kind = "single env" if self._single else self.mode.name
+        return f"gymnasium({inner}, {kind})"
+
+    # ------------------------------------------------------------------ calls
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ClosedEnvError(
+                "this gymnasium env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap()."
+            )
+        if self._broken is not None:
+            raise BackendError(f"{self.describe()} cannot be used any more: {self._broken} Build a new env.")
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GpuEnvsError:
+            raise
+        except Exception as err:
+            raise self._failure(what, err) from err
+
+    def _failure(self, what: str, err: BaseException) -> BackendError:
+        message = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        if self._async is None:
+            self._stale = True
+            return BackendError(
+                f"{self.describe()} raised in {what}: {message}. The sub-envs may be half-stepped: call env.reset() "
+                "before stepping again."
+            )
+        dead = [f"worker {i} (exit code {p.exitcode})" for i, p in enumerate(self._async.processes) if not p.is_alive()]
+        if dead or isinstance(err, _WORKER_GONE):
+            cause = f"async worker process died: {', '.join(dead) or 'a pipe closed'} ({message})."
+        else:
+            cause = f"a sub-env raised in {what}: {message}; its worker process has stopped."
+        self._broken = cause
+        shutdown_async(self._async)
+        return BackendError(f"{self.describe()} failed: {cause} All workers were shut down; build a new env.")
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
+        self._check_usable()
+        options = None
+        if mask is not None:
+            rows = mask.detach().to("cpu", torch.bool).numpy().reshape(self.num_envs)
+            if not rows.any() and self._last_obs is not None:
+                return self._last_obs
+            if self._stale and not rows.all():
+                raise BackendError(f"a step of {self.describe()} failed half-way; reset every env with env.reset().")
+            options = {"reset_mask": rows.copy()} if not rows.all() else None
+        if seed is not None:
+            seed = int(seed)
+        obs, _info = self._call("reset", self.env.reset, seed=seed, options=options)
+        self._stale = False
+        self._last_obs = dict(zip(self._keys, self._reset_stage.publish(self._layout.read(obs)), strict=True))
+        return self._last_obs
+
+    # ------------------------------------------------------------------- step
+    def step(self, action: torch.Tensor) -> RawStep:
+        if self._closed or self._broken is not None or self._stale:
+            self._check_usable()
+            raise BackendError(f"a step of {self.describe()} failed half-way; call env.reset() before stepping again.")
+        obs, reward, terminated, truncated, info = self._call("step", self.env.step, self._codec.to_numpy(action))
+        if self._stage is None:
+            self._build_step_stage(info)
+        leaves = self._layout.read(obs)
+        final, final_mask = None, None
+        if self._same_step:
+            if "final_obs" in info:
+                final, final_mask = self._same_step_final(info, terminated, truncated)
+        elif terminated.any() or truncated.any():
+            final = [
+                np.copyto(dst, src, casting="same_kind") or dst
+                for dst, src in zip(self._final_scratch, leaves, strict=True)
+            ]
+            done = np.logical_or(terminated, truncated)
+            obs, _ = self._call("reset", self.env.reset, options={"reset_mask": done})
+            leaves = self._layout.read(obs)
+        values = [*leaves, reward, terminated, truncated, final_mask]
+        values += final if final is not None else self._no_final
+        if self._info_keys:
+            values += self._info.read(info, self._same_step, terminated, truncated)
+        elif info:
+            self._info.read(info, self._same_step, terminated, truncated)  # warns about dropped entries once
+        out = self._stage.publish(values)
+        k = len(self._keys)
+        return RawStep(
+            obs=dict(zip(self._keys, out[:k], strict=True)),
+            reward=out[k],
+            terminated=out[k + 1],
+            truncated=out[k + 2],
+            final_obs=None if final is None else dict(zip(self._keys, out[k + 4 : 2 * k + 4], strict=True)),
+            final_mask=out[k + 3],
+            info=dict(zip(self._info_keys, out[2 * k + 4 :], strict=True)) if self._info_keys else {},
+        )
+
+    def _same_step_final(self, info: dict, terminated: np.ndarray, truncated: np.ndarray) -> tuple[list | None, Any]:
+        """The final observations of ``info["final_obs"]`` (ended rows only) and a validity mask.
+
+        The mask is ``None`` when every ended row has one (gymnasium's own vector envs).
+        """
+        final = info["final_obs"]
+        rows = info.get("_final_obs")
+        mask = None
+        if not self._final_for_every_end:
+            done = np.logical_or(terminated, truncated)
+            rows = done if rows is None else np.asarray(rows, bool) & done
+            mask = None if np.array_equal(rows, done) else rows
+        if not (isinstance(final, np.ndarray) and final.dtype == object):  # already batched by the env
+            return self._layout.read(final), mask
+        if rows is None:  # no mask from the env: the rows that have one
+            rows = np.fromiter((o is not None for o in final), bool, len(final))
+        index = np.flatnonzero(rows).tolist()
+        if not index:
+            return None, None
+        # only the ended rows are read (a loop over them is what np.stack would do, minus its overhead)
+        if self._layout.single_leaf:
+            dst = self._final_scratch[0]
+            for i in index:
+                dst[i] = final[i]
+        else:
+            for i in index:
+                for dst, leaf in zip(self._final_scratch, self._layout.read(final[i]), strict=True):
+                    dst[i] = leaf
+        return self._final_scratch, mask
+
+    def _build_step_stage(self, info: dict) -> None:
+        n = self.num_envs
+        info_fields = self._info.discover(info or {})
+        flags = [((n,), torch.float32), ((n,), torch.bool), ((n,), torch.bool), ((n,), torch.bool)]
+        fields = self._obs_fields + flags + self._obs_fields + list(info_fields.values())
+        self._stage = Staging(fields, self.device, self.staging_packed)
+        self._info_keys = list(info_fields)
+        self._no_final = [None] * len(self._keys)
+
+    # -------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._async is not None and self._async.closed:
+            return
+        try:
+            self.env.close()
+        except Exception as err:
+            if self._async is not None:
+                shutdown_async(self._async)
+            raise BackendError(f"closing {self.describe()} failed: {type(err).__name__}: {err}") from err
+
+
+def wrap_single(
+    env: gym.Env,
+    device: torch.device | str | None = None,
+    *,
+    from_pixels: bool = False,
+    pixels_only: bool = True,
+    frame_skip: int = 1,
+    **kwargs: Any,
+) -> GymnasiumBackend:
+    """A single ``gymnasium.Env`` as a batch of one (see the module docstring)."""
+    env = _apply_wrappers(env, from_pixels, pixels_only, frame_skip)
+    vector = gym.vector.SyncVectorEnv([lambda: env], copy=False, autoreset_mode=AutoresetMode.DISABLED)
+    default_key = "pixels" if from_pixels and pixels_only else "observation"
+    return GymnasiumBackend(vector, device, default_key=default_key, single=True, **kwargs)
+
+
+def _apply_wrappers(env: gym.Env, from_pixels: bool, pixels_only: bool, frame_skip: int) -> gym.Env:
+    if frame_skip != 1:
+        env = FrameSkip(env, frame_skip)
+    if from_pixels:
+        env = add_pixels(env, pixels_only)
+    return env
+
+
+PLUGIN = GymnasiumPlugin()
+
+__all__ = ["PLUGIN", "GymnasiumBackend", "GymnasiumPlugin", "autoreset_mode", "wrap_single"]

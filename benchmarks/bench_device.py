@@ -32,6 +32,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script: our benchmarks package, not torchrl's
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import torch
 
 import gpu_envs

@@ -23,10 +23,16 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 import warnings
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+
+if __package__ in (None, ""):  # run as a script: our benchmarks package, not torchrl's
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import torch
 
 import gpu_envs

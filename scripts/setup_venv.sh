@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create (or reuse) .venv at the repository root and install gpu_envs into it, editable,
+# with the versions CI pins (constraints-ci.txt). Usage: scripts/setup_venv.sh [EXTRAS]
+#   scripts/setup_venv.sh              -> runtime only (enough for `gpu-envs rollout`)
+#   scripts/setup_venv.sh test,jax,torchrl
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+extras="${1:-}"
+python="${PYTHON:-python3}"
+venv="$root/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+"${pip[@]}" install -U pip wheel >/dev/null
+# torch first, alone: the pinned CPU build, never a multi-GB CUDA build pulled in by a dependency
+"${pip[@]}" install -c "$root/constraints-ci.txt" torch
+target="$root"
+[ -n "$extras" ] && target="$root[$extras]"
+"${pip[@]}" install -c "$root/constraints-ci.txt" -e "$target"
+echo "$venv"

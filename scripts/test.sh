@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Set up .venv with the test extras (pinned versions) and run every test tier:
+#   1. ruff over the sources,
+#   2. the main suite (Python 3.11: contract, oracles, fakes, JAX on CPU, CLI, ...),
+#   3. the real Isaac Lab tier (Python 3.12 venv, built once in a cache folder outside
+#      the clone and reused; see scripts/isaaclab_venv.sh).
+# Extra arguments go to the main suite's pytest.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bash scripts/setup_venv.sh test,jax,torchrl >/dev/null
+.venv/bin/ruff check gpu_envs tests benchmarks examples scripts
+.venv/bin/python -m pytest "$@"
+isaac_venv="$(bash scripts/isaaclab_venv.sh | tail -n 1)"
+"$isaac_venv/bin/python" -m pytest tests/isaaclab

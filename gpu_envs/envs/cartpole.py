@@ -27,20 +27,18 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Any
 
-import gymnasium
 import numpy as np
 import torch
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
-from gpu_envs.errors import ClosedEnvError, ResetMaskError, ResetNeededError
+from gpu_envs.envs.base import BatchedTorchEnv
 
 __all__ = ["CartPoleEnv"]
 
 
-class CartPoleEnv(gymnasium.vector.VectorEnv):
+class CartPoleEnv(BatchedTorchEnv):
     """``num_envs`` CartPole-v1 systems stepped together as one ``[N, 4]`` float32 tensor.
 
     A gymnasium ``VectorEnv`` (so gymnasium and torchrl tooling accept it) that follows
@@ -73,13 +71,7 @@ class CartPoleEnv(gymnasium.vector.VectorEnv):
         final = torch.where((term | trunc)[:, None], info["final_obs"], obs)
     """
 
-    metadata: dict[str, Any] = {
-        "autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP,
-        "render_modes": [],
-    }
-    autoreset_mode = gymnasium.vector.AutoresetMode.SAME_STEP  # read by torchrl's GymWrapper
-    render_mode = None
-    supports_reset_mask = True
+    state_size = 4
     _ROW_VIEWS_MIN_ENVS = 512  # see __init__
 
     # gymnasium CartPoleEnv constants
@@ -105,15 +97,9 @@ class CartPoleEnv(gymnasium.vector.VectorEnv):
         max_episode_steps: int = 500,
         seed: int | None = None,
     ) -> None:
-        if int(num_envs) < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        if int(max_episode_steps) < 1:
-            raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
-        self.num_envs = int(num_envs)
-        self.device = torch.device(device)
-        self.expose_final_obs = bool(expose_final_obs)
-        self.max_episode_steps = int(max_episode_steps)
-
+        super().__init__(
+            num_envs, device, expose_final_obs=expose_final_obs, max_episode_steps=max_episode_steps, seed=seed
+        )
         high = np.array(
             [self.x_threshold * 2, np.inf, self.theta_threshold_radians * 2, np.inf],
             dtype=np.float32,
@@ -124,13 +110,6 @@ class CartPoleEnv(gymnasium.vector.VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
         n, dev, f32 = self.num_envs, self.device, torch.float32
-        self._state = torch.zeros(n, 4, dtype=f32, device=dev)
-        self.elapsed_steps = torch.zeros(n, dtype=torch.int64, device=dev)
-        self._generator = torch.Generator(device=dev)
-        if seed is None:
-            self._generator.seed()
-        else:
-            self._generator.manual_seed(int(seed))
         self._reset_buf = torch.empty(n, 4, dtype=f32, device=dev)
         # Large batches handle whole [N, 4] rows as single elements: a float32 row is 16
         # bytes (one complex128) and a bool row 4 bytes (one int32), which avoids slow
@@ -162,8 +141,6 @@ class CartPoleEnv(gymnasium.vector.VectorEnv):
         self._one = torch.ones((), dtype=torch.int64, device=dev)
         self._zero = torch.zeros((), dtype=torch.int64, device=dev)
         self._limit = torch.tensor(self.max_episode_steps, dtype=torch.int64, device=dev)
-        self._needs_reset = True
-        self._closed = False
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
@@ -174,48 +151,14 @@ class CartPoleEnv(gymnasium.vector.VectorEnv):
         step count) and, like gymnasium, ``"low"``/``"high"`` bounds of the uniform
         initial state for this reset (default ``-0.05``/``0.05``).
         """
-        if self._closed:
-            raise ClosedEnvError("CartPoleEnv was closed; build a new one.")
-        if seed is not None:
-            self._generator.manual_seed(int(seed))
-        options = options or {}
+        options = self._begin_reset(seed, options)
         low = float(options.get("low", self.reset_low))
         high = float(options.get("high", self.reset_high))
         if low > high:
             raise ValueError(f"options low ({low}) must be <= high ({high})")
         fresh = torch.empty_like(self._state).uniform_(low, high, generator=self._generator)
-        mask = options.get("reset_mask")
-        if mask is None:
-            self._state = fresh
-            self.elapsed_steps = torch.zeros_like(self.elapsed_steps)
-        else:
-            mask = self._check_mask(mask)
-            self._state = torch.where(mask.unsqueeze(1), fresh, self._state)
-            self.elapsed_steps = self.elapsed_steps.masked_fill(mask, 0)
-        self._needs_reset = False
+        self._apply_reset(fresh, options.get("reset_mask"))
         return self._state.clone(), {}
-
-    @property
-    def state(self) -> torch.Tensor:
-        """``[N, 4]`` float32 ``(x, x_dot, theta, theta_dot)``; writable in place or assignable."""
-        return self._state
-
-    @state.setter
-    def state(self, value: torch.Tensor) -> None:
-        value = torch.as_tensor(value, dtype=torch.float32, device=self.device)
-        if tuple(value.shape) != (self.num_envs, 4):
-            raise ValueError(f"state must have shape ({self.num_envs}, 4), got {tuple(value.shape)}")
-        self._state = value.contiguous()
-
-    def _check_mask(self, mask: Any) -> torch.Tensor:
-        if self._needs_reset:
-            raise ResetNeededError("call reset() without reset_mask before resetting some rows")
-        mask = torch.as_tensor(mask, device=self.device)
-        if mask.dtype != torch.bool or tuple(mask.shape) != (self.num_envs,):
-            raise ResetMaskError(
-                f"reset_mask must be a bool tensor of shape ({self.num_envs},), got {mask.dtype} {tuple(mask.shape)}"
-            )
-        return mask
 
     # ------------------------------------------------------------------ step
     def step(
@@ -271,16 +214,3 @@ class CartPoleEnv(gymnasium.vector.VectorEnv):
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
         info = {"final_obs": new, "_final_obs": done} if self.expose_final_obs else {}
         return self._state.clone(), reward, terminated, truncated, info
-
-    def _raise_not_ready(self) -> None:
-        if self._closed:
-            raise ClosedEnvError("CartPoleEnv was closed; build a new one.")
-        raise ResetNeededError("call reset() before step()")
-
-    def close(self) -> None:
-        """Mark the env closed (it holds no external resources); later calls raise."""
-        self._closed = True
-        self._needs_reset = True
-
-    def __repr__(self) -> str:
-        return f"CartPoleEnv(num_envs={self.num_envs}, device={self.device})"

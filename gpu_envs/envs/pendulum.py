@@ -27,20 +27,18 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Any
 
-import gymnasium
 import numpy as np
 import torch
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
-from gpu_envs.errors import ClosedEnvError, ResetMaskError, ResetNeededError
+from gpu_envs.envs.base import BatchedTorchEnv
 
 __all__ = ["PendulumEnv"]
 
 
-class PendulumEnv(gymnasium.vector.VectorEnv):
+class PendulumEnv(BatchedTorchEnv):
     """``num_envs`` Pendulum-v1 systems stepped together as one ``[N, 2]`` float32 state.
 
     A gymnasium ``VectorEnv`` (so gymnasium and torchrl tooling accept it) that follows
@@ -72,13 +70,7 @@ class PendulumEnv(gymnasium.vector.VectorEnv):
         obs, rew, term, trunc, info = env.step(torch.zeros(8, 1))
     """
 
-    metadata: dict[str, Any] = {
-        "autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP,
-        "render_modes": [],
-    }
-    autoreset_mode = gymnasium.vector.AutoresetMode.SAME_STEP  # read by torchrl's GymWrapper
-    render_mode = None
-    supports_reset_mask = True
+    state_size = 2
 
     # gymnasium PendulumEnv constants
     max_speed = 8.0
@@ -99,15 +91,9 @@ class PendulumEnv(gymnasium.vector.VectorEnv):
         max_episode_steps: int = 200,
         seed: int | None = None,
     ) -> None:
-        if int(num_envs) < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        if int(max_episode_steps) < 1:
-            raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
-        self.num_envs = int(num_envs)
-        self.device = torch.device(device)
-        self.expose_final_obs = bool(expose_final_obs)
-        self.max_episode_steps = int(max_episode_steps)
-
+        super().__init__(
+            num_envs, device, expose_final_obs=expose_final_obs, max_episode_steps=max_episode_steps, seed=seed
+        )
         high = np.array([1.0, 1.0, self.max_speed], dtype=np.float32)
         self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)
         self.single_action_space = spaces.Box(low=-self.max_torque, high=self.max_torque, shape=(1,), dtype=np.float32)
@@ -115,13 +101,6 @@ class PendulumEnv(gymnasium.vector.VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
         n, dev, f32 = self.num_envs, self.device, torch.float32
-        self._state = torch.zeros(n, 2, dtype=f32, device=dev)
-        self.elapsed_steps = torch.zeros(n, dtype=torch.int64, device=dev)
-        self._generator = torch.Generator(device=dev)
-        if seed is None:
-            self._generator.seed()
-        else:
-            self._generator.manual_seed(int(seed))
         self._reset_buf = torch.empty(2, n, dtype=f32, device=dev)
         self._fresh_th, self._fresh_thdot = self._reset_buf  # contiguous row views
 
@@ -132,8 +111,6 @@ class PendulumEnv(gymnasium.vector.VectorEnv):
         self._one_step = torch.ones((), dtype=torch.int64, device=dev)
         self._zero_steps = torch.zeros((), dtype=torch.int64, device=dev)
         self._limit = torch.tensor(self.max_episode_steps, dtype=torch.int64, device=dev)
-        self._needs_reset = True
-        self._closed = False
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
@@ -144,11 +121,7 @@ class PendulumEnv(gymnasium.vector.VectorEnv):
         step count) and, like gymnasium, ``"x_init"``/``"y_init"``: the symmetric bounds
         of the uniform initial ``th``/``thdot`` for this reset (default ``pi``/``1``).
         """
-        if self._closed:
-            raise ClosedEnvError("PendulumEnv was closed; build a new one.")
-        if seed is not None:
-            self._generator.manual_seed(int(seed))
-        options = options or {}
+        options = self._begin_reset(seed, options)
         fresh = torch.stack(
             self._draw(
                 float(options.get("x_init", self.default_x_init)),
@@ -156,39 +129,9 @@ class PendulumEnv(gymnasium.vector.VectorEnv):
             ),
             1,
         )
-        mask = options.get("reset_mask")
-        if mask is None:
-            self._state = fresh
-            self.elapsed_steps = torch.zeros_like(self.elapsed_steps)
-        else:
-            mask = self._check_mask(mask)
-            self._state = torch.where(mask.unsqueeze(1), fresh, self._state)
-            self.elapsed_steps = self.elapsed_steps.masked_fill(mask, 0)
-        self._needs_reset = False
+        self._apply_reset(fresh, options.get("reset_mask"))
         th, thdot = self._state.unbind(1)
         return torch.stack((torch.cos(th), torch.sin(th), thdot), 1), {}
-
-    @property
-    def state(self) -> torch.Tensor:
-        """``[N, 2]`` float32 ``(th, thdot)``; writable in place or assignable."""
-        return self._state
-
-    @state.setter
-    def state(self, value: torch.Tensor) -> None:
-        value = torch.as_tensor(value, dtype=torch.float32, device=self.device)
-        if tuple(value.shape) != (self.num_envs, 2):
-            raise ValueError(f"state must have shape ({self.num_envs}, 2), got {tuple(value.shape)}")
-        self._state = value.contiguous()
-
-    def _check_mask(self, mask: Any) -> torch.Tensor:
-        if self._needs_reset:
-            raise ResetNeededError("call reset() without reset_mask before resetting some rows")
-        mask = torch.as_tensor(mask, device=self.device)
-        if mask.dtype != torch.bool or tuple(mask.shape) != (self.num_envs,):
-            raise ResetMaskError(
-                f"reset_mask must be a bool tensor of shape ({self.num_envs},), got {mask.dtype} {tuple(mask.shape)}"
-            )
-        return mask
 
     # ------------------------------------------------------------------ step
     def step(
@@ -246,16 +189,3 @@ class PendulumEnv(gymnasium.vector.VectorEnv):
         self._fresh_th.uniform_(-x, x, generator=self._generator)
         self._fresh_thdot.uniform_(-y, y, generator=self._generator)
         return self._fresh_th, self._fresh_thdot
-
-    def _raise_not_ready(self) -> None:
-        if self._closed:
-            raise ClosedEnvError("PendulumEnv was closed; build a new one.")
-        raise ResetNeededError("call reset() before step()")
-
-    def close(self) -> None:
-        """Mark the env closed (it holds no external resources); later calls raise."""
-        self._closed = True
-        self._needs_reset = True
-
-    def __repr__(self) -> str:
-        return f"PendulumEnv(num_envs={self.num_envs}, device={self.device})"

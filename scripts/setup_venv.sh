@@ -18,4 +18,9 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 target="$root"
 [ -n "$extras" ] && target="$root[$extras]"
 "${pip[@]}" install -c "$root/constraints-ci.txt" -e "$target"
+if [[ ",$extras," == *",jax,"* ]]; then
+    # gymnax's metadata caps gymnasium < 1.4 although the API we use works with 1.4:
+    # install it without its dependencies (jax and flax come from the jax extra).
+    "${pip[@]}" install -c "$root/constraints-ci.txt" --no-deps gymnax
+fi
 echo "$venv"

@@ -19,8 +19,10 @@ from typing import Any
 
 from gpu_envs.errors import UnknownBackendError
 
-# make(backend="auto") tries these in order: built-in torch envs first.
-MAKE_ORDER = ("torch", "gymnasium", "isaaclab")
+# make(backend="auto") tries these in order: built-in torch envs first; jax before gymnasium
+# because gymnasium's registry also lists its functional JAX envs (phys2d/...), which only
+# the jax backend steps exactly (it declines every other gymnasium id).
+MAKE_ORDER = ("torch", "jax", "gymnasium", "isaaclab")
 # wrap() asks these in order; the most specific detectors come first.
 WRAP_ORDER = ("isaaclab", "jax", "torch", "gymnasium")
 

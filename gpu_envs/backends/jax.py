@@ -1,0 +1,256 @@
+"""JAX envs on the learner's device: gymnasium's functional JAX envs and gymnax >= 1.0.
+
+Two families, one backend:
+
+* gymnasium's functional JAX vector envs -- ``gpu_envs.make("phys2d/CartPole-v1",
+  num_envs=N)`` (any gymnasium id whose vector entry point is a
+  ``FunctionalJaxVectorEnv``: ``phys2d/CartPole-v1``, ``phys2d/Pendulum-v0``...), or
+  ``gpu_envs.wrap(gym.make_vec("phys2d/CartPole-v1", num_envs=N))``;
+* gymnax environments -- ``gpu_envs.make("gymnax/Breakout-MinAtar", num_envs=N)`` (a
+  bare gymnax id works too when gymnasium has no env of that name), or
+  ``gpu_envs.wrap(gymnax.make("CartPole-v1"), num_envs=N)`` (the ``(env, params)``
+  pair, or the env alone; gymnax's pure-RL wrappers such as ``LogWrapper`` included).
+  ``env_params=`` overrides the params (an ``EnvParams`` or a dict of field overrides).
+
+Why a core per family instead of wrapping their vector env: gymnasium's
+``FunctionalJaxVectorEnv`` resets NEXT_STEP style (a fake transition with a non-zero
+reward after every episode end) and syncs the host to find the rows to reset; gymnax's
+``step`` is already same-step. :mod:`gpu_envs.backends.jax_cores` writes each family's
+step as one pure, vmapped function with same-step reset -- the true final observation on
+ended rows, the post-reset one as the next root, no fake or lost step -- and this backend
+jit-compiles it once (``step`` and ``reset`` are one XLA call each). The modules:
+this one (detection, ``make``/``wrap``, the registry entry), ``jax_cores`` (the pure
+step functions), ``jax_backend`` (jit, carry, devices, specs), ``jax_pack`` (outputs
+to torch in a few DLPack crossings).
+
+No host copies, no syncs. The action tensor goes to the jitted step as is: on CUDA
+through DLPack (same memory), on the CPU as a numpy view that JAX's C++ argument path
+aliases (cheaper per call than DLPack there); a Discrete action's int64 is first narrowed
+to int32 on its device unless ``jax_enable_x64``. The step's outputs (observations,
+final observations, reward, flags, info) are packed inside the jitted step into one
+fresh flat buffer per dtype (:mod:`gpu_envs.backends.jax_pack`), which cross to torch
+without a copy (DLPack; on the CPU through a numpy view of the buffer, cheaper per
+call) and are split into views there. Nothing on the torch side reads a value. JAX
+dispatches asynchronously; on CUDA DLPack makes torch's stream wait for JAX's (on the
+CPU, reading a JAX output waits for the computation, as any CPU computation does). No
+buffer is donated: every step returns a fresh one, so a transition kept from step k
+never changes at step k + 1. JAX runs on the JAX device matching ``device`` (``cuda:i``
+-> JAX GPU ``i``); when JAX has no such device (CPU-only jaxlib, CUDA learner) the
+backend refuses rather than copy through the host. Unless you set it yourself, gpu_envs
+sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` before it first imports JAX, so that JAX
+does not reserve 75% of the GPU next to a torch learner.
+
+Seeding: ``reset(seed=s)`` gives row ``i`` the key chain ``fold_in(PRNGKey(s), i)``; it
+then evolves as the family's single-env wrapper evolves its key, so row ``i`` equals a
+single env stepped and reset by hand with that key, whatever ``N`` is. Partial resets
+(``"_reset"`` masks) are supported.
+
+Example::
+
+    env = gpu_envs.make("phys2d/CartPole-v1", num_envs=4096, device="cpu", seed=0)
+    env = gpu_envs.wrap(gymnax.make("Pendulum-v1"), num_envs=64, seed=0)
+    traj = env.rollout(100)
+
+Detection never imports JAX: ``wrap`` looks at class and module names.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from gpu_envs.backends.base import Backend
+from gpu_envs.backends.jax_backend import JaxBackend, prepare_jax
+from gpu_envs.errors import InvalidArgumentError, NotAnEnvError
+
+__all__ = ["GYMNAX_PREFIX", "PLUGIN", "JaxBackend", "JaxPlugin", "is_functional_jax_id", "looks_like_jax_env", "wrap_jax"]
+
+GYMNAX_PREFIX = "gymnax/"
+_FUNC_VECTOR = ("gymnasium.envs.functional_jax_env", "FunctionalJaxVectorEnv")
+_FUNC_SINGLE = ("gymnasium.envs.functional_jax_env", "FunctionalJaxEnv")
+_GYMNAX_ENV = ("gymnax.environments.environment", "Environment")
+_GYMNAX_PURERL = ("gymnax.wrappers.purerl", "GymnaxWrapper")
+_GYMNAX_GYM = ("gymnax.wrappers.gym", "GymnaxToGymWrapper")
+_GYMNAX_GYM_VECTOR = ("gymnax.wrappers.gym", "GymnaxToVectorGymWrapper")
+
+
+# --------------------------------------------------------------- detection (no jax import)
+def _has_class(obj: Any, target: tuple[str, str]) -> bool:
+    return any((c.__module__, c.__qualname__) == target for c in type(obj).__mro__)
+
+
+def _is_gymnax_env(obj: Any) -> bool:
+    return _has_class(obj, _GYMNAX_ENV) or _has_class(obj, _GYMNAX_PURERL)
+
+
+def _is_gymnax_pair(obj: Any) -> bool:
+    return isinstance(obj, tuple) and len(obj) == 2 and _is_gymnax_env(obj[0])
+
+
+def _unwrapped(obj: Any) -> Any:
+    try:
+        return getattr(obj, "unwrapped", obj)
+    except Exception:  # a broken wrapper property must not break detection
+        return obj
+
+
+def looks_like_jax_env(obj: Any) -> bool:
+    """True for the objects this backend wraps (or refuses with a specific fix)."""
+    if _is_gymnax_env(obj) or _is_gymnax_pair(obj):
+        return True
+    if _has_class(obj, _GYMNAX_GYM) or _has_class(obj, _GYMNAX_GYM_VECTOR):
+        return True
+    inner = _unwrapped(obj)
+    return _has_class(inner, _FUNC_VECTOR) or _has_class(inner, _FUNC_SINGLE)
+
+
+def is_functional_jax_id(env_id: str) -> bool:
+    """True for gymnasium ids whose vector env is a ``FunctionalJaxVectorEnv`` (``phys2d/...``).
+
+    Only this backend steps them exactly; other backends should decline these ids. Loading
+    the entry point imports jax; without jax the answer is False.
+    """
+    import gymnasium as gym
+
+    spec = gym.registry.get(env_id)
+    entry = getattr(spec, "vector_entry_point", None)
+    if entry is None:
+        return False
+    if isinstance(entry, str):
+        from gymnasium.envs.registration import load_env_creator
+
+        prepare_jax()  # loading a functional JAX entry point imports jax
+        try:
+            entry = load_env_creator(entry)
+        except Exception:  # jax missing, or a module that cannot import: not ours to make
+            return False
+    return isinstance(entry, type) and any((c.__module__, c.__qualname__) == _FUNC_VECTOR for c in entry.__mro__)
+
+
+# ------------------------------------------------------------------------- builders
+def _gymnax_params(env: Any, params: Any, overrides: Any) -> Any:
+    params = env.default_params if params is None else params
+    if overrides is None:
+        return params
+    if isinstance(overrides, Mapping):
+        try:
+            return params.replace(**overrides)
+        except (TypeError, ValueError) as err:
+            raise InvalidArgumentError(
+                f"env_params={dict(overrides)!r} does not fit {type(params).__name__}: {err}. "
+                f"Its fields are those of {params!r}."
+            ) from None
+    return overrides
+
+
+def _check_num_envs(num_envs: Any) -> int:
+    if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
+        raise InvalidArgumentError(
+            f"num_envs must be an int >= 1, got {num_envs!r}: gymnax envs are single envs, "
+            "tell gpu_envs how many to batch, e.g. gpu_envs.wrap(gymnax.make('CartPole-v1'), num_envs=64)."
+        )
+    return num_envs
+
+
+def wrap_jax(obj: Any, device: torch.device | None = None, *, num_envs: Any = None, env_params: Any = None, **kwargs: Any) -> JaxBackend:
+    """Build the backend for a detected JAX env object (see the module docstring)."""
+    prepare_jax()
+    from gpu_envs.backends.jax_cores import FuncEnvCore, GymnaxCore
+
+    if _is_gymnax_pair(obj):
+        env, params = obj
+        core = GymnaxCore(env, _gymnax_params(env, params, env_params), _check_num_envs(num_envs if num_envs is not None else 1))
+        return JaxBackend(core, device, **kwargs)
+    if _is_gymnax_env(obj):
+        core = GymnaxCore(obj, _gymnax_params(obj, None, env_params), _check_num_envs(num_envs if num_envs is not None else 1))
+        return JaxBackend(core, device, **kwargs)
+    if _has_class(obj, _GYMNAX_GYM) or _has_class(obj, _GYMNAX_GYM_VECTOR):
+        raise NotAnEnvError(
+            f"{type(obj).__name__} hides gymnax's functional API behind a gymnasium interface that gpu_envs would "
+            "have to drive one host call at a time. Wrap the gymnax env itself: "
+            "gpu_envs.wrap((env, env_params), num_envs=N), e.g. gpu_envs.wrap(gymnax.make('CartPole-v1'), num_envs=N)."
+        )
+    inner = _unwrapped(obj)
+    if _has_class(inner, _FUNC_SINGLE) and not _has_class(inner, _FUNC_VECTOR):
+        raise NotAnEnvError(
+            f"{type(inner).__name__} is a single functional JAX env. Build the vector one: "
+            'gpu_envs.make("<id>", num_envs=N) or gpu_envs.wrap(gymnasium.make_vec("<id>", num_envs=N)).'
+        )
+    if inner is not obj:
+        raise NotAnEnvError(
+            f"{type(obj).__name__} wraps a {type(inner).__name__}; gpu_envs drives the functional JAX env itself "
+            "and would silently skip the wrapper's logic. Wrap env.unwrapped and apply the wrapper's job as a "
+            "gpu_envs/TensorDict transform instead."
+        )
+    if num_envs is not None and num_envs != inner.num_envs:
+        raise InvalidArgumentError(f"num_envs={num_envs} does not match the vector env's num_envs={inner.num_envs}.")
+    if env_params is not None:
+        raise InvalidArgumentError("env_params applies to gymnax envs; pass gymnasium env kwargs to gymnasium.make_vec instead.")
+    return JaxBackend(FuncEnvCore(inner), device, **kwargs)
+
+
+class JaxPlugin:
+    """Registry entry: ``make`` for functional-JAX gymnasium ids and gymnax ids, ``wrap`` for JAX env objects."""
+
+    name = "jax"
+
+    def available(self) -> bool:
+        return importlib.util.find_spec("jax") is not None
+
+    @staticmethod
+    def _gymnax_ids() -> list[str]:
+        if importlib.util.find_spec("gymnax") is None:
+            return []
+        prepare_jax()
+        import gymnax
+
+        return list(gymnax.registered_envs)
+
+    def env_ids(self) -> list[str]:
+        import gymnasium as gym
+
+        ids = [i for i, spec in gym.registry.items() if spec.vector_entry_point is not None and is_functional_jax_id(i)]
+        return sorted(ids) + [GYMNAX_PREFIX + i for i in self._gymnax_ids()]
+
+    def can_make(self, env_id: str) -> bool:
+        import gymnasium as gym
+
+        if env_id.startswith(GYMNAX_PREFIX):
+            return env_id[len(GYMNAX_PREFIX) :] in self._gymnax_ids()
+        if env_id in gym.registry:
+            return is_functional_jax_id(env_id)
+        return env_id in self._gymnax_ids()
+
+    def make(self, env_id: str, num_envs: int, device: torch.device, **kwargs: Any) -> Backend:
+        prepare_jax()
+        backend_kw = {k: kwargs.pop(k) for k in ("seed", "expose_info") if k in kwargs}
+        gymnax_id = env_id[len(GYMNAX_PREFIX) :] if env_id.startswith(GYMNAX_PREFIX) else None
+        if gymnax_id is None and not is_functional_jax_id(env_id):
+            gymnax_id = env_id
+        if gymnax_id is not None:
+            import gymnax
+
+            env_params = kwargs.pop("env_params", None)
+            env, params = gymnax.make(gymnax_id, **kwargs)
+            return wrap_jax((env, params), device, num_envs=num_envs, env_params=env_params, **backend_kw)
+        import gymnasium as gym
+
+        with warnings.catch_warnings():
+            # gymnasium warns that phys2d/Pendulum-v0's vector env lacks autoreset metadata; this
+            # backend never uses that env's own reset logic (see FuncEnvCore), so the warning is moot.
+            warnings.filterwarnings("ignore", message=".*missing AutoresetMode metadata.*")
+            vector_env = gym.make_vec(env_id, num_envs=num_envs, **kwargs)
+        return wrap_jax(vector_env, device, **backend_kw)
+
+    def detect(self, obj: Any) -> bool:
+        return looks_like_jax_env(obj)
+
+    def wrap(self, obj: Any, device: torch.device | None, **kwargs: Any) -> Backend:
+        return wrap_jax(obj, device, **kwargs)
+
+
+PLUGIN = JaxPlugin()

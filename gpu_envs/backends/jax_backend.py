@@ -1,0 +1,280 @@
+"""``JaxBackend``: one jitted XLA call per step, outputs back to torch in a few DLPack crossings.
+
+The backend half of :mod:`gpu_envs.backends.jax` (read that module for what is wrapped
+and why): it takes a *core* from :mod:`gpu_envs.backends.jax_cores`, derives the specs
+from the env's spaces, checks the observation structure once by tracing (no
+compilation), jit-compiles ``init`` / ``reset`` / ``step`` and keeps the carry (per-row
+keys, env state) on the JAX device matching the torch device. ``step`` hands the action
+to JAX without a host copy (:func:`gpu_envs.arrays.jax_argument`) and gets every output
+back as views of a few packed buffers, one per dtype (:mod:`gpu_envs.backends.jax_pack`).
+
+JAX is imported lazily, when a backend is built.
+
+Example::
+
+    from gpu_envs.backends.jax_cores import GymnaxCore
+    backend = JaxBackend(GymnaxCore(env, params, num_envs=64), torch.device("cpu"), seed=0)
+    raw = backend.step(torch.zeros(64, dtype=torch.int64))   # after backend.reset()
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from gpu_envs.arrays import from_torch, jax_argument, jax_dtype_for, jax_reader
+from gpu_envs.backends.base import Backend, ObsDict, RawStep
+from gpu_envs.backends.jax_pack import PackedLayout
+from gpu_envs.backends.torch import observation_spec_from_space
+from gpu_envs.errors import DeviceMismatchError, ObservationError
+from gpu_envs.specs import Binary, Box, Composite, numpy_dtype, spec_from_gym, torch_dtype
+
+
+def prepare_jax() -> None:
+    """Before gpu_envs first imports JAX: don't let it grab 75% of the GPU torch also needs.
+
+    JAX preallocates most of a GPU's memory at its first GPU use; next to a torch learner
+    that starves one of the two. ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (only if the user
+    set nothing, and only if JAX is not imported yet) makes JAX allocate on demand.
+    """
+    if "jax" not in sys.modules:
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def _jax_device(device: torch.device) -> Any:
+    """The JAX device holding the same memory as torch ``device``."""
+    import jax
+
+    if device.type == "cpu":
+        return jax.devices("cpu")[0]
+    if device.type == "cuda":
+        index = device.index if device.index is not None else (torch.cuda.current_device() if torch.cuda.is_available() else 0)
+        try:
+            gpus = jax.devices("gpu")
+        except RuntimeError:
+            gpus = []
+        if index < len(gpus):
+            return gpus[index]
+        raise DeviceMismatchError(
+            f"device={device} was requested but JAX sees no GPU {index} (its devices: {jax.devices()}). "
+            'Install a CUDA jaxlib (pip install "jax[cuda12]") or pass device="cpu"; gpu_envs does not '
+            "copy JAX data through the host behind your back."
+        )
+    raise DeviceMismatchError(f"the JAX backend runs on cpu or cuda devices, not {device}.")
+
+
+def _torch_device_of(jax_device: Any) -> torch.device:
+    if jax_device.platform == "cpu":
+        return torch.device("cpu")
+    hardware_id = getattr(jax_device, "local_hardware_id", None)
+    return torch.device("cuda", int(jax_device.id if hardware_id is None else hardware_id))
+
+
+def _flatten(tree: Any, default_key: str = "observation") -> dict:
+    """A JAX observation pytree -> flat dict keyed like gpu_envs specs (str / tuple keys)."""
+    if not isinstance(tree, (Mapping, tuple, list)):
+        return {default_key: tree}
+    flat: dict = {}
+
+    def visit(prefix: tuple, node: Any) -> None:
+        items = node.items() if isinstance(node, Mapping) else ((str(i), v) for i, v in enumerate(node))
+        for name, value in items:
+            key = prefix + (name,)
+            if isinstance(value, (Mapping, tuple, list)):
+                visit(key, value)
+            else:
+                flat[key[0] if len(key) == 1 else key] = value
+
+    visit((), tree)
+    return flat
+
+
+def _leaf_spec(shape: tuple, dtype: Any, device: torch.device) -> Any:
+    dt = torch_dtype(np.dtype(dtype))
+    if dt == torch.bool:
+        return Binary(tuple(shape), device=device)
+    return Box(-float("inf"), float("inf"), tuple(shape), dt, device)
+
+
+class JaxBackend(Backend):
+    """Same-step backend over a JAX core (see :mod:`gpu_envs.backends.jax_cores`).
+
+    Args:
+        core: a ``FuncEnvCore`` or ``GymnaxCore``.
+        device: torch device; JAX runs on the matching JAX device. ``None``: JAX's default.
+        seed: seed of the first reset when ``reset`` gets none (random otherwise).
+        expose_info: pass numeric per-env info entries (gymnax ``"discount"``,
+            LogWrapper's episode stats...) under ``("next", key)``.
+    """
+
+    name = "jax"
+
+    def __init__(self, core: Any, device: torch.device | str | None = None, *, seed: int | None = None, expose_info: bool = True) -> None:
+        prepare_jax()
+        import jax
+
+        from gpu_envs.backends.jax_cores import row_keys
+
+        self.core = core
+        self.num_envs = core.num_envs
+        if device is None:
+            self._jax_device = jax.devices()[0]
+            self.device = _torch_device_of(self._jax_device)
+        else:
+            self.device = torch.device(device)
+            self._jax_device = _jax_device(self.device)
+        self.observation_spec = observation_spec_from_space(core.single_observation_space, self.device)
+        self.action_spec = spec_from_gym(core.single_action_space, device=self.device)
+        self.supports_partial_reset = True
+        self._obs_keys = list(self.observation_spec.keys(include_nested=True, leaves_only=True))
+        self._default_seed = seed
+        self._read = jax_reader(self.device)
+        self._carry = None
+        self._all_rows = None
+        self._check_structure(expose_info)
+
+        self._seed_keys = jax.jit(lambda seed: row_keys(seed, self.num_envs))
+        self._init = jax.jit(lambda keys: self._pack_obs(*core.init(keys)))
+        self._reset = jax.jit(lambda carry, keys, mask: self._pack_obs(*core.reset(carry, keys, mask)))
+        self._step = jax.jit(self._step_impl)
+
+    # ------------------------------------------------------------ structure, once
+    def _check_structure(self, expose_info: bool) -> None:
+        """Trace (not compile) one init and step to check observations and find info entries."""
+        import jax
+        import jax.numpy as jnp
+
+        from gpu_envs.backends.jax_cores import row_keys
+
+        keys = jax.eval_shape(lambda: row_keys(0, self.num_envs))
+        carry, obs = jax.eval_shape(self.core.init, keys)
+        action = jax.ShapeDtypeStruct((self.num_envs, *self.action_spec.shape), self._jax_action_dtype())
+        _, out = jax.eval_shape(self.core.step, carry, action)
+        self._obs_dtypes = {}
+        for where, tree in (("observation", obs), ("final observation", out.obs), ("final observation", out.final_obs)):
+            flat = _flatten(tree)
+            if sorted(map(str, flat)) != sorted(map(str, self._obs_keys)):
+                raise ObservationError(
+                    f"{self.describe()} returns an {where} with keys {sorted(map(str, flat))} but its observation "
+                    f"space declares {sorted(map(str, self._obs_keys))}. Fix the env's observation_space."
+                )
+            for key, leaf in flat.items():
+                spec = self.observation_spec[key]
+                if tuple(leaf.shape) != (self.num_envs, *spec.shape):
+                    raise ObservationError(
+                        f"{self.describe()} returns {where} {key!r} of per-env shape {tuple(leaf.shape[1:])} but its "
+                        f"observation space says {tuple(spec.shape)}. Fix the env's observation_space."
+                    )
+                self._obs_dtypes[key] = jnp.dtype(numpy_dtype(spec.dtype))
+        self._info_keys = []
+        info_specs = {}
+        if expose_info:
+            for key, leaf in _flatten(out.info, "info").items():
+                if len(leaf.shape) >= 1 and leaf.shape[0] == self.num_envs and np.dtype(leaf.dtype).kind in "biuf":
+                    self._info_keys.append(key)
+                    info_specs[key] = _leaf_spec(leaf.shape[1:], leaf.dtype, self.device)
+        self.info_spec = Composite(_nest(info_specs), device=self.device)
+        _, leaves = jax.eval_shape(self._leaves_impl, carry, action)
+        self._layout = PackedLayout(leaves)
+
+    def _jax_action_dtype(self) -> Any:
+        return np.dtype(numpy_dtype(jax_dtype_for(self.action_spec.dtype)))
+
+    # ------------------------------------------------------------- traced bodies
+    def _obs_leaves(self, tree: Any) -> list:
+        flat = _flatten(tree)
+        return [flat[k].astype(self._obs_dtypes[k]) for k in self._obs_keys]
+
+    def _pack_obs(self, carry: Any, obs: Any) -> tuple:
+        return carry, tuple(self._obs_leaves(obs))
+
+    def _step_impl(self, carry: Any, action: Any) -> tuple:
+        carry, leaves = self._leaves_impl(carry, action)
+        return carry, self._layout.pack(leaves)
+
+    def _leaves_impl(self, carry: Any, action: Any) -> tuple:
+        import jax.numpy as jnp
+
+        carry, out = self.core.step(carry, action)
+        info = _flatten(out.info, "info")
+        leaves = (
+            *self._obs_leaves(out.obs),
+            *self._obs_leaves(out.final_obs),
+            jnp.asarray(out.reward, jnp.float32),
+            jnp.asarray(out.terminated, bool),
+            jnp.asarray(out.truncated, bool),
+            *(info[k] for k in self._info_keys),
+        )
+        return carry, leaves
+
+    # ----------------------------------------------------------------- host side
+    def _keys_for(self, seed: int | None) -> Any:
+        import jax
+
+        if seed is None:
+            if self._carry is not None:
+                return self._carry[0]
+            seed = self._default_seed
+            if seed is None:
+                seed = int(np.random.default_rng().integers(2**32))
+        seed_array = jax.device_put(np.uint32(int(seed) % 2**32), self._jax_device)
+        return self._seed_keys(seed_array)
+
+    def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
+        import jax
+
+        keys = self._keys_for(seed)
+        if self._carry is None:
+            self._carry, obs = self._init(keys)
+            if mask is not None:
+                return self._to_obs(obs)
+        elif mask is None:
+            if self._all_rows is None:
+                self._all_rows = jax.device_put(np.ones(self.num_envs, bool), self._jax_device)
+            self._carry, obs = self._reset(self._carry, keys, self._all_rows)
+        else:
+            self._carry, obs = self._reset(self._carry, keys, from_torch(mask.reshape(self.num_envs), "jax"))
+        return self._to_obs(obs)
+
+    def step(self, action: torch.Tensor) -> RawStep:
+        self._carry, packed = self._step(self._carry, jax_argument(action))
+        read = self._read
+        t = self._layout.unpack([read(buffer) for buffer in packed])
+        k = len(self._obs_keys)
+        keys = self._obs_keys
+        return RawStep(
+            obs=dict(zip(keys, t[:k], strict=True)),
+            reward=t[2 * k],
+            terminated=t[2 * k + 1],
+            truncated=t[2 * k + 2],
+            final_obs=dict(zip(keys, t[k : 2 * k], strict=True)),
+            info=dict(zip(self._info_keys, t[2 * k + 3 :], strict=True)),
+        )
+
+    def _to_obs(self, leaves: tuple) -> ObsDict:
+        return {key: self._read(x) for key, x in zip(self._obs_keys, leaves, strict=True)}
+
+    def describe(self) -> str:
+        return f"jax({type(self.core.env).__name__})"
+
+    def close(self) -> None:
+        close = getattr(self.core.env, "close", None)  # gymnasium's vector env: its render state
+        if callable(close):
+            close()
+        self._carry = None
+
+
+def _nest(flat: dict) -> dict:
+    nested: dict = {}
+    for key, value in flat.items():
+        parts = key if isinstance(key, tuple) else (key,)
+        node = nested
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return nested

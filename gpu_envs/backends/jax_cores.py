@@ -1,0 +1,186 @@
+"""Pure, batched JAX step/reset functions with same-step auto-reset, one per env family.
+
+A *core* turns one family of functional JAX envs into three pure functions over a
+``carry`` pytree (per-row PRNG keys, env state, ...) that the JAX backend jit-compiles
+once and calls once per ``step`` / ``reset``:
+
+* ``init(keys) -> (carry, obs)``: reset every row from the per-row keys ``[N, 2]``;
+* ``reset(carry, keys, mask) -> (carry, obs)``: reset rows where ``mask`` ``[N]``,
+  restarting their key chain from ``keys``; other rows keep state and observation;
+* ``step(carry, action) -> (carry, Out)``: step every row; rows that end are reset in
+  the same call (``Out.obs`` post-reset there, ``Out.final_obs`` the true final one).
+
+Every row owns a key chain that evolves exactly as the family's single-env wrapper
+evolves its one key, so row ``i`` of a batch equals a single env stepped and reset by
+hand with the same keys -- the sequential oracle of the tests -- and does not depend on
+``N``. Everything is ``jnp.where``: no data-dependent shapes, nothing leaves the device.
+
+This module imports JAX at import time; :mod:`gpu_envs.backends.jax` imports it lazily.
+
+Example::
+
+    core = FuncEnvCore(gym.make_vec("phys2d/CartPole-v1", num_envs=8))
+    carry, obs = jax.jit(core.init)(row_keys(0, 8))
+    carry, out = jax.jit(core.step)(carry, jnp.zeros(8, jnp.int32))
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+_INFO_RESERVED = ("final_observation", "terminated", "truncated")
+
+
+class Out(NamedTuple):
+    """What one batched step returns (all leaves ``[N, ...]``)."""
+
+    obs: Any
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: Any
+    info: dict
+
+
+def row_keys(seed: Any, num_envs: int) -> jax.Array:
+    """Per-row keys ``[N, 2]``: ``fold_in(PRNGKey(seed), i)`` for row ``i`` (independent of ``N``)."""
+    base = jax.random.PRNGKey(seed)
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_envs, dtype=jnp.uint32))
+
+
+def select(mask: jax.Array, a: Any, b: Any) -> Any:
+    """``where(mask, a, b)`` leaf by leaf, ``mask`` ``[N]`` broadcast over trailing dims."""
+
+    def pick(x, y):
+        return jnp.where(mask.reshape(mask.shape + (1,) * (jnp.ndim(x) - 1)), x, y)
+
+    return jax.tree.map(pick, a, b)
+
+
+def _split_rows(keys: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Split every row's key once: ``(first, second)`` halves, each ``[N, 2]``."""
+    pairs = jax.vmap(jax.random.split)(keys)
+    return pairs[:, 0], pairs[:, 1]
+
+
+class FuncEnvCore:
+    """gymnasium's functional JAX envs (``FunctionalJaxVectorEnv``: ``phys2d/CartPole-v1``...).
+
+    gymnasium's vector env resets in NEXT_STEP style: the step after an episode ends
+    returns the reset observation with a reward computed from stepping the terminal
+    state (not zeroed) and ``terminated = truncated = False``, i.e. a fake transition,
+    and it finds the rows to reset with ``jnp.any`` / ``jnp.where(...)[0]`` (a host
+    round-trip and a shape that changes every step). This core does not wrap that
+    ``step``: it drives the env's functional pieces (``initial``, ``transition``,
+    ``reward``, ``terminal``, ``observation``, already vmapped by the vector env) itself,
+    with the single ``FunctionalJaxEnv``'s key discipline per row -- ``rng, key =
+    split(key)`` once per reset and once per step, that ``rng`` feeding every function
+    of the call -- and a time limit counted like the vector env's (``steps >= limit``
+    truncates, reset to 0 on reset). So no step is lost, none is fake, and the reward is
+    the true one of the step that ended the episode.
+    """
+
+    def __init__(self, vector_env: Any) -> None:
+        self.env = vector_env
+        self.func = vector_env.func_env  # methods already vmapped by FunctionalJaxVectorEnv.__init__
+        self.num_envs = int(vector_env.num_envs)
+        self.time_limit = int(getattr(vector_env, "time_limit", 0) or 0)
+        self.single_observation_space = vector_env.single_observation_space
+        self.single_action_space = vector_env.single_action_space
+
+    def _fresh(self, keys: jax.Array) -> tuple[jax.Array, Any, Any]:
+        rng, keys = _split_rows(keys)
+        state = self.func.initial(rng)
+        return keys, state, self.func.observation(state, rng)
+
+    def init(self, keys: jax.Array) -> tuple[tuple, Any]:
+        keys, state, obs = self._fresh(keys)
+        steps = jnp.zeros(self.num_envs, jnp.int32)
+        return (keys, state, steps, obs), obs
+
+    def reset(self, carry: tuple, keys: jax.Array, mask: jax.Array) -> tuple[tuple, Any]:
+        new_keys, new_state, new_obs = self._fresh(keys)
+        old_keys, old_state, steps, old_obs = carry
+        obs = select(mask, new_obs, old_obs)
+        carry = (
+            select(mask, new_keys, old_keys),
+            select(mask, new_state, old_state),
+            jnp.where(mask, 0, steps),
+            obs,
+        )
+        return carry, obs
+
+    def step(self, carry: tuple, action: Any) -> tuple[tuple, Out]:
+        keys, state, steps, _ = carry
+        rng, keys = _split_rows(keys)
+        f = self.func
+        next_state = f.transition(state, action, rng)
+        reward = f.reward(state, action, next_state, rng)
+        terminated = jnp.broadcast_to(jnp.asarray(f.terminal(next_state, rng), bool), (self.num_envs,))
+        final_obs = f.observation(next_state, rng)
+        steps = steps + 1
+        limit = self.time_limit if self.time_limit > 0 else jnp.iinfo(jnp.int32).max  # 0: no time limit
+        truncated = steps >= limit
+        done = terminated | truncated
+        reset_keys, reset_state, reset_obs = self._fresh(keys)
+        obs = select(done, reset_obs, final_obs)
+        carry = (
+            select(done, reset_keys, keys),
+            select(done, reset_state, next_state),
+            jnp.where(done, 0, steps),
+            obs,
+        )
+        return carry, Out(obs, reward, terminated, truncated, final_obs, {})
+
+
+class GymnaxCore:
+    """gymnax >= 1.0 environments (and gymnax's pure-RL wrappers: LogWrapper, ...).
+
+    gymnax's own ``step(key, state, action, params)`` is already same-step: it splits
+    ``key`` into a step key and a reset key, selects the reset state and observation on
+    rows that are ``terminated | truncated`` and returns the pre-reset observation in
+    ``info["final_observation"]`` (also ``info["terminated"]`` / ``["truncated"]``). So
+    the core vmaps that ``step`` (params broadcast) and reads the final observation from
+    the info; the remaining numeric info entries (``"discount"``, LogWrapper's episode
+    returns...) are passed on. Keys follow ``GymnaxToGymWrapper``: ``key, sub =
+    split(key)`` once per reset and per step.
+    """
+
+    def __init__(self, env: Any, params: Any, num_envs: int) -> None:
+        from gymnax.environments.spaces import gymnax_space_to_gym_space
+
+        self.env = env
+        self.params = env.default_params if params is None else params
+        self.num_envs = int(num_envs)
+        self.single_observation_space = gymnax_space_to_gym_space(env.observation_space(self.params))
+        self.single_action_space = gymnax_space_to_gym_space(env.action_space(self.params))
+        self._reset = jax.vmap(env.reset, in_axes=(0, None))
+        self._step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def _fresh(self, keys: jax.Array) -> tuple[jax.Array, Any, Any]:
+        keys, sub = _split_rows(keys)
+        obs, state = self._reset(sub, self.params)
+        return keys, state, obs
+
+    def init(self, keys: jax.Array) -> tuple[tuple, Any]:
+        keys, state, obs = self._fresh(keys)
+        return (keys, state, obs), obs
+
+    def reset(self, carry: tuple, keys: jax.Array, mask: jax.Array) -> tuple[tuple, Any]:
+        new_keys, new_state, new_obs = self._fresh(keys)
+        old_keys, old_state, old_obs = carry
+        obs = select(mask, new_obs, old_obs)
+        return (select(mask, new_keys, old_keys), select(mask, new_state, old_state), obs), obs
+
+    def step(self, carry: tuple, action: Any) -> tuple[tuple, Out]:
+        keys, state, _ = carry
+        keys, sub = _split_rows(keys)
+        obs, state, reward, terminated, truncated, info = self._step(sub, state, action, self.params)
+        info = dict(info)
+        final_obs = info.pop("final_observation")
+        extra = {k: v for k, v in info.items() if k not in _INFO_RESERVED}
+        out = Out(obs, reward, jnp.asarray(terminated, bool), jnp.asarray(truncated, bool), final_obs, extra)
+        return (keys, state, obs), out

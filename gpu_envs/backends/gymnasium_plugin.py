@@ -53,10 +53,17 @@ class GymnasiumPlugin:
         return sorted(gym.registry.keys())
 
     def can_make(self, env_id: str) -> bool:
-        """Ids in gymnasium's registry, except Isaac Lab tasks (the isaaclab backend's)."""
-        from gpu_envs.backends.isaaclab import is_isaaclab_spec
+        """Ids in gymnasium's registry, except Isaac Lab tasks and functional JAX envs.
 
-        return env_id in gym.registry and not is_isaaclab_spec(gym.registry[env_id])
+        Those belong to the isaaclab and jax backends: stepped as plain gymnasium envs,
+        their transitions would be wrong (or they would not build at all).
+        """
+        from gpu_envs.backends.isaaclab import is_isaaclab_spec
+        from gpu_envs.backends.jax import is_functional_jax_id
+
+        if env_id not in gym.registry or is_functional_jax_id(env_id):
+            return False
+        return not is_isaaclab_spec(gym.registry[env_id])
 
     def make(
         self,

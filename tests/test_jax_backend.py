@@ -403,3 +403,12 @@ def test_gymnasium_backend_declines_functional_jax_ids():
     assert not get_plugin("gymnasium").can_make("phys2d/CartPole-v1")
     with pytest.raises(gpu_envs.UnknownEnvError):
         gpu_envs.make("phys2d/CartPole-v1", backend="gymnasium")
+
+
+def test_unimportable_gymnax_is_not_offered(monkeypatch):
+    from gpu_envs.registry import get_plugin
+
+    monkeypatch.setitem(sys.modules, "gymnax", None)  # `import gymnax` now raises ImportError
+    with pytest.warns(UserWarning, match="gymnax is installed but cannot be imported"):
+        ids = get_plugin("jax").env_ids()
+    assert ids and not any(i.startswith("gymnax/") for i in ids)

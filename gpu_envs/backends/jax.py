@@ -206,8 +206,11 @@ class JaxPlugin:
         if importlib.util.find_spec("gymnax") is None:
             return []
         prepare_jax()
-        import gymnax
-
+        try:
+            import gymnax
+        except ImportError as err:  # installed without a dependency it imports: unusable
+            warnings.warn(f"gymnax is installed but cannot be imported ({err}); its envs are not offered.", stacklevel=2)
+            return []
         return list(gymnax.registered_envs)
 
     def env_ids(self) -> list[str]:

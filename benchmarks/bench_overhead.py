@@ -28,7 +28,7 @@ if __package__ in (None, ""):  # run as a script: our benchmarks package, not to
 import torch
 
 import gpu_envs
-from benchmarks.timing import format_table, interleave, save_json
+from benchmarks.timing import bench_result, format_table, interleave, save_json
 from gpu_envs.envs import CartPoleEnv
 
 
@@ -94,11 +94,7 @@ def measure(sizes: list[int], steps: int, rounds: int, device: torch.device, war
 
 
 def _result(rows: list[dict], device: torch.device) -> dict:
-    return {
-        "title": f"bench_overhead: plain torch CartPole (no final obs) on {device}, 1 thread",
-        "rows": rows,
-        "columns": [c for c in COLUMNS if any(c[0] in r for r in rows)],
-    }
+    return bench_result(f"bench_overhead: plain torch CartPole (no final obs) on {device}, 1 thread", rows, COLUMNS)
 
 
 def run(quick: bool = False) -> dict:

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 import gpu_envs
-from benchmarks.timing import format_table, interleave, save_json
+from benchmarks.timing import bench_result, format_table, interleave, save_json
 from gpu_envs.rollout import collect
 
 COLUMNS = [
@@ -164,11 +164,7 @@ def measure_memory(n: int, steps: int, collections: int, device: torch.device) -
 
 
 def _result(rows: list[dict], device: torch.device) -> dict:
-    return {
-        "title": f"bench_rollout: built-in CartPole-v1 collection on {device}, 1 thread",
-        "rows": rows,
-        "columns": [c for c in COLUMNS if any(c[0] in r for r in rows)],
-    }
+    return bench_result(f"bench_rollout: built-in CartPole-v1 collection on {device}, 1 thread", rows, COLUMNS)
 
 
 def run(quick: bool = False) -> dict:

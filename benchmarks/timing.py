@@ -57,6 +57,11 @@ def format_table(title: str, rows: list[dict], columns: list[tuple[str, str]]) -
     return "\n".join(out)
 
 
+def bench_result(title: str, rows: list[dict], columns: list[tuple[str, str]]) -> dict:
+    """The ``run(quick)`` result of a benchmark: its rows and the columns they fill."""
+    return {"title": title, "rows": rows, "columns": [c for c in columns if any(c[0] in r for r in rows)]}
+
+
 def save_json(path: str | Path | None, payload: dict) -> None:
     """Write the raw numbers (and machine facts) as JSON where asked."""
     if path is None:

@@ -168,10 +168,11 @@ class BatchedEnv:
 
     def _partial_reset(self, mask: torch.Tensor, seed: int | None) -> None:
         todo = mask & ~self._last_done  # rows not already reset by the backend
-        if not bool(todo.any()):
-            return
         if self.backend.supports_partial_reset:
+            # an all-False mask is a no-op for the backend: no host sync to find out
             obs = self.backend.reset(seed=seed, mask=todo.view(self.num_envs))
+        elif not bool(todo.any()):
+            return
         elif bool(todo.all()):
             obs = self.backend.reset(seed=seed)
         else:

@@ -259,6 +259,11 @@ def test_partial_reset_on_manager_env_resets_only_masked_rows():
     assert out["policy"][:, 2].tolist() == [0, 1, 0, 1]
     assert out["critic", "counts"][:, 2].tolist() == [0, 1, 0, 1]
     assert fake.episode_length_buf.tolist() == [0, 1, 0, 1]
+    # a mask naming no row resets nothing and serves the current observations
+    before = out["policy"].clone()
+    out = env.reset(td=out.set("_reset", torch.zeros(4, 1, dtype=torch.bool)))
+    assert torch.equal(out["policy"], before)
+    assert fake.episode_length_buf.tolist() == [0, 1, 0, 1]
 
 
 def test_partial_reset_on_direct_env_is_a_clear_error():

@@ -54,3 +54,22 @@ def test_guard_catches_a_sync():
     td = env.reset()
     with pytest.raises(SyncError), SyncGuard():
         bool(td["done"].any())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["CartPole-v1", "user-env-final-obs"])
+def test_torchrl_style_step_then_masked_reset_never_syncs(device, name):
+    """step(), then reset(td with "_reset" = done): the partial reset is sync-free too."""
+    env = _builders(device)[name]()
+    td = env.reset()
+    td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+    td, td = env.step_and_maybe_reset(td)  # first step validates outside the guard
+    ended = torch.zeros((), device=env.device)
+    with no_sync():
+        for _ in range(60):
+            td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+            td = env.step(td)
+            nxt = td["next"]
+            ended += nxt["done"].sum()
+            td = env.reset(td=nxt.exclude("reward").set("_reset", nxt["done"]))
+    assert ended.item() > 0

@@ -156,6 +156,7 @@ class IsaacLabBackend(Backend):
         self._keys = list(self.observation_spec.keys(include_nested=True, leaves_only=True))
         self._flat = all(isinstance(key, str) for key in self._keys)
         self.extras: dict = {}
+        self._last_obs: ObsDict | None = None  # served when a partial reset names no row
 
     # ------------------------------------------------------------------ setup
     def _check_device(self, device: torch.device | str | None) -> torch.device:
@@ -191,11 +192,14 @@ class IsaacLabBackend(Backend):
                     f"{type(self.base).__name__} (a direct Isaac Lab env) can only reset all of its envs at once: "
                     "its reset() takes no env_ids. Reset everything with env.reset(), or use a manager-based env."
                 )
-            # Resets are not the step loop: turning the mask into indices syncs once here.
+            # Isaac Lab resets by indices: turning the mask into them syncs once here.
             env_ids = mask.to(self.device).view(self.num_envs).nonzero().view(-1)
+            if env_ids.numel() == 0 and self._last_obs is not None:
+                return self._last_obs  # nothing to reset
             obs, extras = self.base.reset(env_ids=env_ids, seed=seed)
         self.extras = extras
-        return self._obs(obs, self.copy_obs, "observation")
+        self._last_obs = self._obs(obs, self.copy_obs, "observation")
+        return self._last_obs
 
     def step(self, action: torch.Tensor) -> RawStep:
         obs, reward, terminated, truncated, extras = self.env.step(action)
@@ -204,8 +208,9 @@ class IsaacLabBackend(Backend):
         # Isaac Lab writes reward, terminated and truncated into the same buffers on every
         # step: copy them (the two flags in one op).
         flags = torch.stack((terminated, truncated))
+        self._last_obs = self._obs(obs, self.copy_obs, "observation")
         return RawStep(
-            obs=self._obs(obs, self.copy_obs, "observation"),
+            obs=self._last_obs,
             reward=reward.clone(),
             terminated=flags[0],
             truncated=flags[1],

@@ -5,9 +5,9 @@ CuPy has no CPU backend: this file runs where ``cupy`` (the ``cupy`` extra,
 2-core CPU CI runners have neither). What it checks there:
 
 * ``to_torch(cupy_array)`` and ``from_torch(tensor, "cupy")`` share one device buffer;
-* a CuPy vector env (the counting env of tests/fakes.py written in CuPy), adapted to
-  the torch vector env protocol with those two functions, matches the sequential
-  oracle key by key, and its step loop never synchronises.
+* a CuPy vector env (the counting env of tests/fakes.py written in CuPy, returning CuPy
+  arrays) wrapped directly by ``gpu_envs.wrap`` matches the sequential oracle key by
+  key, and its step loop never synchronises.
 """
 
 from __future__ import annotations
@@ -50,10 +50,16 @@ def test_cupy_to_torch_and_back_share_memory():
 
 
 class CupyCountingEnv:
-    """tests.fakes.CountingTorchVectorEnv's dynamics, in CuPy (same-step reset, final obs in info)."""
+    """tests.fakes.CountingTorchVectorEnv's dynamics in CuPy: the torch vector env
+    protocol, but CuPy arrays in and out (same-step reset, final obs in info)."""
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
+        self.device = torch.device("cuda", cupy.cuda.Device().id)
+        self.single_observation_space = gym.spaces.Box(-(2**20), 2**20, (3,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
         self.index = cupy.arange(num_envs)
         self.episode = cupy.full(num_envs, -1)
         self.t = cupy.zeros(num_envs, dtype=cupy.int64)
@@ -61,12 +67,13 @@ class CupyCountingEnv:
     def _obs(self):
         return cupy.stack([self.index, self.episode, self.t], axis=-1).astype(cupy.float32)
 
-    def reset(self):
+    def reset(self, *, seed=None, options=None):
         self.episode = self.episode + 1
         self.t = cupy.zeros_like(self.t)
-        return self._obs()
+        return self._obs(), {}
 
     def step(self, action):
+        assert isinstance(action, cupy.ndarray)  # the action comes back as CuPy, by DLPack
         self.t = self.t + 1
         varied = 1 + (5 * self.index + 3 * self.episode + self.index * self.episode) % MAX_LEN
         ended = self.t >= cupy.where(self.episode == 0, 3, varied)
@@ -76,34 +83,16 @@ class CupyCountingEnv:
         final = self._obs()
         self.episode = cupy.where(ended, self.episode + 1, self.episode)
         self.t = cupy.where(ended, 0, self.t)
-        return self._obs(), reward, terminated, truncated, final
+        return self._obs(), reward, terminated, truncated, {"final_obs": final}
 
-
-class CupyAsTorch:
-    """The torch vector env protocol over a CuPy env, through gpu_envs.arrays (no copies)."""
-
-    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-
-    def __init__(self, env: CupyCountingEnv) -> None:
-        self.env = env
-        self.num_envs = env.num_envs
-        self.device = torch.device("cuda", cupy.cuda.Device().id)
-        self.single_observation_space = gym.spaces.Box(-(2**20), 2**20, (3,), np.float32)
-        self.single_action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        return to_torch(self.env.reset()), {}
-
-    def step(self, action):
-        obs, reward, terminated, truncated, final = self.env.step(from_torch(action, "cupy"))
-        info = {"final_obs": to_torch(final)}
-        return to_torch(obs), to_torch(reward), to_torch(terminated), to_torch(truncated), info
+    def close(self):
+        pass
 
 
 def test_cupy_env_matches_sequential_reference():
     actions = np.random.default_rng(0).integers(0, 2, size=(N, T))
     expected = reference_rollout(N, actions, final_obs="info")
-    env = gpu_envs.wrap(CupyAsTorch(CupyCountingEnv(N)))
+    env = gpu_envs.wrap(CupyCountingEnv(N))
     td = env.reset()
     got = {"observation": [], "next_observation": [], "reward": [], "terminated": [], "truncated": [], "root": []}
     for t in range(T):
@@ -123,7 +112,7 @@ def test_cupy_env_matches_sequential_reference():
 
 
 def test_cupy_env_steps_never_sync():
-    env = gpu_envs.wrap(CupyAsTorch(CupyCountingEnv(N)))
+    env = gpu_envs.wrap(CupyCountingEnv(N))
     td = env.reset()
     td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
     td, td = env.step_and_maybe_reset(td)  # the first step validates (allowed to sync)

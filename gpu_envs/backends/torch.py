@@ -29,6 +29,10 @@ wrapped, with no numpy and no host synchronisation::
   rows, if the env sets ``supports_reset_mask = True``.
 * An env that rewrites its output tensors in place on the next step must be wrapped
   with ``copy_buffers=True`` (the Isaac Lab backend does that itself).
+* Envs written in CuPy, Warp or JAX may return their own arrays instead of tensors:
+  whatever implements ``__dlpack__`` crosses into torch without a copy when it lives on
+  the target device, and the action goes back as an array of the same framework (see
+  :mod:`gpu_envs.arrays`). The framework is read once, from the first ``reset``.
 
 Example::
 
@@ -43,6 +47,7 @@ from typing import Any
 
 import torch
 
+from gpu_envs.arrays import framework_of, from_torch, to_torch
 from gpu_envs.backends.base import Backend, ObsDict, RawStep
 from gpu_envs.errors import AutoresetModeError, DeviceMismatchError, NotAnEnvError, ObservationError
 from gpu_envs.specs import Composite, Spec, spec_from_gym
@@ -70,8 +75,8 @@ def looks_like_torch_vector_env(obj: Any) -> bool:
 
 
 def flatten_obs(obs: Any, default_key: str = "observation") -> ObsDict:
-    """A tensor or (nested) dict of tensors -> flat dict keyed by str / tuple keys."""
-    if isinstance(obs, torch.Tensor):
+    """A tensor/array or (nested) dict of them -> flat dict keyed by str / tuple keys."""
+    if not isinstance(obs, Mapping):  # one tensor (or foreign array)
         return {default_key: obs}
     flat: ObsDict = {}
 
@@ -177,17 +182,48 @@ class TorchVectorBackend(Backend):
         self.copy_buffers = copy_buffers
         self._obs_keys = list(self.observation_spec.keys(include_nested=True, leaves_only=True))
         self._single_tensor_obs = self._obs_keys == ["observation"]
+        # "torch", or the array framework (cupy, jax, warp, numpy) the env speaks; read
+        # from the first reset's observation.
+        self.framework: str | None = None
 
     def describe(self) -> str:
         return f"torch({type(self.env).__name__})"
 
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
+        foreign = self.framework not in (None, "torch")
+        if mask is not None and foreign:
+            mask = from_torch(mask, self.framework)
         options = None if mask is None else {"reset_mask": mask}
         obs, _info = self.env.reset(seed=seed, options=options)
-        return self._obs(obs)
+        if self.framework is None:
+            self.framework = framework_of(next(iter(flatten_obs(obs).values())))
+        return self._obs(self._tensors(obs))
 
     def step(self, action: torch.Tensor) -> RawStep:
+        if self.framework != "torch":
+            return self._foreign_step(action)
         obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._raw_step(obs, reward, terminated, truncated, info)
+
+    def _foreign_step(self, action: torch.Tensor) -> RawStep:
+        """A step of an env that speaks CuPy/JAX/Warp/numpy arrays, through DLPack."""
+        obs, reward, terminated, truncated, info = self.env.step(from_torch(action, self.framework))
+        key, final, final_mask = final_obs_in(info)
+        info = {} if final is None else {key: self._tensors(final)}
+        if final_mask is not None:
+            info["_" + key] = to_torch(final_mask, self.device)
+        tensors = (to_torch(x, self.device) for x in (reward, terminated, truncated))
+        return self._raw_step(self._tensors(obs), *tensors, info)
+
+    def _tensors(self, obs: Any) -> Any:
+        """Observations (a tensor/array, or a dict of them) as torch tensors on the device."""
+        if self.framework == "torch":
+            return obs
+        if isinstance(obs, Mapping):
+            return {key: self._tensors(value) for key, value in obs.items()}
+        return to_torch(obs, self.device)
+
+    def _raw_step(self, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any) -> RawStep:
         key, final, final_mask = final_obs_in(info)
         if self.copy_buffers:
             reward, terminated, truncated = reward.clone(), terminated.clone(), truncated.clone()

@@ -48,6 +48,7 @@ __all__ = [
     "jax_argument",
     "jax_dtype_for",
     "jax_reader",
+    "same_device",
     "to_torch",
 ]
 
@@ -133,7 +134,8 @@ def jax_reader(device: torch.device | str) -> Any:
     return _jax_cpu_view if torch.device(device).type == "cpu" else torch.from_dlpack
 
 
-def _same_device(a: torch.device, b: torch.device) -> bool:
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """True if ``a`` and ``b`` name the same device (``cuda`` matches ``cuda:<any>``)."""
     if a.type != b.type:
         return False
     return a.index is None or b.index is None or a.index == b.index
@@ -197,7 +199,7 @@ def to_torch(
     if device is None:
         return view
     device = torch.device(device)
-    if _same_device(view.device, device):
+    if same_device(view.device, device):
         return view
     if staging is not None:
         return staging.put(view)

@@ -50,8 +50,9 @@ from typing import Any
 
 import torch
 
+from gpu_envs.arrays import same_device
 from gpu_envs.backends.base import Backend, ObsDict, RawStep
-from gpu_envs.backends.torch import _check_same_step, _same_device, flatten_obs, observation_spec_from_space
+from gpu_envs.backends.torch import _check_same_step, flatten_obs, observation_spec_from_space
 from gpu_envs.errors import ClosedEnvError, DeviceMismatchError, NotAnEnvError, ObservationError, ResetMaskError
 from gpu_envs.specs import Composite, spec_from_gym
 
@@ -161,7 +162,7 @@ class IsaacLabBackend(Backend):
     # ------------------------------------------------------------------ setup
     def _check_device(self, device: torch.device | str | None) -> torch.device:
         env_device = torch.device(_attr(self.env, "device"))
-        if device is None or _same_device(torch.device(device), env_device):
+        if device is None or same_device(torch.device(device), env_device):
             return env_device
         raise DeviceMismatchError(
             f"the Isaac Lab env {type(self.base).__name__} simulates on {env_device} but device={torch.device(device)} "

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from gpu_envs.arrays import framework_of, from_torch, to_torch
+from gpu_envs.arrays import framework_of, from_torch, same_device, to_torch
 from gpu_envs.backends.base import Backend, ObsDict, RawStep
 from gpu_envs.errors import AutoresetModeError, DeviceMismatchError, NotAnEnvError, ObservationError
 from gpu_envs.specs import Composite, Spec, spec_from_gym
@@ -109,7 +109,7 @@ def resolve_device(env: Any, device: torch.device | str | None) -> torch.device:
     if device is None:
         return env_device
     wanted = torch.device(device)
-    if _same_device(wanted, env_device):
+    if same_device(wanted, env_device):
         return env_device
     raise DeviceMismatchError(
         f"{type(env).__name__} lives on {env_device} but device={wanted} was requested. "
@@ -140,12 +140,6 @@ def _check_same_step(env: Any) -> None:
         "inside step (SAME_STEP), reporting final observations in info['final_obs']. Build the env with "
         "autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP."
     )
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    if a.type != b.type:
-        return False
-    return a.index is None or b.index is None or a.index == b.index
 
 
 class TorchVectorBackend(Backend):

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from gpu_envs.devices import default_device
 from gpu_envs.env import BatchedEnv
 from gpu_envs.errors import (
     ActionError,
@@ -62,11 +63,6 @@ __all__ = [
     "make",
     "wrap",
 ]
-
-
-def default_device() -> torch.device:
-    """CUDA when available, else CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

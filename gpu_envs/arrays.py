@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gpu_envs.devices import same_device
 from gpu_envs.errors import DeviceMismatchError, InvalidArgumentError
 
 __all__ = [
@@ -48,7 +49,6 @@ __all__ = [
     "jax_argument",
     "jax_dtype_for",
     "jax_reader",
-    "same_device",
     "to_torch",
 ]
 
@@ -132,13 +132,6 @@ def jax_reader(device: torch.device | str) -> Any:
     copy to the host and synchronise).
     """
     return _jax_cpu_view if torch.device(device).type == "cpu" else torch.from_dlpack
-
-
-def same_device(a: torch.device, b: torch.device) -> bool:
-    """True if ``a`` and ``b`` name the same device (``cuda`` matches ``cuda:<any>``)."""
-    if a.type != b.type:
-        return False
-    return a.index is None or b.index is None or a.index == b.index
 
 
 class HostStaging:

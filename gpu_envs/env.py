@@ -35,6 +35,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.devices import normalize_device
 from gpu_envs.errors import (
     ActionError,
     BackendError,
@@ -48,14 +49,6 @@ from gpu_envs.transforms.final_obs import FinalObsTransform
 
 Policy = Callable[[TensorDictBase], TensorDictBase]
 DONE_KEYS = ("done", "terminated", "truncated")
-
-
-def normalize_device(device: torch.device | str) -> torch.device:
-    """``"cuda"`` -> ``cuda:<current>`` so that device comparisons are exact."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def _fast_td(data: dict, batch_size: torch.Size, device: torch.device) -> TensorDict:

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gpu_envs.env import normalize_device
+from gpu_envs.devices import normalize_device
 from gpu_envs.errors import InvalidArgumentError, ResetNeededError, RolloutError
 from gpu_envs.gae import add_gae, gae
 

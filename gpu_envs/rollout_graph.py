@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.env import normalize_device
+from gpu_envs.devices import normalize_device
 from gpu_envs.errors import InvalidArgumentError, RolloutError
 from gpu_envs.rollout import _CACHE_ATTR, Policy, RolloutBuffer, _cache, _compiled_step, make_step, run_loop
 

@@ -77,6 +77,7 @@ from gpu_envs.backends.gymnasium_spaces import ActionCodec, ObsLayout
 from gpu_envs.backends.gymnasium_staging import Staging
 from gpu_envs.backends.gymnasium_vector import autoreset_mode, check_next_step, episode_statistics, shutdown_async
 from gpu_envs.backends.gymnasium_wrappers import FrameSkip, add_pixels
+from gpu_envs.devices import default_device, normalize_device
 from gpu_envs.errors import (
     BackendError,
     ClosedEnvError,
@@ -96,7 +97,7 @@ class GymnasiumBackend(Backend):
 
     Args:
         env: the vector env (a single env goes through :func:`wrap_single` first).
-        device: target device; ``None`` means :func:`gpu_envs.default_device`.
+        device: target device; ``None`` means :func:`gpu_envs.devices.default_device`.
         one_hot_actions: a ``Discrete`` action as a one-hot bool ``[N, n]`` tensor.
         info_spec: a Composite of the info entries to keep (no discovery), or ``None``.
         default_key: key of a non-Dict observation (``"pixels"`` for pixels-only envs).
@@ -124,9 +125,6 @@ class GymnasiumBackend(Backend):
                 f"the gymnasium backend wraps gymnasium.Env or gymnasium.vector.VectorEnv objects, got "
                 f"{type(env).__module__}.{type(env).__name__}. Build one with gymnasium.make / gymnasium.make_vec."
             )
-        from gpu_envs import default_device
-        from gpu_envs.env import normalize_device
-
         self.env = env
         self.num_envs = n = int(env.num_envs)
         self.device = normalize_device(device if device is not None else default_device())

@@ -50,9 +50,9 @@ from typing import Any
 
 import torch
 
-from gpu_envs.arrays import same_device
 from gpu_envs.backends.base import Backend, ObsDict, RawStep
-from gpu_envs.backends.torch import _check_same_step, flatten_obs, observation_spec_from_space
+from gpu_envs.backends.torch import check_same_step, flatten_obs, observation_spec_from_space
+from gpu_envs.devices import same_device
 from gpu_envs.errors import ClosedEnvError, DeviceMismatchError, NotAnEnvError, ObservationError, ResetMaskError
 from gpu_envs.specs import Composite, spec_from_gym
 
@@ -142,7 +142,7 @@ class IsaacLabBackend(Backend):
     def __init__(self, env: Any, device: torch.device | str | None = None, *, copy_obs: bool = True) -> None:
         base = env.unwrapped
         _refuse_unsupported(env, base)
-        _check_same_step(base)
+        check_same_step(base)
         self.env = env
         self.base = base
         self.num_envs = int(_attr(env, "num_envs"))

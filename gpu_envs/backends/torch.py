@@ -47,8 +47,9 @@ from typing import Any
 
 import torch
 
-from gpu_envs.arrays import framework_of, from_torch, same_device, to_torch
+from gpu_envs.arrays import framework_of, from_torch, to_torch
 from gpu_envs.backends.base import Backend, ObsDict, RawStep
+from gpu_envs.devices import same_device
 from gpu_envs.errors import AutoresetModeError, DeviceMismatchError, NotAnEnvError, ObservationError
 from gpu_envs.specs import Composite, Spec, spec_from_gym
 
@@ -128,7 +129,7 @@ def final_obs_in(info: Mapping | None) -> tuple[str, Any, Any]:
     return "", None, None
 
 
-def _check_same_step(env: Any) -> None:
+def check_same_step(env: Any) -> None:
     """Refuse envs that declare another auto-reset mode: their transitions would be wrong."""
     import gymnasium as gym
 
@@ -163,7 +164,7 @@ class TorchVectorBackend(Backend):
                 f"{type(env).__name__} is not a torch vector env: it lacks {', '.join(missing)}. "
                 "See gpu_envs.backends.torch for the protocol to implement."
             )
-        _check_same_step(env)
+        check_same_step(env)
         self.env = env
         self.num_envs = int(env.num_envs)
         self.device = resolve_device(env, device)

@@ -16,8 +16,8 @@ import torch
 
 import gpu_envs
 from gpu_envs.backends.gymnasium import GymnasiumBackend
-from gpu_envs.backends.gymnasium_spaces import OneHot
-from gpu_envs.backends.gymnasium_staging import Staging
+from gpu_envs.backends.gymnasium.spaces import OneHot
+from gpu_envs.backends.gymnasium.staging import Staging
 from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete
 from tests.fakes import CountingEnv
 from tests.gym_fakes import (

@@ -376,7 +376,7 @@ def test_bad_inputs_get_clear_errors():
 def test_packed_layout_round_trips_mixed_dtypes():
     import jax.numpy as jnp
 
-    from gpu_envs.backends.jax_pack import PackedLayout
+    from gpu_envs.backends.jax.pack import PackedLayout
 
     leaves = [
         jnp.array([True, False, True]),

@@ -1,18 +1,18 @@
 """``JaxBackend``: one jitted XLA call per step, outputs back to torch in a few DLPack crossings.
 
-The backend half of :mod:`gpu_envs.backends.jax` (read that module for what is wrapped
-and why): it takes a *core* from :mod:`gpu_envs.backends.jax_cores`, derives the specs
+The backend half of :mod:`gpu_envs.backends.jax` (read the package docstring for what
+is wrapped and why): it takes a *core* from :mod:`gpu_envs.backends.jax.cores`, derives the specs
 from the env's spaces, checks the observation structure once by tracing (no
 compilation), jit-compiles ``init`` / ``reset`` / ``step`` and keeps the carry (per-row
 keys, env state) on the JAX device matching the torch device. ``step`` hands the action
 to JAX without a host copy (:func:`gpu_envs.arrays.jax_argument`) and gets every output
-back as views of a few packed buffers, one per dtype (:mod:`gpu_envs.backends.jax_pack`).
+back as views of a few packed buffers, one per dtype (:mod:`gpu_envs.backends.jax.pack`).
 
 JAX is imported lazily, when a backend is built.
 
 Example::
 
-    from gpu_envs.backends.jax_cores import GymnaxCore
+    from gpu_envs.backends.jax.cores import GymnaxCore
     backend = JaxBackend(GymnaxCore(env, params, num_envs=64), torch.device("cpu"), seed=0)
     raw = backend.step(torch.zeros(64, dtype=torch.int64))   # after backend.reset()
 """
@@ -29,7 +29,7 @@ import torch
 
 from gpu_envs.arrays import from_torch, jax_argument, jax_dtype_for, jax_reader
 from gpu_envs.backends.base import Backend, ObsDict, RawStep
-from gpu_envs.backends.jax_pack import PackedLayout
+from gpu_envs.backends.jax.pack import PackedLayout
 from gpu_envs.backends.torch import observation_spec_from_space
 from gpu_envs.errors import DeviceMismatchError, ObservationError
 from gpu_envs.specs import Binary, Box, Composite, numpy_dtype, spec_from_gym, torch_dtype
@@ -102,7 +102,7 @@ def _leaf_spec(shape: tuple, dtype: Any, device: torch.device) -> Any:
 
 
 class JaxBackend(Backend):
-    """Same-step backend over a JAX core (see :mod:`gpu_envs.backends.jax_cores`).
+    """Same-step backend over a JAX core (see :mod:`gpu_envs.backends.jax.cores`).
 
     Args:
         core: a ``FuncEnvCore`` or ``GymnaxCore``.
@@ -118,7 +118,7 @@ class JaxBackend(Backend):
         prepare_jax()
         import jax
 
-        from gpu_envs.backends.jax_cores import row_keys
+        from gpu_envs.backends.jax.cores import row_keys
 
         self.core = core
         self.num_envs = core.num_envs
@@ -149,7 +149,7 @@ class JaxBackend(Backend):
         import jax
         import jax.numpy as jnp
 
-        from gpu_envs.backends.jax_cores import row_keys
+        from gpu_envs.backends.jax.cores import row_keys
 
         keys = jax.eval_shape(lambda: row_keys(0, self.num_envs))
         carry, obs = jax.eval_shape(self.core.init, keys)

@@ -15,7 +15,8 @@ evolves its one key, so row ``i`` of a batch equals a single env stepped and res
 hand with the same keys -- the sequential oracle of the tests -- and does not depend on
 ``N``. Everything is ``jnp.where``: no data-dependent shapes, nothing leaves the device.
 
-This module imports JAX at import time; :mod:`gpu_envs.backends.jax` imports it lazily.
+This module imports JAX at import time; the rest of :mod:`gpu_envs.backends.jax` imports
+it lazily.
 
 Example::
 

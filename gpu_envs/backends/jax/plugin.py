@@ -1,57 +1,13 @@
-"""JAX envs on the learner's device: gymnasium's functional JAX envs and gymnax >= 1.0.
+"""The JAX backend's registry entry: detection, ``make`` by id, ``wrap`` of JAX env objects.
 
-Two families, one backend:
-
-* gymnasium's functional JAX vector envs -- ``gpu_envs.make("phys2d/CartPole-v1",
-  num_envs=N)`` (any gymnasium id whose vector entry point is a
-  ``FunctionalJaxVectorEnv``: ``phys2d/CartPole-v1``, ``phys2d/Pendulum-v0``...), or
-  ``gpu_envs.wrap(gym.make_vec("phys2d/CartPole-v1", num_envs=N))``;
-* gymnax environments -- ``gpu_envs.make("gymnax/Breakout-MinAtar", num_envs=N)`` (a
-  bare gymnax id works too when gymnasium has no env of that name), or
-  ``gpu_envs.wrap(gymnax.make("CartPole-v1"), num_envs=N)`` (the ``(env, params)``
-  pair, or the env alone; gymnax's pure-RL wrappers such as ``LogWrapper`` included).
-  ``env_params=`` overrides the params (an ``EnvParams`` or a dict of field overrides).
-
-Why a core per family instead of wrapping their vector env: gymnasium's
-``FunctionalJaxVectorEnv`` resets NEXT_STEP style (a fake transition with a non-zero
-reward after every episode end) and syncs the host to find the rows to reset; gymnax's
-``step`` is already same-step. :mod:`gpu_envs.backends.jax_cores` writes each family's
-step as one pure, vmapped function with same-step reset -- the true final observation on
-ended rows, the post-reset one as the next root, no fake or lost step -- and this backend
-jit-compiles it once (``step`` and ``reset`` are one XLA call each). The modules:
-this one (detection, ``make``/``wrap``, the registry entry), ``jax_cores`` (the pure
-step functions), ``jax_backend`` (jit, carry, devices, specs), ``jax_pack`` (outputs
-to torch in a few DLPack crossings).
-
-No host copies, no syncs. The action tensor goes to the jitted step as is: on CUDA
-through DLPack (same memory), on the CPU as a numpy view that JAX's C++ argument path
-aliases (cheaper per call than DLPack there); a Discrete action's int64 is first narrowed
-to int32 on its device unless ``jax_enable_x64``. The step's outputs (observations,
-final observations, reward, flags, info) are packed inside the jitted step into one
-fresh flat buffer per dtype (:mod:`gpu_envs.backends.jax_pack`), which cross to torch
-without a copy (DLPack; on the CPU through a numpy view of the buffer, cheaper per
-call) and are split into views there. Nothing on the torch side reads a value. JAX
-dispatches asynchronously; on CUDA DLPack makes torch's stream wait for JAX's (on the
-CPU, reading a JAX output waits for the computation, as any CPU computation does). No
-buffer is donated: every step returns a fresh one, so a transition kept from step k
-never changes at step k + 1. JAX runs on the JAX device matching ``device`` (``cuda:i``
--> JAX GPU ``i``); when JAX has no such device (CPU-only jaxlib, CUDA learner) the
-backend refuses rather than copy through the host. Unless you set it yourself, gpu_envs
-sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` before it first imports JAX, so that JAX
-does not reserve 75% of the GPU next to a torch learner.
-
-Seeding: ``reset(seed=s)`` gives row ``i`` the key chain ``fold_in(PRNGKey(s), i)``; it
-then evolves as the family's single-env wrapper evolves its key, so row ``i`` equals a
-single env stepped and reset by hand with that key, whatever ``N`` is. Partial resets
-(``"_reset"`` masks) are supported.
+Detection never imports JAX: it looks at class and module names. What is wrapped and
+why is in the package docstring (:mod:`gpu_envs.backends.jax`); the backend itself is
+:mod:`.backend`.
 
 Example::
 
-    env = gpu_envs.make("phys2d/CartPole-v1", num_envs=4096, device="cpu", seed=0)
-    env = gpu_envs.wrap(gymnax.make("Pendulum-v1"), num_envs=64, seed=0)
-    traj = env.rollout(100)
-
-Detection never imports JAX: ``wrap`` looks at class and module names.
+    backend = PLUGIN.make("phys2d/CartPole-v1", num_envs=64, device=torch.device("cpu"))
+    backend = wrap_jax(gymnax.make("Pendulum-v1"), num_envs=64)
 """
 
 from __future__ import annotations
@@ -64,10 +20,10 @@ from typing import Any
 import torch
 
 from gpu_envs.backends.base import Backend
-from gpu_envs.backends.jax_backend import JaxBackend, prepare_jax
+from gpu_envs.backends.jax.backend import JaxBackend, prepare_jax
 from gpu_envs.errors import InvalidArgumentError, NotAnEnvError
 
-__all__ = ["GYMNAX_PREFIX", "PLUGIN", "JaxBackend", "JaxPlugin", "is_functional_jax_id", "looks_like_jax_env", "wrap_jax"]
+__all__ = ["GYMNAX_PREFIX", "PLUGIN", "JaxPlugin", "is_functional_jax_id", "looks_like_jax_env", "wrap_jax"]
 
 GYMNAX_PREFIX = "gymnax/"
 _FUNC_VECTOR = ("gymnasium.envs.functional_jax_env", "FunctionalJaxVectorEnv")
@@ -159,7 +115,7 @@ def _check_num_envs(num_envs: Any) -> int:
 def wrap_jax(obj: Any, device: torch.device | None = None, *, num_envs: Any = None, env_params: Any = None, **kwargs: Any) -> JaxBackend:
     """Build the backend for a detected JAX env object (see the module docstring)."""
     prepare_jax()
-    from gpu_envs.backends.jax_cores import FuncEnvCore, GymnaxCore
+    from gpu_envs.backends.jax.cores import FuncEnvCore, GymnaxCore
 
     if _is_gymnax_pair(obj):
         env, params = obj

@@ -23,9 +23,12 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from gpu_envs.backends.gymnasium_wrappers import FrameSkip, add_pixels
+from gpu_envs.backends.gymnasium.backend import GymnasiumBackend, wrap_single
+from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
 from gpu_envs.errors import InvalidArgumentError, NotAnEnvError
 from gpu_envs.specs import Composite
+
+__all__ = ["PLUGIN", "GymnasiumPlugin"]
 
 AutoresetMode = gym.vector.AutoresetMode
 _BACKEND_KWARGS = ("one_hot_actions", "info_spec")
@@ -123,8 +126,6 @@ class GymnasiumPlugin:
                 f"accepts, plus the gymnasium backend's own: {sorted(_BACKEND_KWARGS + _PER_ENV_KWARGS)}, "
                 "vectorization, num_workers, vector_kwargs, wrappers."
             ) from err
-        from gpu_envs.backends.gymnasium import GymnasiumBackend  # the backend module imports this one
-
         default_key = "pixels" if from_pixels and pixels_only else "observation"
         try:
             return GymnasiumBackend(
@@ -139,8 +140,6 @@ class GymnasiumPlugin:
 
     def wrap(self, obj: Any, device: torch.device | None, **kwargs: Any) -> Any:
         """A gymnasium VectorEnv, or a single Env as a batch of one."""
-        from gpu_envs.backends.gymnasium import GymnasiumBackend, wrap_single
-
         if isinstance(obj, gym.vector.VectorEnv):
             _check_kwargs(kwargs, _BACKEND_KWARGS + _PER_ENV_KWARGS, "wrap(VectorEnv)")
             if kwargs.get("from_pixels") or kwargs.get("frame_skip", 1) != 1:
@@ -148,7 +147,7 @@ class GymnasiumPlugin:
                     "from_pixels and frame_skip act on each sub-env before vectorisation (to stay exact at episode "
                     "ends), so they cannot be added to an existing VectorEnv. Pass them to gpu_envs.make(id, ...), or "
                     "build the vector env with gymnasium.make_vec(id, n, wrappers=[functools.partial("
-                    "gpu_envs.backends.gymnasium_wrappers.FrameSkip, skip=k), gpu_envs.backends.gymnasium_wrappers.add_pixels], "
+                    "gpu_envs.backends.gymnasium.FrameSkip, skip=k), gpu_envs.backends.gymnasium.add_pixels], "
                     "render_mode='rgb_array')."
                 )
             kwargs.pop("pixels_only", None)
@@ -162,3 +161,6 @@ class GymnasiumPlugin:
             f"the gymnasium backend wraps gymnasium.Env or gymnasium.vector.VectorEnv objects, got "
             f"{type(obj).__module__}.{type(obj).__name__}."
         )
+
+
+PLUGIN = GymnasiumPlugin()

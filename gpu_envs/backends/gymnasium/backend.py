@@ -38,25 +38,25 @@ Data path per step: the action tensor becomes numpy once (the tensor's own memor
 the CPU, one copy into a pinned buffer from CUDA). Each result is copied once: for a
 CUDA target into ONE reused packed staging buffer (pinned) that crosses in one
 non-blocking copy, for a CPU target into a fresh array shared by ``torch.from_numpy``
-(:mod:`gymnasium_staging`). No Python loop over sub-envs, except over the rows that
+(:mod:`.staging`). No Python loop over sub-envs, except over the rows that
 ended, to collect their final observations from gymnasium's object array.
 
 Info: numeric entries become ``("next", key)`` tensors with specs discovered from the
-first step's info (:mod:`gymnasium_info`); ``env.info_spec`` lists them after that step.
-Non-numeric entries are dropped with one warning. Spaces: :mod:`gymnasium_spaces`
+first step's info (:mod:`.info`); ``env.info_spec`` lists them after that step.
+Non-numeric entries are dropped with one warning. Spaces: :mod:`.spaces`
 (``one_hot_actions=True`` for one-hot Discrete actions).
 
 Seeding: ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i`` (gymnasium's rule); with
 the same seed and actions, runs are identical bit for bit.
 
-Options of ``make``/``wrap`` (:mod:`gymnasium_plugin`): ``one_hot_actions``,
+Options of ``make``/``wrap`` (:mod:`.plugin`): ``one_hot_actions``,
 ``info_spec`` (a Composite declaring the info entries to keep, instead of discovery);
 for ``make`` and single envs also ``from_pixels``/``pixels_only`` (a ``"pixels"`` key
-from ``render()``) and ``frame_skip`` (:mod:`gymnasium_wrappers`); for ``make`` also
+from ``render()``) and ``frame_skip`` (:mod:`.wrappers`); for ``make`` also
 ``vectorization`` (``"sync"``/``"async"``), ``num_workers`` (AsyncVectorEnv, at most
 that many sub-envs stepping at once), ``vector_kwargs``, ``wrappers`` and keyword
 arguments of the env. Vector-env facts (modes, worker shutdown) are in
-:mod:`gymnasium_vector`.
+:mod:`.vector`.
 A failure inside the env (an exception, a dead async worker) raises
 :class:`~gpu_envs.errors.BackendError` with the env's message; an async env is shut
 down at once (no worker left behind).
@@ -71,12 +71,11 @@ import numpy as np
 import torch
 
 from gpu_envs.backends.base import Backend, ObsDict, RawStep
-from gpu_envs.backends.gymnasium_info import InfoReader, InfoSpec
-from gpu_envs.backends.gymnasium_plugin import GymnasiumPlugin
-from gpu_envs.backends.gymnasium_spaces import ActionCodec, ObsLayout
-from gpu_envs.backends.gymnasium_staging import Staging
-from gpu_envs.backends.gymnasium_vector import autoreset_mode, check_next_step, episode_statistics, shutdown_async
-from gpu_envs.backends.gymnasium_wrappers import FrameSkip, add_pixels
+from gpu_envs.backends.gymnasium.info import InfoReader, InfoSpec
+from gpu_envs.backends.gymnasium.spaces import ActionCodec, ObsLayout
+from gpu_envs.backends.gymnasium.staging import Staging
+from gpu_envs.backends.gymnasium.vector import autoreset_mode, check_next_step, episode_statistics, shutdown_async
+from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
 from gpu_envs.devices import default_device, normalize_device
 from gpu_envs.errors import (
     BackendError,
@@ -86,6 +85,8 @@ from gpu_envs.errors import (
     NotAnEnvError,
 )
 from gpu_envs.specs import Composite
+
+__all__ = ["GymnasiumBackend", "wrap_single"]
 
 AutoresetMode = gym.vector.AutoresetMode
 _NEXT_KEYS = ("reward", "done", "terminated", "truncated", "final_obs_missing")
@@ -340,7 +341,3 @@ def _apply_wrappers(env: gym.Env, from_pixels: bool, pixels_only: bool, frame_sk
         env = add_pixels(env, pixels_only)
     return env
 
-
-PLUGIN = GymnasiumPlugin()
-
-__all__ = ["PLUGIN", "GymnasiumBackend", "GymnasiumPlugin", "autoreset_mode", "wrap_single"]

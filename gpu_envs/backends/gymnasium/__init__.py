@@ -1,0 +1,27 @@
+"""The gymnasium backend: CPU gymnasium envs (vector or single) as exact same-step transitions.
+
+Read in this order:
+
+* :mod:`.plugin` -- the registry entry: ``make`` builds a SAME_STEP Sync/AsyncVectorEnv
+  from a gymnasium id, ``wrap`` takes a ``VectorEnv`` or a single ``Env`` (batch of one);
+* :mod:`.backend` -- :class:`GymnasiumBackend`: every auto-reset mode mapped to
+  same-step transitions with true final observations, failures as clear errors;
+* :mod:`.spaces` -- gymnasium spaces as observation keys and action encodings;
+* :mod:`.info` -- numeric info entries as ``("next", key)`` tensors;
+* :mod:`.vector` -- facts about gymnasium's vector envs (auto-reset mode, worker shutdown);
+* :mod:`.wrappers` -- per-env :class:`FrameSkip` and :func:`add_pixels`;
+* :mod:`.staging` -- the numpy results as tensors on the target device, one copy each.
+
+Example::
+
+    from gpu_envs.backends.gymnasium import PLUGIN, GymnasiumBackend, FrameSkip
+
+    backend = PLUGIN.make("CartPole-v1", num_envs=8, device=torch.device("cpu"))
+"""
+
+from gpu_envs.backends.gymnasium.backend import GymnasiumBackend, wrap_single
+from gpu_envs.backends.gymnasium.plugin import PLUGIN, GymnasiumPlugin
+from gpu_envs.backends.gymnasium.vector import autoreset_mode
+from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
+
+__all__ = ["PLUGIN", "FrameSkip", "GymnasiumBackend", "GymnasiumPlugin", "add_pixels", "autoreset_mode", "wrap_single"]

@@ -9,7 +9,8 @@ action they hand back. The rules:
   host synchronisation (DLPack orders the producer's and consumer's CUDA streams);
 * data on another device (a numpy array for a CUDA learner) is copied once: into a
   reused :class:`HostStaging` buffer (pinned when the target is CUDA), then one
-  ``non_blocking`` transfer; without a staging buffer, a plain ``.to(device)``.
+  ``non_blocking`` transfer; without a staging buffer, a plain ``.to(device)``. CPU
+  backends stage all of a step's arrays together: one packed buffer, one transfer.
 
 Going back, :func:`from_torch` gives JAX / CuPy / Warp / numpy a view of the tensor's
 memory (numpy only for CPU tensors: reading a CUDA tensor from the host is a sync).
@@ -31,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -56,6 +58,7 @@ FRAMEWORKS = ("torch", "jax", "cupy", "warp", "numpy")
 
 # DLPack device types (dlpack.h, DLDeviceType) -> torch device type.
 _DLPACK_DEVICE_TYPES = {1: "cpu", 2: "cuda", 3: "cpu", 10: "cuda", 13: "cuda"}
+_ALIGN = 8  # bytes: each dtype group of a packed staging buffer starts on this boundary
 _NARROW = {torch.int64: torch.int32, torch.float64: torch.float32, torch.uint64: torch.uint32, torch.complex128: torch.complex64}
 
 
@@ -135,40 +138,128 @@ def jax_reader(device: torch.device | str) -> Any:
 
 
 class HostStaging:
-    """A reused host buffer for data that must cross to another device every step.
+    """Host data that must cross to ``device`` every step: one copy per value, one transfer.
 
-    ``put(x)`` copies ``x`` (numpy or a CPU tensor) into the buffer and starts one
-    ``non_blocking`` transfer to ``device``, returning a fresh device tensor (a
-    transition kept from step k is never rewritten at step k + 1). The buffer is pinned
-    when ``device`` is CUDA; before overwriting it, ``put`` waits for the previous
-    transfer out of it (an event recorded a whole step earlier, normally long done).
+    A CPU backend (gymnasium, a numpy-speaking env) produces the same handful of host
+    arrays every step (observations, final observations, reward, flags, info), in a
+    fixed order of *fields* ``[(shape, torch dtype), ...]``. :meth:`publish` turns them
+    into tensors on ``device`` with as little work as the hardware allows:
+
+    * target CUDA (or another accelerator): every field lives in ONE packed host
+      ``uint8`` buffer (:attr:`host`), allocated once, pinned on CUDA. Each value is
+      written into its field with ``np.copyto`` (casting e.g. float64 rewards to
+      float32 on the way), then ONE non-blocking copy moves the whole buffer, and the
+      fields are views of the device copy (fields are grouped by dtype, each group
+      8-byte aligned, so a field is a slice of one ``view(dtype)``). Before writing the
+      buffer again, ``publish`` waits on an event for the previous copy, which has long
+      completed by then (the env stepped in between).
+    * target CPU: the destination IS the host, so a staging buffer would only add a
+      second copy. Each value is copied once (``np.array``, casting to the field
+      dtype) into a fresh array that ``torch.from_numpy`` shares.
+
+    Either way every call returns fresh tensors: a transition kept from step k is never
+    rewritten at step k + 1, and the caller may pass its own reused scratch arrays
+    (nothing keeps a reference to them). A ``None`` value skips its field (e.g. final
+    observations on a step where no episode ended) and gives ``None`` back.
+    :meth:`put` is the one-field form that :func:`to_torch` uses.
+
+    Args:
+        fields: ``[(shape, torch dtype), ...]``, the values :meth:`publish` takes.
+        device: the target device.
+        packed: ``None`` picks the packed buffer for accelerators and fresh arrays for
+            the CPU; ``True`` forces the packed path (tests run it on the CPU).
 
     Example::
 
-        staging = HostStaging((64, 4), torch.float32, torch.device("cuda"))
-        obs = staging.put(numpy_obs)     # one host copy, one async H2D copy
+        stage = HostStaging([((8, 4), torch.float32), ((8,), torch.bool)], "cuda")
+        obs_t, done_t = stage.publish([obs_numpy, done_numpy])   # one transfer
+        obs_t = HostStaging([((8, 4), torch.float32)], "cuda").put(obs_numpy)
     """
 
-    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(
+        self,
+        fields: Sequence[tuple[Sequence[int], torch.dtype]],
+        device: torch.device | str,
+        packed: bool | None = None,
+    ) -> None:
         self.device = torch.device(device)
-        pin = self.device.type == "cuda" and torch.cuda.is_available()
-        self.buffer = torch.empty(shape, dtype=dtype, pin_memory=pin)
-        self._event = None
+        self.fields = [(tuple(shape), dtype) for shape, dtype in fields]
+        self._np_dtypes = [_numpy_dtype(dtype) for _, dtype in self.fields]
+        self.packed = self.device.type != "cpu" if packed is None else bool(packed)
+        self.host: torch.Tensor | None = None
+        if self.packed:
+            self._build_packed()
+
+    def _build_packed(self) -> None:
+        order = sorted(range(len(self.fields)), key=lambda i: str(self.fields[i][1]))  # group by dtype
+        self._slices: list[Any] = [None] * len(self.fields)
+        offset, previous = 0, None
+        for i in order:
+            shape, dtype = self.fields[i]
+            itemsize = dtype.itemsize
+            if dtype != previous:
+                offset = -(-offset // _ALIGN) * _ALIGN
+                previous = dtype
+            size = int(np.prod(shape, dtype=np.int64))
+            self._slices[i] = (dtype, offset // itemsize, offset // itemsize + size, shape)
+            offset += size * itemsize
+        total = max(-(-offset // _ALIGN) * _ALIGN, _ALIGN)
+        self.host = torch.zeros(total, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+        host_np = self.host.numpy()
+        self._views = [
+            host_np.view(np_dtype)[start:end].reshape(shape)  # total is a multiple of 8: every dtype fits
+            for (_, start, end, shape), np_dtype in zip(self._slices, self._np_dtypes, strict=True)
+        ]
+        self._event = torch.cuda.Event() if self.device.type == "cuda" else None
+
+    def publish(self, values: Sequence[Any]) -> list[torch.Tensor | None]:
+        """Tensors on the device for ``values`` (host arrays, one per field; ``None`` skips a field)."""
+        if not self.packed:
+            return [
+                None if value is None else torch.from_numpy(np.array(value, dtype=np_dtype))
+                for value, np_dtype in zip(values, self._np_dtypes, strict=True)
+            ]
+        if self._event is not None:
+            self._event.synchronize()  # the previous transfer has finished reading the buffer
+        for value, view in zip(values, self._views, strict=True):
+            if value is not None:
+                np.copyto(view, value, casting="same_kind")
+        # on the CPU (the forced packed path of the tests) a clone stands for the transfer's copy
+        host = self.host
+        packed = host.clone() if self.device.type == "cpu" else host.to(self.device, non_blocking=True)
+        if self._event is not None:
+            self._event.record()
+        typed: dict[torch.dtype, torch.Tensor] = {}
+        out: list[torch.Tensor | None] = []
+        for value, (dtype, start, end, shape) in zip(values, self._slices, strict=True):
+            if value is None:
+                out.append(None)
+                continue
+            view = typed.get(dtype)
+            if view is None:
+                view = typed[dtype] = packed.view(dtype)
+            out.append(view[start:end].view(shape))
+        return out
 
     def put(self, x: Any) -> torch.Tensor:
-        src = _view(x)
-        if src.device.type != "cpu":
-            raise DeviceMismatchError(f"HostStaging takes host data, got a tensor on {src.device}.")
-        if self.device.type == "cpu":
-            return src.to(self.buffer.dtype, copy=True)
-        if self._event is not None:
-            self._event.synchronize()
-        self.buffer.copy_(src)
-        out = self.buffer.to(self.device, non_blocking=True)
-        if self.device.type == "cuda":
-            self._event = torch.cuda.Event()
-            self._event.record()
-        return out
+        """``x`` (numpy or a CPU tensor) as a fresh tensor on the device, for a one-field staging."""
+        if len(self.fields) != 1:
+            raise InvalidArgumentError(
+                f"put() moves one value, but this HostStaging has {len(self.fields)} fields; use publish([...])."
+            )
+        if not isinstance(x, np.ndarray):
+            src = _view(x)
+            if src.device.type != "cpu":
+                raise DeviceMismatchError(f"HostStaging takes host data, got a tensor on {src.device}.")
+            x = src.detach().numpy()
+        return self.publish([x])[0]  # type: ignore[return-value]
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    try:
+        return torch.empty((), dtype=dtype).numpy().dtype
+    except TypeError as err:
+        raise InvalidArgumentError(f"{dtype} has no numpy equivalent, so host data cannot be staged as it.") from err
 
 
 def to_torch(

@@ -163,21 +163,57 @@ def test_unknown_objects_and_devices_are_refused():
 # ---------------------------------------------------------------------- other device
 @pytest.mark.parametrize("device", DEVICES)
 def test_staging_puts_fresh_tensors_on_the_target(device):
-    staging = HostStaging((3, 2), torch.float32, device)
-    assert staging.buffer.is_pinned() == (device == "cuda")
+    staging = HostStaging([((3, 2), torch.float32)], device)
+    assert staging.packed == (device != "cpu"), "a CPU target needs no staging buffer: one copy, not two"
+    assert device == "cpu" or staging.host.is_pinned() == (device == "cuda")
     a = staging.put(np.full((3, 2), 2.0))  # float64 in, cast on the way into the buffer
     b = to_torch(np.full((3, 2), 3.0, np.float32), device, staging=staging) if device != "cpu" else staging.put(np.full((3, 2), 3.0))
     assert a.device.type == device and a.dtype == torch.float32
     assert bool((a.cpu() == 2).all()), "a published tensor is never rewritten by a later put"
     assert bool((b.cpu() == 3).all())
-    assert len({a.data_ptr(), b.data_ptr(), staging.buffer.data_ptr()}) == 3
+    assert len({a.data_ptr(), b.data_ptr()}) == 2
+    assert staging.host is None or staging.host.data_ptr() not in (a.data_ptr(), b.data_ptr())
+    c = staging.put(torch.full((3, 2), 4.0, dtype=torch.float64))  # a CPU tensor is host data too
+    assert c.device.type == device and c.dtype == torch.float32 and bool((c.cpu() == 4).all())
+
+
+def test_packed_staging_gives_the_values_in_every_dtype():
+    fields = [
+        ((3, 2), torch.float32),
+        ((3,), torch.bool),
+        ((3,), torch.float64),
+        ((3,), torch.int8),
+        ((3, 5), torch.uint8),
+        ((3,), torch.float32),
+    ]
+    values = [
+        np.arange(6, dtype=np.float32).reshape(3, 2),
+        np.array([True, False, True]),
+        np.array([1.5, 2.5, 3.5]),
+        np.array([-1, 2, 3], np.int8),
+        np.arange(15, dtype=np.uint8).reshape(3, 5),
+        np.array([0.25, 0.5, 0.75]),  # float64 -> float32 on the way
+    ]
+    for packed in (True, False):
+        stage = HostStaging(fields, "cpu", packed=packed)
+        host = stage.host
+        first = stage.publish(values)
+        for got, want, (shape, dtype) in zip(first, values, fields, strict=True):
+            assert got.dtype == dtype and tuple(got.shape) == shape
+            np.testing.assert_array_equal(got.numpy(), want.astype(got.numpy().dtype))
+        second = stage.publish([None] * 5 + [np.array([9.0, 9.0, 9.0])])
+        assert second[:5] == [None] * 5 and second[5].tolist() == [9.0, 9.0, 9.0]
+        assert first[5].tolist() == [0.25, 0.5, 0.75], "a published tensor changed after the next publish"
+        assert stage.host is host and (host is None) == (not packed), "one packed buffer, allocated once"
 
 
 def test_to_torch_without_staging_moves_explicitly():
     t = to_torch(np.ones(3, np.float32), "meta")
     assert t.device.type == "meta" and t.shape == (3,)
     with pytest.raises(DeviceMismatchError, match="host data"):
-        HostStaging((1,), torch.float32, "cpu").put(torch.empty(1, device="meta"))
+        HostStaging([((1,), torch.float32)], "cpu").put(torch.empty(1, device="meta"))
+    with pytest.raises(InvalidArgumentError, match="publish"):
+        HostStaging([((1,), torch.float32)] * 2, "cpu").put(np.zeros(1))
 
 
 @jax_only

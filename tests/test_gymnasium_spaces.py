@@ -17,7 +17,6 @@ import torch
 import gpu_envs
 from gpu_envs.backends.gymnasium import GymnasiumBackend
 from gpu_envs.backends.gymnasium.spaces import OneHot
-from gpu_envs.backends.gymnasium.staging import Staging
 from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete
 from tests.fakes import CountingEnv
 from tests.gym_fakes import (
@@ -281,34 +280,6 @@ def test_record_episode_statistics_entries_are_declared_up_front():
 # ------------------------------------------------------------------------- staging
 
 
-def test_packed_staging_gives_the_values_in_every_dtype():
-    fields = [
-        ((3, 2), torch.float32),
-        ((3,), torch.bool),
-        ((3,), torch.float64),
-        ((3,), torch.int8),
-        ((3, 5), torch.uint8),
-        ((3,), torch.float32),
-    ]
-    values = [
-        np.arange(6, dtype=np.float32).reshape(3, 2),
-        np.array([True, False, True]),
-        np.array([1.5, 2.5, 3.5]),
-        np.array([-1, 2, 3], np.int8),
-        np.arange(15, dtype=np.uint8).reshape(3, 5),
-        np.array([0.25, 0.5, 0.75]),  # float64 -> float32 on the way
-    ]
-    for packed in (True, False):
-        stage = Staging(fields, "cpu", packed=packed)
-        first = stage.publish(values)
-        for got, want, (shape, dtype) in zip(first, values, fields, strict=True):
-            assert got.dtype == dtype and tuple(got.shape) == shape
-            np.testing.assert_array_equal(got.numpy(), want.astype(got.numpy().dtype))
-        second = stage.publish([None] * 5 + [np.array([9.0, 9.0, 9.0])])
-        assert second[:5] == [None] * 5 and second[5].tolist() == [9.0, 9.0, 9.0]
-        assert first[5].tolist() == [0.25, 0.5, 0.75], "a published tensor changed after the next publish"
-
-
 @pytest.mark.parametrize("mode", ["same_step", "disabled"])
 def test_packed_staging_path_matches_the_oracle(mode, monkeypatch):
     """The accelerator data path (one packed buffer, one transfer), run on the CPU."""
@@ -316,7 +287,7 @@ def test_packed_staging_path_matches_the_oracle(mode, monkeypatch):
     actions = np.random.default_rng(8).integers(0, 2, size=(4, 150))
     want = sequential_reference(CountingEnv, actions, info_keys=["step_count"])
     with gpu_envs.wrap(counting_vector_env(4, mode), device="cpu") as env:
-        assert env.backend._stage is None and env.backend._reset_stage._packed
+        assert env.backend._stage is None and env.backend._reset_stage.packed
         got = batched_transitions(env, torch.as_tensor(actions), info_keys=["step_count"])
     assert_same_transitions(got, want)
 

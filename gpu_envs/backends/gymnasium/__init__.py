@@ -9,8 +9,11 @@ Read in this order:
 * :mod:`.spaces` -- gymnasium spaces as observation keys and action encodings;
 * :mod:`.info` -- numeric info entries as ``("next", key)`` tensors;
 * :mod:`.vector` -- facts about gymnasium's vector envs (auto-reset mode, worker shutdown);
-* :mod:`.wrappers` -- per-env :class:`FrameSkip` and :func:`add_pixels`;
-* :mod:`.staging` -- the numpy results as tensors on the target device, one copy each.
+* :mod:`.wrappers` -- per-env :class:`FrameSkip` and :func:`add_pixels`.
+
+Each step's numpy results cross to the target device through one
+:class:`gpu_envs.arrays.HostStaging` (for a CUDA target: one packed pinned buffer, one
+transfer).
 
 Example::
 

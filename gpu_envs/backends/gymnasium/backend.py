@@ -38,8 +38,8 @@ Data path per step: the action tensor becomes numpy once (the tensor's own memor
 the CPU, one copy into a pinned buffer from CUDA). Each result is copied once: for a
 CUDA target into ONE reused packed staging buffer (pinned) that crosses in one
 non-blocking copy, for a CPU target into a fresh array shared by ``torch.from_numpy``
-(:mod:`.staging`). No Python loop over sub-envs, except over the rows that
-ended, to collect their final observations from gymnasium's object array.
+(:class:`gpu_envs.arrays.HostStaging`). No Python loop over sub-envs, except over the
+rows that ended, to collect their final observations from gymnasium's object array.
 
 Info: numeric entries become ``("next", key)`` tensors with specs discovered from the
 first step's info (:mod:`.info`); ``env.info_spec`` lists them after that step.
@@ -70,10 +70,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from gpu_envs.arrays import HostStaging
 from gpu_envs.backends.base import Backend, ObsDict, RawStep
 from gpu_envs.backends.gymnasium.info import InfoReader, InfoSpec
 from gpu_envs.backends.gymnasium.spaces import ActionCodec, ObsLayout
-from gpu_envs.backends.gymnasium.staging import Staging
 from gpu_envs.backends.gymnasium.vector import autoreset_mode, check_next_step, episode_statistics, shutdown_async
 from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
 from gpu_envs.devices import default_device, normalize_device
@@ -156,8 +156,8 @@ class GymnasiumBackend(Backend):
             ((n, *shape), self.observation_spec[key].dtype)
             for key, shape in zip(self._keys, self._layout.shapes, strict=True)
         ]
-        self._reset_stage = Staging(self._obs_fields, self.device, self.staging_packed)
-        self._stage: Staging | None = None  # built at the first step, once the info fields are known
+        self._reset_stage = HostStaging(self._obs_fields, self.device, self.staging_packed)
+        self._stage: HostStaging | None = None  # built at the first step, once the info fields are known
         self._final_scratch = [
             np.zeros(shape, dtype) for (shape, _), dtype in zip(self._obs_fields, self._layout.dtypes, strict=True)
         ]
@@ -299,7 +299,7 @@ class GymnasiumBackend(Backend):
         info_fields = self._info.discover(info or {})
         flags = [((n,), torch.float32), ((n,), torch.bool), ((n,), torch.bool), ((n,), torch.bool)]
         fields = self._obs_fields + flags + self._obs_fields + list(info_fields.values())
-        self._stage = Staging(fields, self.device, self.staging_packed)
+        self._stage = HostStaging(fields, self.device, self.staging_packed)
         self._info_keys = list(info_fields)
         self._no_final = [None] * len(self._keys)
 

@@ -28,7 +28,6 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -40,14 +39,13 @@ from gpu_envs.errors import (
     ActionError,
     BackendError,
     ClosedEnvError,
-    InvalidArgumentError,
     ResetMaskError,
     ResetNeededError,
 )
+from gpu_envs.final_obs import FinalObsTransform
+from gpu_envs.rollout_loop import Policy, rollout
 from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete
-from gpu_envs.transforms.final_obs import FinalObsTransform
 
-Policy = Callable[[TensorDictBase], TensorDictBase]
 DONE_KEYS = ("done", "terminated", "truncated")
 
 
@@ -240,14 +238,7 @@ class BatchedEnv:
         the action spec. With ``reset=False`` the rollout continues from where the last
         one stopped (the env must have been reset once).
         """
-        from gpu_envs.rollout import RolloutBuffer, collect
-
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise InvalidArgumentError(f"steps must be an int >= 1, got {steps!r}.")
-        if reset or self._needs_reset:
-            self.reset()
-        # a fresh buffer per call: the returned TensorDict is the caller's to keep
-        return collect(self, policy, buffer=RolloutBuffer(self, steps))
+        return rollout(self, steps, policy, reset=reset)
 
     # ------------------------------------------------------------- validation
     def _check_action(self, action: Any) -> None:
@@ -319,6 +310,11 @@ class BatchedEnv:
     @property
     def is_closed(self) -> bool:
         return self._closed
+
+    @property
+    def needs_reset(self) -> bool:
+        """True until the first ``reset()``: stepping needs one, ``rollout``/``collect`` do it."""
+        return self._needs_reset
 
     def __enter__(self) -> BatchedEnv:
         return self

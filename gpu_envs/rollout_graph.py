@@ -45,7 +45,8 @@ from tensordict import TensorDictBase
 
 from gpu_envs.devices import normalize_device
 from gpu_envs.errors import InvalidArgumentError, RolloutError
-from gpu_envs.rollout import _CACHE_ATTR, Policy, RolloutBuffer, _cache, _compiled_step, make_step, run_loop
+from gpu_envs.rollout_cache import CACHE_ATTR, collect_cache, compiled_step
+from gpu_envs.rollout_loop import Policy, RolloutBuffer, make_step, run_loop
 
 __all__ = ["CUDA_GRAPHS", "CudaGraphs", "GraphCollector", "graph_collector", "scan_state"]
 
@@ -73,7 +74,7 @@ def _children(obj: Any) -> list:
     if not isinstance(attrs, dict):
         return []
     # collect()'s own cache (buffers, compiled steps, graphs) is not env state
-    return [(("a", k), v) for k, v in attrs.items() if k != _CACHE_ATTR]
+    return [(("a", k), v) for k, v in attrs.items() if k != CACHE_ATTR]
 
 
 def scan_state(root: Any, max_depth: int = 8, max_objects: int = 50_000) -> dict[Path, Any]:
@@ -199,7 +200,7 @@ class GraphCollector:
     # ------------------------------------------------------------- capture
     def _step(self) -> Callable:
         if self.compile:
-            return _compiled_step(self.env, self.policy)[0]
+            return compiled_step(self.env, self.policy)[0]
         return make_step(self.env, self.policy)
 
     def _warm_up_and_capture(self) -> TensorDictBase:
@@ -209,10 +210,10 @@ class GraphCollector:
             # an ordinary collection: warms up the allocator, cuBLAS, torch.compile and the
             # env's first-step validation, and tells which state the steps re-bind.
             step = self._step()
-            first = make_step(env, self.policy) if self.compile and not _compiled_step(env, self.policy)[1][0] else None
+            first = make_step(env, self.policy) if self.compile and not compiled_step(env, self.policy)[1][0] else None
             run_loop(env, step, buffer, first_step=first)
             if self.compile:
-                _compiled_step(env, self.policy)[1][0] = True
+                compiled_step(env, self.policy)[1][0] = True
         self._capture(before, step)
         # the warm-up transitions are real: return them (the graph runs from the next call)
         return buffer.data
@@ -349,7 +350,7 @@ def _describe(value: Any) -> str:
 
 def graph_collector(env: Any, policy: Policy | None, buffer: RolloutBuffer, compile: bool) -> GraphCollector:
     """The cached :class:`GraphCollector` for (env, buffer, policy, compile); one graph per buffer."""
-    graphs = _cache(env).graphs
+    graphs = collect_cache(env).graphs
     key = id(buffer)
     entry = graphs.get(key)
     if entry is None or entry.policy is not policy or entry.compile != compile or entry.buffer is not buffer:

@@ -27,16 +27,15 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
 from gpu_envs.errors import InvalidArgumentError, ResetNeededError
+from gpu_envs.rollout_loop import Policy, rollout
 from gpu_envs.transforms.base import EnvSpecs, Transform
 
-Policy = Callable[[TensorDictBase], TensorDictBase]
 _ENV_API = ("reset", "step", "step_and_maybe_reset", "root", "observation_spec", "action_spec", "num_envs", "device")
 
 
@@ -93,6 +92,11 @@ class TransformedEnv:
     @property
     def batch_size(self) -> torch.Size:
         return self.env.batch_size
+
+    @property
+    def needs_reset(self) -> bool:
+        """True until this env's first ``reset()`` (the transforms' state starts there)."""
+        return self._needs_reset
 
     @property
     def generator(self) -> torch.Generator:
@@ -167,14 +171,7 @@ class TransformedEnv:
         :attr:`action_spec` (the transformed one) with :attr:`generator`, and
         ``reset=False`` continues from the current root.
         """
-        from gpu_envs.rollout import RolloutBuffer, collect
-
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise InvalidArgumentError(f"steps must be an int >= 1, got {steps!r}.")
-        if reset or self._needs_reset:
-            self.reset()
-        # a fresh buffer per call: the returned TensorDict is the caller's to keep
-        return collect(self, policy, buffer=RolloutBuffer(self, steps))
+        return rollout(self, steps, policy, reset=reset)
 
     # --------------------------------------------------------------- helpers
     def _check_reset(self) -> None:

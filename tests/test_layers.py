@@ -1,0 +1,239 @@
+"""The package's imports point down its layers, never up, and no modules import each other.
+
+Every module of ``gpu_envs`` is parsed with ``ast`` (nothing is imported), and every
+import statement in it counts: module level, inside functions (lazy imports) and inside
+classes. A module may import modules of its own layer or of a layer below it; the
+import graph must have no cycle, even within a layer; and no module imports a private
+(``_name``) from another module. The table below is the order of DESIGN.md's picture,
+top to bottom; a new module must be placed in it (the test says so).
+
+An import of ``a.b.c`` is counted as a dependency on module ``a.b.c`` only (not on the
+parent packages Python also runs): that is what the code asks for. A package's
+``__init__`` re-exports its submodules, so importing a package from inside itself is a
+cycle, and importing ``gpu_envs.transforms.x`` from below the transforms layer would
+still be reported as an upward import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "gpu_envs"
+
+# (layer, modules or packages in it), top to bottom. A name covers its submodules, except
+# the package root ("gpu_envs": make/wrap), which covers itself only.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    # make()/wrap() and the registry (which imports backends by name, at run time), the CLI, check_env
+    ("entry points and tools", ("gpu_envs", "gpu_envs.registry", "gpu_envs.cli", "gpu_envs.check")),
+    # to_torchrl, to_sb3, ...: another library's env type around a BatchedEnv
+    ("interop", ("gpu_envs.interop",)),
+    # collect() and its cache and CUDA graphs, GAE, multi-process collection
+    ("distributed / rollout", ("gpu_envs.distributed", "gpu_envs.rollout", "gpu_envs.rollout_graph", "gpu_envs.rollout_cache", "gpu_envs.gae")),
+    # TensorDict -> TensorDict modules and TransformedEnv
+    ("transforms", ("gpu_envs.transforms",)),
+    # BatchedEnv, the one env contract
+    ("env", ("gpu_envs.env",)),
+    # what BatchedEnv is built from: the final-obs swap, the rollout buffer and plain loop
+    ("env parts", ("gpu_envs.final_obs", "gpu_envs.rollout_loop")),
+    # one adapter per env family: the only place foreign types are read
+    ("backends", ("gpu_envs.backends",)),
+    # built-in pure-torch envs
+    ("envs", ("gpu_envs.envs",)),
+    ("specs", ("gpu_envs.specs",)),
+    # torch <-> numpy/DLPack, host staging
+    ("arrays", ("gpu_envs.arrays",)),
+    ("errors and small utilities", ("gpu_envs.errors", "gpu_envs.devices")),
+]
+
+
+def module_files(package_dir: Path = ROOT / PACKAGE) -> dict[str, Path]:
+    """Module name -> file, for every ``.py`` under the package."""
+    found = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def layer_of(module: str) -> int | None:
+    """Index in LAYERS (0 = top) of the most specific entry covering ``module``."""
+    best, best_len = None, -1
+    for index, (_, names) in enumerate(LAYERS):
+        for name in names:
+            covers = module == name or (name != PACKAGE and module.startswith(name + "."))
+            if covers and len(name) > best_len:
+                best, best_len = index, len(name)
+    return best
+
+
+def imports_of(module: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, list[str], int]]:
+    """``(imported gpu_envs module, names taken from it, line)`` for every import in the file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_package = path.name == "__init__.py"
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.append((alias.name, [], node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in modules:  # `from package import submodule`
+                    found.append((sub, [], node.lineno))
+                else:
+                    found.append((base, [alias.name], node.lineno))
+    result = []
+    for target, names, line in found:
+        if target != PACKAGE and not target.startswith(PACKAGE + "."):
+            continue
+        while target not in modules and "." in target:  # `import a.b.c` of an attribute path
+            target = target.rsplit(".", 1)[0]
+        result.append((target, names, line))
+    return result
+
+
+def import_graph() -> tuple[dict[str, Path], dict[str, list[tuple[str, list[str], int]]]]:
+    modules = module_files()
+    return modules, {m: imports_of(m, p, modules) for m, p in modules.items()}
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as ``[a, b, ..., a]``, or None (depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)) is not None:
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(edges):
+        if start not in state and (cycle := visit(start)) is not None:
+            return cycle
+    return None
+
+
+def upward_imports(graph: dict[str, list[tuple[str, list[str], int]]]) -> list[str]:
+    problems = []
+    for module, imports in graph.items():
+        here = layer_of(module)
+        for target, _, line in imports:
+            there = layer_of(target)
+            if here is not None and there is not None and there < here:
+                problems.append(
+                    f"{module} line {line} ({LAYERS[here][0]}) imports "
+                    f"{target} ({LAYERS[there][0]}), a layer above it"
+                )
+    return problems
+
+
+# --------------------------------------------------------------------------- tests
+def test_every_module_is_placed_in_a_layer():
+    unplaced = [m for m in module_files() if layer_of(m) is None]
+    assert not unplaced, f"add these modules to LAYERS in {Path(__file__).name}: {unplaced}"
+
+
+def test_imports_point_down_the_layers():
+    _, graph = import_graph()
+    problems = upward_imports(graph)
+    assert not problems, "imports must point down the layers (see LAYERS):\n" + "\n".join(problems)
+
+
+def test_no_import_cycles_lazy_imports_included():
+    _, graph = import_graph()
+    edges = {m: {t for t, _, _ in imports if t != m} for m, imports in graph.items()}
+    cycle = find_cycle(edges)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_no_private_names_imported_across_modules():
+    modules, graph = import_graph()
+    problems = [
+        f"{modules[module].relative_to(ROOT)}:{line}: {module} imports {name} from {target}"
+        for module, imports in graph.items()
+        for target, names, line in imports
+        for name in names
+        if name.startswith("_") and not name.startswith("__") and target != module
+    ]
+    assert not problems, "make these public in the module that owns them, or move them:\n" + "\n".join(problems)
+
+
+# ---------------------------------------------------- the checker itself catches what it should
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / PACKAGE
+
+
+@pytest.mark.parametrize(
+    ("files", "upward", "cycle"),
+    [
+        # a lazy import of the env from a backend: up, and a cycle with env's import of the backend
+        (
+            {
+                "gpu_envs/env.py": "from gpu_envs.backends.base import Backend\n",
+                "gpu_envs/backends/base.py": "def f():\n    from gpu_envs.env import BatchedEnv\n",
+            },
+            True,
+            True,
+        ),
+        # the package root from a backend (`from gpu_envs import default_device`): up, no cycle
+        ({"gpu_envs/__init__.py": "", "gpu_envs/backends/torch.py": "from gpu_envs import x\n"}, True, False),
+        # two backends importing each other, one of them relatively: a cycle within one layer
+        (
+            {
+                "gpu_envs/backends/a.py": "from . import b\n",
+                "gpu_envs/backends/b.py": "from gpu_envs.backends.a import y\n",
+            },
+            False,
+            True,
+        ),
+        # a package importing itself back from a submodule: a cycle
+        (
+            {
+                "gpu_envs/backends/gym/__init__.py": "from gpu_envs.backends.gym.plugin import PLUGIN\n",
+                "gpu_envs/backends/gym/plugin.py": "from gpu_envs.backends.gym import Backend\n",
+            },
+            False,
+            True,
+        ),
+        # imports down and within a layer: fine
+        (
+            {
+                "gpu_envs/rollout.py": "from gpu_envs.rollout_loop import run_loop\nimport gpu_envs.errors\n",
+                "gpu_envs/rollout_loop.py": "from gpu_envs.errors import RolloutError\n",
+                "gpu_envs/errors.py": "",
+            },
+            False,
+            False,
+        ),
+    ],
+)
+def test_the_checker_sees_upward_imports_and_cycles(tmp_path, files, upward, cycle):
+    package = _write(tmp_path, files)
+    modules = module_files(package)
+    graph = {m: imports_of(m, p, modules) for m, p in modules.items()}
+    problems = upward_imports(graph)
+    assert bool(problems) == upward, problems
+    edges = {m: {t for t, _, _ in imports if t != m} for m, imports in graph.items()}
+    assert (find_cycle(edges) is not None) == cycle

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up .venv with the test extras (pinned versions) and run every test tier:
 #   1. ruff over the sources,
-#   2. the main suite (Python 3.11: contract, oracles, fakes, JAX on CPU, CLI, ...),
+#   2. the main suite (Python 3.11: contract, oracles, fakes, JAX on CPU, CLI, ...), slow
+#      tests included (a plain `pytest` leaves them out: see [tool.pytest.ini_options]),
 #   3. the real Isaac Lab tier (Python 3.12 venv, built once in a cache folder outside
 #      the clone and reused; see scripts/isaaclab_venv.sh).
 # Extra arguments go to the main suite's pytest.
@@ -10,6 +11,6 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup_venv.sh test,jax,torchrl >/dev/null
 .venv/bin/ruff check gpu_envs tests benchmarks examples scripts
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest -m "slow or not slow" "$@"
 isaac_venv="$(bash scripts/isaaclab_venv.sh | tail -n 1)"
-"$isaac_venv/bin/python" -m pytest tests/isaaclab
+"$isaac_venv/bin/python" -m pytest -m "slow or not slow" tests/isaaclab

@@ -17,6 +17,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_rollout_default_env_prints_summary():
     out = run("rollout", "--num-envs", "32", "--steps", "300", "--device", "cpu", "--seed", "1")
     assert out.returncode == 0, out.stderr
@@ -27,6 +28,7 @@ def test_rollout_default_env_prints_summary():
     assert finished > 100  # random CartPole episodes last ~22 steps
 
 
+@pytest.mark.slow
 def test_rollout_pendulum():
     out = run("rollout", "Pendulum-v1", "--num-envs", "4", "--steps", "400", "--device", "cpu")
     assert out.returncode == 0, out.stderr
@@ -34,12 +36,14 @@ def test_rollout_pendulum():
     assert "200.0" in line
 
 
+@pytest.mark.slow
 def test_list_prints_builtin_ids():
     out = run("list")
     assert out.returncode == 0, out.stderr
     assert "torch" in out.stdout and "CartPole-v1" in out.stdout and "Pendulum-v1" in out.stdout
 
 
+@pytest.mark.slow
 def test_help_is_complete():
     out = run("rollout", "--help")
     assert out.returncode == 0
@@ -47,6 +51,7 @@ def test_help_is_complete():
         assert flag in out.stdout
 
 
+@pytest.mark.slow
 def test_unknown_env_is_a_clear_error_not_a_traceback():
     out = run("rollout", "NoSuchEnv-v0", "--steps", "5")
     assert out.returncode == 2
@@ -77,6 +82,7 @@ def test_bad_arguments_are_clear_errors(capsys):
     assert "choose among overhead, gymnasium, device, rollout" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_check_reports_in_plain_words():
     out = run("check", "CartPole-v1", "--num-envs", "8", "--steps", "100", "--device", "cpu")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -84,6 +90,7 @@ def test_check_reports_in_plain_words():
         assert words in out.stdout
 
 
+@pytest.mark.slow
 def test_bench_quick_overhead_prints_one_ratio_table_and_saves_json(tmp_path):
     path = tmp_path / "bench.json"
     out = run("bench", "--quick", "--only", "overhead", "--json", str(path))

@@ -55,6 +55,7 @@ def counting_runs(n_calls, steps, **kw):
     return torch.cat([collect(env, count_policy, steps=steps, **kw).clone() for _ in range(n_calls)], dim=1)
 
 
+@pytest.mark.slow
 def test_compiled_collect_equals_eager_on_counting_env():
     eager = counting_runs(3, 20)
     compiled = counting_runs(3, 20, compile=True)
@@ -63,6 +64,7 @@ def test_compiled_collect_equals_eager_on_counting_env():
     assert compiled["score"].shape == (N, 60, 1)
 
 
+@pytest.mark.slow
 def test_compiled_cartpole_equals_eager():
     def run(compile):
         env = gpu_envs.make("CartPole-v1", num_envs=64, device="cpu", seed=3)

@@ -118,6 +118,7 @@ def test_killed_async_worker_between_steps_errors_without_hang_or_orphan():
     env.close()
 
 
+@pytest.mark.slow
 def test_killed_async_worker_during_a_step_errors_without_hang_or_orphan():
     venv = gym.vector.AsyncVectorEnv(
         [lambda i=i: SlowEnv(i, delay=2.0 if i == 1 else 0.0) for i in range(2)],

@@ -57,12 +57,14 @@ def test_counting_sync_matches_sequential_reference(mode):
         assert list(env.info_spec.keys()) == ["step_count"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["same_step", "disabled", "next_step"])
 def test_counting_async_matches_sequential_reference(mode):
     with gpu_envs.wrap(counting_vector_env(3, mode, "async"), device="cpu") as env:
         _counting_oracle(env, 3, 1700)
 
 
+@pytest.mark.slow
 def test_single_env_is_a_batch_of_one_and_matches_reference():
     env = gpu_envs.wrap(CountingEnv(0), device="cpu")
     assert env.batch_size == torch.Size([1])

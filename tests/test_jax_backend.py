@@ -164,6 +164,7 @@ def _assert_same(got: dict, want: dict) -> None:
 
 
 # ------------------------------------------------------------------------ oracles
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("fixture", "single_cls", "limit"),
     [("phys2d_cartpole", CartPoleJaxEnv, CARTPOLE_LIMIT), ("phys2d_pendulum", PendulumJaxEnv, PENDULUM_LIMIT)],
@@ -179,6 +180,7 @@ def test_functional_jax_env_matches_single_env_reference(request, fixture, singl
         assert want["terminated"].any(), "the run covered terminations"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["gymnax_cartpole", "gymnax_pendulum"])
 def test_gymnax_env_matches_hand_stepped_reference(request, fixture):
     env = request.getfixturevalue(fixture)
@@ -203,6 +205,7 @@ def test_gymnax_info_entries_are_exposed(gymnax_cartpole):
     assert "final_observation" not in next_keys and "truncated" in next_keys
 
 
+@pytest.mark.slow
 def test_gymnax_log_wrapper_episode_stats():
     from gymnax.wrappers.purerl import LogWrapper
 
@@ -331,6 +334,7 @@ def test_auto_make_routes_functional_jax_ids():
     assert isinstance(env.backend, JaxBackend)
 
 
+@pytest.mark.slow
 def test_detection_does_not_import_jax():
     code = textwrap.dedent(
         """

@@ -82,6 +82,7 @@ def teacher_force(cls: type, steps: int, choose_actions) -> tuple[int, int]:
     return n_term, n_trunc
 
 
+@pytest.mark.slow
 def test_cartpole_matches_gymnasium_step_by_step():
     gains = np.array([0.1, 0.5, 10.0, 2.0], dtype=np.float32)  # balances for 500 steps
 
@@ -96,6 +97,7 @@ def test_cartpole_matches_gymnasium_step_by_step():
     assert n_trunc >= 16, n_trunc  # balanced rows reach the 500-step limit
 
 
+@pytest.mark.slow
 def test_pendulum_matches_gymnasium_step_by_step():
     def actions(rng: np.random.Generator, states: np.ndarray) -> list[np.ndarray]:
         # beyond [-2, 2] on purpose: the torque clip is part of the dynamics and reward

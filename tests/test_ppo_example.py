@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ppo_cartpole.py"
 
 
@@ -15,6 +17,7 @@ def load_example():
     return module
 
 
+@pytest.mark.slow
 def test_short_ppo_run_learns_cartpole():
     ppo = load_example()
     result = ppo.main(["--quick", "--quiet", "--seed", "1", "--eval-episodes", "32"])

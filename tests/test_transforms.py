@@ -405,6 +405,7 @@ def test_collect_in_chunks_equals_one_rollout_through_transforms():
     assert torch.equal(chunked.transforms[1].mean(), whole.transforms[1].mean())
 
 
+@pytest.mark.slow
 def test_compiled_collection_keeps_the_transform_state_identical_to_eager():
     # torch.compile (2.13, CPU) silently dropped in-place updates of 0-d float64 tensors:
     # the transforms' running state must survive compiled collection unchanged

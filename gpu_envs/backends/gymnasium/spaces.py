@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from gpu_envs.errors import UnsupportedSpaceError
-from gpu_envs.specs import Binary, Composite, Discrete, Spec, numpy_dtype, spec_from_gym
+from gpu_envs.specs import Composite, OneHot, Spec, numpy_dtype, spec_from_gym
 
 Key = str | tuple[str, ...]
 
@@ -57,58 +57,6 @@ def _unsupported(space: Any, where: str) -> UnsupportedSpaceError:
         f"gymnasium ObservationWrapper/ActionWrapper that encodes it as a Box, Discrete, MultiDiscrete, "
         f"MultiBinary, Dict or Tuple (e.g. a Text as a Box of character ids padded to a fixed length), or drop it."
     )
-
-
-class OneHot(Binary):
-    """A one-hot encoded choice among ``n``: shape ``(n,)``, exactly one flag set.
-
-    The action spec of a ``Discrete(n, start)`` space with ``one_hot_actions=True``;
-    ``start`` is remembered so the backend can send ``argmax + start`` to gymnasium.
-
-    Example::
-
-        >>> OneHot(3).rand((2,)).sum(-1)
-        tensor([1, 1])
-    """
-
-    def __init__(self, n: int, dtype: Any = torch.bool, device: Any = "cpu", start: int = 0) -> None:
-        super().__init__(int(n), dtype=dtype, device=device)
-        self.start = int(start)
-
-    def zero(self, batch: Any = ()) -> torch.Tensor:
-        """The first choice, one-hot: the value closest to zero this spec contains."""
-        out = super().zero(batch)
-        out[..., 0] = True if self.dtype == torch.bool else 1
-        return out
-
-    def rand(self, batch: Any = (), generator: torch.Generator | None = None) -> torch.Tensor:
-        """Uniformly random one-hot rows, shape ``(*batch, n)``."""
-        index = Discrete(self.shape[0], device=self.device).rand(batch, generator)
-        return torch.nn.functional.one_hot(index, self.shape[0]).to(self.dtype)
-
-    def contains(self, x: Any) -> bool:
-        """True for a tensor ``(..., n)`` of this dtype with exactly one flag set per row."""
-        if not super().contains(x):
-            return False
-        return bool((x.to(torch.int64).sum(-1) == 1).all())
-
-    def to(self, device: Any) -> OneHot:
-        return OneHot(self.shape[0], self.dtype, device, self.start)
-
-    def to_gym(self) -> gymnasium.spaces.Discrete:
-        return gymnasium.spaces.Discrete(self.shape[0], start=self.start)
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is OneHot and (self.shape, self.dtype, self.device, self.start) == (
-            other.shape,
-            other.dtype,
-            other.device,
-            other.start,
-        )
-
-    def __repr__(self) -> str:
-        start = f", start={self.start}" if self.start else ""
-        return f"OneHot(n={self.shape[0]}{start}, dtype={str(self.dtype).removeprefix('torch.')}, device={self.device})"
 
 
 class ObsLayout:

@@ -1,0 +1,293 @@
+"""The discrete kinds: ``Discrete`` (one index), ``MultiDiscrete`` (several), ``Binary`` (flags),
+``OneHot`` (one index, one-hot encoded)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+
+from gpu_envs.errors import SpecError
+from gpu_envs.specs.base import BatchLike, DeviceLike, Spec, _as_batch, _as_device, _check_generator, _has_shape, _short
+from gpu_envs.specs.dtypes import _INT_DTYPES, _as_dtype, numpy_dtype
+
+
+def _int_tensor(value: Any, name: str) -> torch.Tensor:
+    """``value`` as an int64 CPU tensor, refusing non-integral numbers."""
+    t = torch.as_tensor(np.asarray(value) if not isinstance(value, torch.Tensor) else value)
+    if t.dtype.is_floating_point:
+        if not torch.equal(t, t.round()):
+            raise SpecError(f"{name} must hold whole numbers, got {value!r}.")
+    elif t.dtype not in _INT_DTYPES:
+        raise SpecError(f"{name} must be integers, got dtype {t.dtype}.")
+    return t.detach().cpu().to(torch.int64)
+
+
+def _check_int_range(dtype: torch.dtype, lo: int, hi: int, what: str) -> None:
+    info = torch.iinfo(dtype)
+    if lo < info.min or hi > info.max:
+        raise SpecError(
+            f"{what} values [{lo}, {hi}] do not fit in {dtype} [{info.min}, {info.max}]; use a wider dtype."
+        )
+
+
+class Discrete(Spec):
+    """One categorical index in ``{start, ..., start + n - 1}``; shape ``()``.
+
+    Example::
+
+        >>> Discrete(3, start=1).rand((5,))          # e.g. tensor([2, 1, 3, 3, 1])
+        >>> Discrete(3).to_gym()
+        Discrete(3)
+    """
+
+    def __init__(self, n: int, dtype: Any = torch.int64, device: DeviceLike = "cpu", start: int = 0) -> None:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise SpecError(f"Discrete n must be an int >= 1 (the number of choices), got {n!r}.")
+        if isinstance(start, bool) or not isinstance(start, (int, np.integer)):
+            raise SpecError(f"Discrete start must be an int, got {start!r}.")
+        self.n, self.start = int(n), int(start)
+        self.dtype = _as_dtype(dtype, _INT_DTYPES, "Discrete")
+        _check_int_range(self.dtype, self.start, self.start + self.n - 1, "Discrete")
+        self.device = _as_device(device)
+        self.shape = torch.Size(())
+
+    def zero(self, batch: BatchLike = ()) -> torch.Tensor:
+        """``0`` clamped into ``[start, start + n - 1]``, shape ``batch``."""
+        value = min(max(0, self.start), self.start + self.n - 1)
+        return torch.full(_as_batch(batch), value, dtype=self.dtype, device=self.device)
+
+    def rand(self, batch: BatchLike = (), generator: torch.Generator | None = None) -> torch.Tensor:
+        """Uniform indices in ``[start, start + n)``, shape ``batch``."""
+        _check_generator(generator, self.device)
+        return torch.randint(
+            self.start, self.start + self.n, _as_batch(batch),
+            generator=generator, device=self.device, dtype=self.dtype,
+        )  # fmt: skip
+
+    def contains(self, x: Any) -> bool:
+        """True for a tensor of dtype ``dtype`` (any shape) with values in range."""
+        if not isinstance(x, torch.Tensor) or x.dtype != self.dtype:
+            return False
+        return bool(((x >= self.start) & (x <= self.start + self.n - 1)).all())
+
+    def to(self, device: DeviceLike) -> Discrete:
+        """A copy on ``device``."""
+        return Discrete(self.n, self.dtype, device, start=self.start)
+
+    def to_gym(self) -> gymnasium.spaces.Discrete:
+        """``gymnasium.spaces.Discrete(n, start=start, dtype=...)``."""
+        return gymnasium.spaces.Discrete(self.n, start=self.start, dtype=numpy_dtype(self.dtype))
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Discrete and (self.n, self.start, self.dtype, self.device) == (
+            other.n,
+            other.start,
+            other.dtype,
+            other.device,
+        )
+
+    def __repr__(self) -> str:
+        start = f", start={self.start}" if self.start else ""
+        return f"Discrete(n={self.n}{start}, dtype={str(self.dtype).removeprefix('torch.')}, device={self.device})"
+
+
+class MultiDiscrete(Spec):
+    """Several categorical indices; element ``i`` lies in ``[start[i], start[i] + nvec[i])``.
+
+    ``shape == nvec.shape``; ``start`` (scalar or array, default 0) mirrors gymnasium's.
+
+    Example::
+
+        >>> MultiDiscrete([3, 2]).rand((4,)).shape
+        torch.Size([4, 2])
+    """
+
+    def __init__(self, nvec: Any, dtype: Any = torch.int64, device: DeviceLike = "cpu", start: Any = 0) -> None:
+        self.dtype = _as_dtype(dtype, _INT_DTYPES, "MultiDiscrete")
+        self.device = _as_device(device)
+        nv = _int_tensor(nvec, "MultiDiscrete nvec")
+        if nv.numel() and nv.min().item() < 1:
+            raise SpecError(f"MultiDiscrete nvec entries must all be >= 1 (choices per dim), got {nv.tolist()}.")
+        st = _int_tensor(start, "MultiDiscrete start")
+        try:
+            st = st.expand(nv.shape).clone()
+        except RuntimeError:
+            raise SpecError(
+                f"MultiDiscrete start has shape {tuple(st.shape)}, which does not match nvec shape "
+                f"{tuple(nv.shape)}; pass a scalar start or one entry per nvec entry."
+            ) from None
+        if nv.numel():
+            _check_int_range(self.dtype, st.min().item(), (st + nv - 1).max().item(), "MultiDiscrete")
+        self.shape = nv.shape
+        self.nvec, self.start = nv.to(self.device), st.to(self.device)
+        self._nvec_f = self.nvec.to(torch.float64)
+        self._high = self.start + self.nvec - 1
+
+    def zero(self, batch: BatchLike = ()) -> torch.Tensor:
+        """``0`` clamped into each element's range, shape ``(*batch, *shape)``."""
+        zero = torch.minimum(torch.clamp(self.start, min=0), self._high).to(self.dtype)
+        return zero.expand(*_as_batch(batch), *self.shape).clone(memory_format=torch.contiguous_format)
+
+    def rand(self, batch: BatchLike = (), generator: torch.Generator | None = None) -> torch.Tensor:
+        """Uniform indices per element, shape ``(*batch, *shape)``."""
+        _check_generator(generator, self.device)
+        size = (*_as_batch(batch), *self.shape)
+        u = torch.rand(size, generator=generator, device=self.device, dtype=torch.float64)
+        idx = torch.minimum((u * self._nvec_f).floor_().to(torch.int64), self.nvec - 1)
+        return (idx + self.start).to(self.dtype)
+
+    def contains(self, x: Any) -> bool:
+        """True for a tensor with trailing shape ``shape``, dtype ``dtype`` and in-range values."""
+        if not _has_shape(x, self.shape) or x.dtype != self.dtype:
+            return False
+        start, high = self.start.to(x.device), self._high.to(x.device)
+        return bool(((x >= start) & (x <= high)).all())
+
+    def to(self, device: DeviceLike) -> MultiDiscrete:
+        """A copy on ``device``."""
+        return MultiDiscrete(self.nvec, self.dtype, device, start=self.start)
+
+    def to_gym(self) -> gymnasium.spaces.MultiDiscrete:
+        """``gymnasium.spaces.MultiDiscrete(nvec, dtype=..., start=start)``."""
+        np_dt = numpy_dtype(self.dtype)
+        return gymnasium.spaces.MultiDiscrete(
+            self.nvec.cpu().numpy().astype(np_dt), dtype=np_dt, start=self.start.cpu().numpy().astype(np_dt)
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is MultiDiscrete
+            and (self.shape, self.dtype, self.device) == (other.shape, other.dtype, other.device)
+            and torch.equal(self.nvec, other.nvec)
+            and torch.equal(self.start, other.start)
+        )
+
+    def __repr__(self) -> str:
+        start = f", start={_short(self.start)}" if bool(self.start.any()) else ""
+        return (
+            f"MultiDiscrete(nvec={_short(self.nvec)}{start}, shape={tuple(self.shape)}, "
+            f"dtype={str(self.dtype).removeprefix('torch.')}, device={self.device})"
+        )
+
+
+class Binary(Spec):
+    """``n`` independent 0/1 flags; shape ``(n,)`` (or ``n`` itself if it is a shape).
+
+    ``bool`` by default; gymnasium's ``MultiBinary`` maps to ``dtype=torch.int8``.
+    ``to_gym`` gives ``MultiBinary`` for integer dtypes (gymnasium stores int8, so only
+    int8 round-trips exactly) and a ``bool`` ``gymnasium.spaces.Box(0, 1)`` for bool,
+    which :func:`spec_from_gym` maps back to ``Binary``.
+
+    Example::
+
+        >>> Binary(3).zero()
+        tensor([False, False, False])
+    """
+
+    def __init__(self, n: int | Sequence[int], dtype: Any = torch.bool, device: DeviceLike = "cpu") -> None:
+        dims = (n,) if isinstance(n, (int, np.integer)) and not isinstance(n, bool) else n
+        try:
+            ok = all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in dims)
+        except TypeError:
+            ok = False
+        if not ok:
+            raise SpecError(f"Binary n must be an int >= 1 (or a shape of such ints), got {n!r}.")
+        self.n: int | tuple[int, ...] = int(n) if isinstance(n, (int, np.integer)) else tuple(int(d) for d in dims)
+        self.shape = torch.Size(int(d) for d in dims)
+        self.dtype = _as_dtype(dtype, (torch.bool, *_INT_DTYPES), "Binary")
+        self.device = _as_device(device)
+
+    def zero(self, batch: BatchLike = ()) -> torch.Tensor:
+        """All-zero (``False``) flags, shape ``(*batch, *shape)``."""
+        return torch.zeros((*_as_batch(batch), *self.shape), dtype=self.dtype, device=self.device)
+
+    def rand(self, batch: BatchLike = (), generator: torch.Generator | None = None) -> torch.Tensor:
+        """Fair coin flips, shape ``(*batch, *shape)``."""
+        _check_generator(generator, self.device)
+        size = (*_as_batch(batch), *self.shape)
+        dtype = torch.uint8 if self.dtype == torch.bool else self.dtype
+        flips = torch.randint(0, 2, size, generator=generator, device=self.device, dtype=dtype)
+        return flips.view(torch.bool) if self.dtype == torch.bool else flips  # same bytes, no copy
+
+    def contains(self, x: Any) -> bool:
+        """True for a tensor with trailing shape ``shape``, dtype ``dtype`` and values in {0, 1}."""
+        if not _has_shape(x, self.shape) or x.dtype != self.dtype:
+            return False
+        return self.dtype == torch.bool or bool(((x == 0) | (x == 1)).all())
+
+    def to(self, device: DeviceLike) -> Binary:
+        """A copy on ``device``."""
+        return Binary(self.n, self.dtype, device)
+
+    def to_gym(self) -> gymnasium.spaces.Space:
+        """``MultiBinary(n)`` for integer dtypes, ``Box(0, 1, shape, bool)`` for bool."""
+        if self.dtype == torch.bool:
+            return gymnasium.spaces.Box(0, 1, shape=tuple(self.shape), dtype=np.bool_)
+        return gymnasium.spaces.MultiBinary(self.n if isinstance(self.n, int) else list(self.n))
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Binary and (self.shape, self.dtype, self.device) == (
+            other.shape,
+            other.dtype,
+            other.device,
+        )
+
+    def __repr__(self) -> str:
+        n = self.shape[0] if len(self.shape) == 1 else tuple(self.shape)
+        return f"Binary(n={n}, dtype={str(self.dtype).removeprefix('torch.')}, device={self.device})"
+
+
+class OneHot(Binary):
+    """A one-hot encoded choice among ``n``: shape ``(n,)``, exactly one flag set.
+
+    The action spec of a ``Discrete(n, start)`` space with ``one_hot_actions=True``;
+    ``start`` is remembered so the backend can send ``argmax + start`` to gymnasium.
+
+    Example::
+
+        >>> OneHot(3).rand((2,)).sum(-1)
+        tensor([1, 1])
+    """
+
+    def __init__(self, n: int, dtype: Any = torch.bool, device: Any = "cpu", start: int = 0) -> None:
+        super().__init__(int(n), dtype=dtype, device=device)
+        self.start = int(start)
+
+    def zero(self, batch: Any = ()) -> torch.Tensor:
+        """The first choice, one-hot: the value closest to zero this spec contains."""
+        out = super().zero(batch)
+        out[..., 0] = True if self.dtype == torch.bool else 1
+        return out
+
+    def rand(self, batch: Any = (), generator: torch.Generator | None = None) -> torch.Tensor:
+        """Uniformly random one-hot rows, shape ``(*batch, n)``."""
+        index = Discrete(self.shape[0], device=self.device).rand(batch, generator)
+        return torch.nn.functional.one_hot(index, self.shape[0]).to(self.dtype)
+
+    def contains(self, x: Any) -> bool:
+        """True for a tensor ``(..., n)`` of this dtype with exactly one flag set per row."""
+        if not super().contains(x):
+            return False
+        return bool((x.to(torch.int64).sum(-1) == 1).all())
+
+    def to(self, device: Any) -> OneHot:
+        return OneHot(self.shape[0], self.dtype, device, self.start)
+
+    def to_gym(self) -> gymnasium.spaces.Discrete:
+        return gymnasium.spaces.Discrete(self.shape[0], start=self.start)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is OneHot and (self.shape, self.dtype, self.device, self.start) == (
+            other.shape,
+            other.dtype,
+            other.device,
+            other.start,
+        )
+
+    def __repr__(self) -> str:
+        start = f", start={self.start}" if self.start else ""
+        return f"OneHot(n={self.shape[0]}{start}, dtype={str(self.dtype).removeprefix('torch.')}, device={self.device})"

@@ -452,7 +452,7 @@ def test_dtype_helpers_reject_unknown():
         (lambda: Composite(a=1), "must be a Spec"),
         (lambda: Composite({"a": Discrete(2)}, a=Discrete(2)), "both"),
         (lambda: Composite({1: Discrete(2)}), "keys must be str"),
-        (lambda: Box(0.0, 1.0).rand(-1), "batch"),
+        (lambda: Box(0.0, 1.0).rand(-1), "shape must be"),
         (lambda: spec_to_gym(gym.spaces.Discrete(2)), "expects a Spec"),
         (lambda: Composite({"0": Discrete(2), "x": Discrete(2)}, tuple_like=True).to_gym(), "tuple_like"),
     ],

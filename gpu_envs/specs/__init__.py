@@ -1,13 +1,22 @@
 """Small device-aware specs: what a tensor (or a TensorDict of tensors) may hold.
 
-A spec knows its per-env ``shape``, ``dtype`` and ``device`` and can
+A spec knows its ``shape``, ``dtype`` and ``device`` and can
 
-* build values directly on its device: ``zero(batch)`` and ``rand(batch, generator)``
-  (pure torch, no numpy, so sampling never leaves the GPU);
+* build values directly on its device: ``zero(shape)`` and ``rand(shape, generator)``
+  (pure torch, no numpy, so sampling never leaves the GPU); ``shape`` prepends dims;
 * check values: ``contains(x)`` (may synchronise; meant for validation, not the hot path);
+* carry batch dims as torchrl's specs do: ``expand(*new_shape)`` adds leading batch dims,
+  ``unbatched()`` drops them, ``shape == batch_shape + event_shape``;
 * convert to and from gymnasium spaces: ``to_gym()`` / :func:`spec_from_gym`.
 
-It is a deliberately tiny cousin of torchrl's ``TensorSpec``.
+Per env and batched: backends declare what ONE env holds (``batch_shape == ()``, like
+gymnasium's ``single_*`` spaces); an env exposes those as ``env.single_action_spec``...
+and, as torchrl does, ``env.action_spec = single.expand(*env.batch_size, *single.shape)``,
+so ``td["action"] = env.action_spec.rand()`` is a whole batch on the env's device.
+
+It is a deliberately tiny cousin of torchrl's ``TensorSpec``. Modules: :mod:`.base`
+(``Spec``), :mod:`.box`, :mod:`.discrete` (Discrete, MultiDiscrete, Binary, OneHot),
+:mod:`.composite`, :mod:`.dtypes` (torch <-> numpy dtypes), :mod:`.gym_spaces`.
 
 Example::
 
@@ -15,7 +24,10 @@ Example::
     >>> td = spec.rand((8,))               # TensorDict, batch_size=[8]
     >>> td["obs"].shape, td["action"].shape
     (torch.Size([8, 3]), torch.Size([8]))
-    >>> spec.contains(td)
+    >>> batched = spec.expand(8)           # the same, as an env of 8 exposes it
+    >>> batched.rand().batch_size, batched["obs"].shape
+    (torch.Size([8]), torch.Size([8, 3]))
+    >>> spec.contains(td) and batched.contains(td)
     True
     >>> spec_from_gym(spec.to_gym()) == spec
     True

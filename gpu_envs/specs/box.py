@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from gpu_envs.errors import SpecError
-from gpu_envs.specs.base import BatchLike, DeviceLike, Spec, _as_batch, _as_device, _check_generator, _has_shape, _short
+from gpu_envs.specs.base import DeviceLike, Spec, _as_device, _has_shape, _short
 from gpu_envs.specs.dtypes import _FLOAT_DTYPES, _INT_DTYPES, _as_dtype, numpy_dtype
 
 
@@ -25,12 +25,17 @@ class Box(Spec):
     For signed integer dtypes ``-inf``/``inf`` become the dtype's min/max (still sampled
     as unbounded); unsigned dtypes clip infinite bounds to their range.
 
+    ``shape`` here is one env's (``event_shape``); :meth:`expand` adds batch dims.
+
     Attributes: ``low``/``high`` (tensors of ``dtype`` on ``device``, shape ``shape``) and
-    ``bounded_below``/``bounded_above`` (bool tensors, as in gymnasium).
+    ``bounded_below``/``bounded_above`` (bool tensors, as in gymnasium); on a batched
+    spec they are broadcast views of the per-env bounds.
 
     Example::
 
         >>> Box(-1.0, 1.0, (2,)).rand((4,)).shape
+        torch.Size([4, 2])
+        >>> Box(-1.0, 1.0, (2,)).expand(4, 2).rand().shape    # a batch of 4 envs
         torch.Size([4, 2])
         >>> Box(0, 255, (84, 84, 3), torch.uint8).zero().max()
         tensor(0, dtype=torch.uint8)
@@ -49,25 +54,25 @@ class Box(Spec):
         lo, hi = self._bound_tensor(low, "low"), self._bound_tensor(high, "high")
         if shape is None:
             try:
-                self.shape = torch.broadcast_shapes(lo.shape, hi.shape)
+                self.event_shape = torch.broadcast_shapes(lo.shape, hi.shape)
             except RuntimeError:
                 raise SpecError(
                     f"Box low shape {tuple(lo.shape)} and high shape {tuple(hi.shape)} do not "
                     "broadcast together; pass bounds of the same shape or scalars."
                 ) from None
         else:
-            self.shape = torch.Size((shape,) if isinstance(shape, int) else shape)
+            self.event_shape = torch.Size((shape,) if isinstance(shape, int) else shape)
         for name, t in (("low", lo), ("high", hi)):
             try:
-                fits = torch.broadcast_shapes(t.shape, self.shape) == self.shape
+                fits = torch.broadcast_shapes(t.shape, self.event_shape) == self.event_shape
             except RuntimeError:
                 fits = False
             if not fits:
                 raise SpecError(
                     f"Box {name} has shape {tuple(t.shape)}, which does not broadcast to shape "
-                    f"{tuple(self.shape)}; pass {name} as a scalar or with shape {tuple(self.shape)}."
+                    f"{tuple(self.event_shape)}; pass {name} as a scalar or with shape {tuple(self.event_shape)}."
                 )
-        lo, hi = lo.expand(self.shape), hi.expand(self.shape)
+        lo, hi = lo.expand(self.event_shape), hi.expand(self.event_shape)
         if lo.isnan().any() or hi.isnan().any():
             raise SpecError("Box bounds must not be NaN; use -inf/inf for unbounded dims.")
         if (lo > hi).any():
@@ -77,10 +82,10 @@ class Box(Spec):
                 f"high={hi[tuple(bad)].item()}); swap the bounds or fix them so low <= high."
             )
         bounded_below, bounded_above = ~torch.isneginf(lo), ~torch.isposinf(hi)
-        self.low = self._cast_bound(lo, "low")
-        self.high = self._cast_bound(hi, "high")
+        self._low = self._cast_bound(lo, "low")
+        self._high = self._cast_bound(hi, "high")
         if self.dtype == torch.uint8:  # unsigned: infinite bounds were clipped to the dtype range
-            bounded_below = bounded_above = torch.ones(self.shape, dtype=torch.bool)
+            bounded_below = bounded_above = torch.ones(self.event_shape, dtype=torch.bool)
         self._set_bounded(bounded_below, bounded_above)
 
     # -- construction helpers -------------------------------------------------
@@ -135,45 +140,68 @@ class Box(Spec):
 
     def _set_bounded(self, bounded_below: torch.Tensor, bounded_above: torch.Tensor) -> None:
         """Record which dims are bounded and precompute what ``rand``/``zero`` need."""
-        self.bounded_below = bounded_below.to(self.device, torch.bool).expand(self.shape).clone()
-        self.bounded_above = bounded_above.to(self.device, torch.bool).expand(self.shape).clone()
-        self._all_bounded = bool(self.bounded_below.all() and self.bounded_above.all())
+        self._below = bounded_below.to(self.device, torch.bool).expand(self.event_shape).clone()
+        self._above = bounded_above.to(self.device, torch.bool).expand(self.event_shape).clone()
+        self._all_bounded = bool(self._below.all() and self._above.all())
         is_float = self.dtype.is_floating_point
         self._work = torch.float64 if not is_float or self.dtype == torch.float64 else torch.float32
-        self._lo = self.low.to(self._work)
+        self._lo = self._low.to(self._work)
         # integers sample floor(U[low, high + 1)) like gymnasium
-        self._hi = self.high.to(self._work) + (0 if is_float else 1)
+        self._hi = self._high.to(self._work) + (0 if is_float else 1)
         self._span = self._hi - self._lo  # inf on unbounded dims (masked out in rand)
-        both = self.bounded_below & self.bounded_above
+        both = self._below & self._above
         # low + u * span is one kernel; fall back to a convex mix if the span overflows
         self._span_ok = bool(torch.isfinite(self._span[both]).all())
         if is_float:
             fmax = torch.finfo(self.dtype).max
-            self._clamp = (self._lo.clamp(min=-fmax), self.high.to(self._work).clamp(max=fmax))
+            self._clamp = (self._lo.clamp(min=-fmax), self._high.to(self._work).clamp(max=fmax))
         if not is_float:
-            self._low_i64, self._high_i64 = self.low.to(torch.int64), self.high.to(torch.int64)
+            self._low_i64, self._high_i64 = self._low.to(torch.int64), self._high.to(torch.int64)
         zero = torch.zeros((), dtype=self.dtype, device=self.device)
-        self._zero = torch.maximum(torch.minimum(zero, self.high), self.low)
-        self._zero_is_zero = bool((self._zero == 0).all())
+        self._zero_value = torch.maximum(torch.minimum(zero, self._high), self._low)
+        self._zero_is_zero = bool((self._zero_value == 0).all())
+
+    # -- bounds (full shape, per-env bounds broadcast over the batch dims) ------------------
+    def _full(self, t: torch.Tensor) -> torch.Tensor:
+        return t.expand(self.shape) if self._batch_shape else t
+
+    @property
+    def low(self) -> torch.Tensor:
+        """Lower bounds, shape ``shape`` (a broadcast view over the batch dims)."""
+        return self._full(self._low)
+
+    @property
+    def high(self) -> torch.Tensor:
+        """Upper bounds, shape ``shape`` (a broadcast view over the batch dims)."""
+        return self._full(self._high)
+
+    @property
+    def bounded_below(self) -> torch.Tensor:
+        """Bool, shape ``shape``: True where ``low`` is finite (as in gymnasium)."""
+        return self._full(self._below)
+
+    @property
+    def bounded_above(self) -> torch.Tensor:
+        """Bool, shape ``shape``: True where ``high`` is finite (as in gymnasium)."""
+        return self._full(self._above)
 
     # -- Spec API ---------------------------------------------------------------
-    def zero(self, batch: BatchLike = ()) -> torch.Tensor:
-        """Zeros of shape ``(*batch, *shape)``, clamped into ``[low, high]``."""
-        size = (*_as_batch(batch), *self.shape)
+    def _zero(self, dims: tuple[int, ...]) -> torch.Tensor:
+        """Zeros clamped into ``[low, high]``."""
+        size = (*dims, *self.event_shape)
         if self._zero_is_zero:
             return torch.zeros(size, dtype=self.dtype, device=self.device)
-        return self._zero.expand(size).clone(memory_format=torch.contiguous_format)
+        return self._zero_value.expand(size).clone(memory_format=torch.contiguous_format)
 
-    def rand(self, batch: BatchLike = (), generator: torch.Generator | None = None) -> torch.Tensor:
-        """Sample ``(*batch, *shape)`` values (uniform / exponential / normal, see class doc)."""
-        _check_generator(generator, self.device)
-        size = (*_as_batch(batch), *self.shape)
+    def _rand(self, dims: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:
+        """Uniform / exponential / normal samples, see the class doc."""
+        size = (*dims, *self.event_shape)
         kw = {"generator": generator, "device": self.device, "dtype": self._work}
         u = torch.rand(size, **kw)
         # low + u * span in one kernel, or a convex mix when high - low overflows the dtype
         sample = torch.addcmul(self._lo, u, self._span) if self._span_ok else self._lo * (1 - u) + self._hi * u
         if not self._all_bounded:
-            below, above = self.bounded_below, self.bounded_above
+            below, above = self._below, self._above
             e = torch.empty(size, device=self.device, dtype=self._work).exponential_(generator=generator)
             n = torch.randn(size, **kw)
             sample = torch.where(
@@ -192,43 +220,35 @@ class Box(Spec):
         """True for a tensor with trailing shape ``shape``, dtype ``dtype`` and ``low <= x <= high``."""
         if not _has_shape(x, self.shape) or x.dtype != self.dtype:
             return False
-        low, high = self.low.to(x.device), self.high.to(x.device)
+        low, high = self._low.to(x.device), self._high.to(x.device)
         return bool(((x >= low) & (x <= high)).all())
 
-    def to(self, device: DeviceLike) -> Box:
-        """A copy on ``device``."""
+    def _to(self, device: torch.device) -> Box:
         box = Box.__new__(Box)
-        box.shape, box.dtype, box.device = self.shape, self.dtype, _as_device(device)
-        box.low, box.high = self.low.to(box.device), self.high.to(box.device)
-        box._set_bounded(self.bounded_below, self.bounded_above)
+        box.event_shape, box.dtype, box.device = self.event_shape, self.dtype, device
+        box._low, box._high = self._low.to(device), self._high.to(device)
+        box._set_bounded(self._below, self._above)
         return box
 
-    def to_gym(self) -> gymnasium.spaces.Box:
+    def _gym_space(self) -> gymnasium.spaces.Box:
         """A ``gymnasium.spaces.Box`` with the same bounds, shape and dtype."""
         np_dtype = numpy_dtype(self.dtype)  # fails early (SpecError) for bfloat16
-        low: Any = self.low.cpu().numpy()
-        high: Any = self.high.cpu().numpy()
+        low: Any = self._low.cpu().numpy()
+        high: Any = self._high.cpu().numpy()
         # integer boxes: keep "unbounded" visible to gymnasium when a whole side is unbounded
         if not self.dtype.is_floating_point:
-            if low.size and not self.bounded_below.any():
+            if low.size and not self._below.any():
                 low = -math.inf
-            if high.size and not self.bounded_above.any():
+            if high.size and not self._above.any():
                 high = math.inf
-        return gymnasium.spaces.Box(low, high, shape=tuple(self.shape), dtype=np_dtype)
+        return gymnasium.spaces.Box(low, high, shape=tuple(self.event_shape), dtype=np_dtype)
 
     def __eq__(self, other: object) -> bool:
-        return (
-            type(other) is Box
-            and self.shape == other.shape
-            and self.dtype == other.dtype
-            and self.device == other.device
-            and torch.equal(self.low, other.low)
-            and torch.equal(self.high, other.high)
-        )
+        return self._same_frame(other) and torch.equal(self._low, other._low) and torch.equal(self._high, other._high)  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         dt = str(self.dtype).removeprefix("torch.")
         return (
-            f"Box(low={_short(self.low)}, high={_short(self.high)}, shape={tuple(self.shape)}, "
-            f"dtype={dt}, device={self.device})"
+            f"Box(low={_short(self._low)}, high={_short(self._high)}, shape={tuple(self.shape)}"
+            f"{self._batch_repr()}, dtype={dt}, device={self.device})"
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium
@@ -15,11 +15,17 @@ from gpu_envs.specs.base import BatchLike, DeviceLike, Spec, _as_batch, _as_devi
 Key = str | tuple[str, ...]
 
 
-def _as_spec(value: Any, device: torch.device | None, key: Any) -> Spec:
+def _as_spec(value: Any, device: torch.device | None, key: Any, batch: torch.Size) -> Spec:
     if isinstance(value, Mapping) and not isinstance(value, Composite):
-        value = Composite(value, device=device)
+        value = Composite(value, device=device, shape=batch)
     if not isinstance(value, Spec):
         raise SpecError(f"Composite entry {key!r} must be a Spec (or a mapping of specs), got {type(value).__name__}.")
+    if value.batch_shape != batch:
+        raise SpecError(
+            f"Composite entry {key!r} has batch shape {tuple(value.batch_shape)} but the Composite has "
+            f"{tuple(batch)}; build the Composite per env and expand it (composite.expand(*batch)), or "
+            f"expand the entry to the same batch (entry.expand(*{tuple(batch)}, *entry.shape))."
+        )
     if device is not None and value.device != device:
         value = value.to(device)
     return value
@@ -35,10 +41,15 @@ def _split_key(key: Any) -> tuple[str, ...]:
 class Composite(Spec):
     """A (nested) mapping of named specs; values are ``TensorDict``s.
 
-    ``zero``/``rand`` return a ``TensorDict`` with ``batch_size=batch`` on ``device``
-    (``None`` when children live on different devices). Keys may be nested with tuples,
-    as in tensordict. ``tuple_like=True`` marks a spec built from a gymnasium ``Tuple``
-    (keys ``"0"``, ``"1"``, ...) so that ``to_gym`` rebuilds a ``Tuple``.
+    As in torchrl, a Composite's ``shape`` is its batch shape (``event_shape`` is
+    ``()``): every entry carries those leading batch dims, so an env's
+    ``observation_spec`` has ``shape == env.batch_size`` and leaves ``[N, *obs]``.
+    Build it per env and :meth:`expand` it, which expands every entry.
+
+    ``zero``/``rand`` return a ``TensorDict`` with ``batch_size=(*shape_arg, *shape)`` on
+    ``device`` (``None`` when children live on different devices). Keys may be nested
+    with tuples, as in tensordict. ``tuple_like=True`` marks a spec built from a
+    gymnasium ``Tuple`` (keys ``"0"``, ``"1"``, ...) so that ``to_gym`` rebuilds a ``Tuple``.
 
     Example::
 
@@ -47,9 +58,11 @@ class Composite(Spec):
         torch.Size([2])
         >>> spec.keys(include_nested=True, leaves_only=True)
         [('obs', 'pos'), 'action']
+        >>> spec.expand(8)["obs", "pos"].shape        # a batch of 8 envs
+        torch.Size([8, 2])
     """
 
-    shape = torch.Size(())
+    event_shape = torch.Size(())
     dtype = None
 
     def __init__(
@@ -57,10 +70,12 @@ class Composite(Spec):
         specs: Mapping[str, Spec] | None = None,
         device: DeviceLike | None = None,
         *,
+        shape: BatchLike = (),
         tuple_like: bool = False,
         **kw_specs: Spec,
     ) -> None:
         self._device = None if device is None else _as_device(device)
+        self._batch_shape = torch.Size(_as_batch(shape))
         self.tuple_like = bool(tuple_like)
         self._specs: dict[str, Spec] = {}
         if specs is None:
@@ -73,7 +88,7 @@ class Composite(Spec):
         for key, value in {**specs, **kw_specs}.items():
             if not isinstance(key, str):
                 raise SpecError(f"Composite keys must be str, got {key!r}; use nested Composites for depth.")
-            self._specs[key] = _as_spec(value, self._device, key)
+            self._specs[key] = _as_spec(value, self._device, key, self._batch_shape)
 
     @property
     def device(self) -> torch.device | None:  # type: ignore[override]
@@ -98,11 +113,11 @@ class Composite(Spec):
         for part in parents:
             child = node._specs.get(part)
             if child is None:
-                child = node._specs[part] = Composite(device=node._device)
+                child = node._specs[part] = Composite(device=node._device, shape=node._batch_shape)
             elif not isinstance(child, Composite):
                 raise SpecError(f"cannot set {key!r}: {part!r} is a leaf {child!r}, not a Composite.")
             node = child
-        node._specs[last] = _as_spec(value, node._device, key)
+        node._specs[last] = _as_spec(value, node._device, key, node._batch_shape)
 
     def __delitem__(self, key: Key) -> None:
         *parents, last = _split_key(key)
@@ -144,16 +159,16 @@ class Composite(Spec):
         return [spec for _, spec in self.items(include_nested, leaves_only)]
 
     # -- Spec API ----------------------------------------------------------------------
-    def zero(self, batch: BatchLike = ()) -> TensorDict:
-        """A TensorDict of every child's ``zero(batch)``, ``batch_size=batch``."""
-        dims = _as_batch(batch)
-        data = {key: spec.zero(dims) for key, spec in self._specs.items()}
+    def _zero(self, dims: tuple[int, ...]) -> TensorDict:
+        """A TensorDict of every child's ``zero``, ``batch_size=dims``."""
+        extra = dims[: len(dims) - len(self._batch_shape)]
+        data = {key: spec.zero(extra) for key, spec in self._specs.items()}
         return TensorDict(data, batch_size=dims, device=self.device)
 
-    def rand(self, batch: BatchLike = (), generator: torch.Generator | None = None) -> TensorDict:
-        """A TensorDict of every child's ``rand(batch, generator)``, ``batch_size=batch``."""
-        dims = _as_batch(batch)
-        data = {key: spec.rand(dims, generator) for key, spec in self._specs.items()}
+    def _rand(self, dims: tuple[int, ...], generator: torch.Generator | None) -> TensorDict:
+        """A TensorDict of every child's ``rand(..., generator)``, ``batch_size=dims``."""
+        extra = dims[: len(dims) - len(self._batch_shape)]
+        data = {key: spec.rand(extra, generator) for key, spec in self._specs.items()}
         return TensorDict(data, batch_size=dims, device=self.device)
 
     def contains(self, x: Any) -> bool:
@@ -166,27 +181,47 @@ class Composite(Spec):
         # TensorDict refuses `key in td`; `.keys()` works for both TensorDicts and mappings
         return all(key in x.keys() and spec.contains(x[key]) for key, spec in self._specs.items())  # noqa: SIM118
 
-    def to(self, device: DeviceLike) -> Composite:
-        """A deep copy with every child on ``device``."""
-        dev = _as_device(device)
-        return Composite({k: s.to(dev) for k, s in self._specs.items()}, device=dev, tuple_like=self.tuple_like)
+    def expand(self, *shape: int | Sequence[int]) -> Composite:
+        """This Composite with batch dims added to it and every entry: ``shape`` is the new
+        batch shape and must end with the current one (torchrl's ``Composite.expand``).
+        """
+        batch = self._expanded_batch(shape)
+        old = len(self._batch_shape)
+        specs = {k: s.expand(*batch, *s.shape[old:]) for k, s in self._specs.items()}
+        return Composite(specs, device=self._device, shape=batch, tuple_like=self.tuple_like)
 
-    def to_gym(self) -> gymnasium.spaces.Space:
+    def unbatched(self) -> Composite:
+        """The per-env Composite: every entry without its batch dims."""
+        if not self._batch_shape:
+            return self
+        specs = {k: s.unbatched() for k, s in self._specs.items()}
+        return Composite(specs, device=self._device, tuple_like=self.tuple_like)
+
+    def _to(self, device: torch.device) -> Composite:
+        # entries move with their batch dims, so the Composite keeps its own
+        specs = {k: s.to(device) for k, s in self._specs.items()}
+        return Composite(specs, device=device, shape=self._batch_shape, tuple_like=self.tuple_like)
+
+    def _gym_space(self) -> gymnasium.spaces.Space:
         """A ``gymnasium.spaces.Dict`` (nested), or a ``Tuple`` when ``tuple_like``."""
         if not self.tuple_like:
-            return gymnasium.spaces.Dict({k: s.to_gym() for k, s in self._specs.items()})
+            return gymnasium.spaces.Dict({k: s.unbatched().to_gym() for k, s in self._specs.items()})
         expected = [str(i) for i in range(len(self._specs))]
         if sorted(self._specs, key=lambda k: (len(k), k)) != expected:
             raise SpecError(
                 f"tuple_like Composite needs keys {expected}, got {list(self._specs)}; "
                 "rename the keys or build it with tuple_like=False."
             )
-        return gymnasium.spaces.Tuple([self._specs[k].to_gym() for k in expected])
+        return gymnasium.spaces.Tuple([self._specs[k].unbatched().to_gym() for k in expected])
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is Composite and self.tuple_like == other.tuple_like and self._specs == other._specs
+        return (
+            self._same_frame(other)
+            and self.tuple_like == other.tuple_like  # type: ignore[attr-defined]
+            and self._specs == other._specs  # type: ignore[attr-defined]
+        )
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={s!r}" for k, s in self._specs.items())
         extra = ", tuple_like=True" if self.tuple_like else ""
-        return f"Composite({inner}{extra}, device={self.device})"
+        return f"Composite({inner}{extra}{self._batch_repr()}, device={self.device})"

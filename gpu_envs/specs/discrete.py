@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from gpu_envs.errors import SpecError
-from gpu_envs.specs.base import BatchLike, DeviceLike, Spec, _as_batch, _as_device, _check_generator, _has_shape, _short
+from gpu_envs.specs.base import DeviceLike, Spec, _as_device, _has_shape, _short
 from gpu_envs.specs.dtypes import _INT_DTYPES, _as_dtype, numpy_dtype
 
 
@@ -35,14 +35,18 @@ def _check_int_range(dtype: torch.dtype, lo: int, hi: int, what: str) -> None:
 
 
 class Discrete(Spec):
-    """One categorical index in ``{start, ..., start + n - 1}``; shape ``()``.
+    """One categorical index in ``{start, ..., start + n - 1}``; per-env shape ``()``.
 
     Example::
 
         >>> Discrete(3, start=1).rand((5,))          # e.g. tensor([2, 1, 3, 3, 1])
+        >>> Discrete(3).expand(5).rand().shape       # a batch of 5 envs
+        torch.Size([5])
         >>> Discrete(3).to_gym()
         Discrete(3)
     """
+
+    event_shape = torch.Size(())
 
     def __init__(self, n: int, dtype: Any = torch.int64, device: DeviceLike = "cpu", start: int = 0) -> None:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
@@ -53,52 +57,45 @@ class Discrete(Spec):
         self.dtype = _as_dtype(dtype, _INT_DTYPES, "Discrete")
         _check_int_range(self.dtype, self.start, self.start + self.n - 1, "Discrete")
         self.device = _as_device(device)
-        self.shape = torch.Size(())
 
-    def zero(self, batch: BatchLike = ()) -> torch.Tensor:
-        """``0`` clamped into ``[start, start + n - 1]``, shape ``batch``."""
+    def _zero(self, dims: tuple[int, ...]) -> torch.Tensor:
+        """``0`` clamped into ``[start, start + n - 1]``."""
         value = min(max(0, self.start), self.start + self.n - 1)
-        return torch.full(_as_batch(batch), value, dtype=self.dtype, device=self.device)
+        return torch.full(dims, value, dtype=self.dtype, device=self.device)
 
-    def rand(self, batch: BatchLike = (), generator: torch.Generator | None = None) -> torch.Tensor:
-        """Uniform indices in ``[start, start + n)``, shape ``batch``."""
-        _check_generator(generator, self.device)
+    def _rand(self, dims: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:
+        """Uniform indices in ``[start, start + n)``."""
         return torch.randint(
-            self.start, self.start + self.n, _as_batch(batch),
-            generator=generator, device=self.device, dtype=self.dtype,
-        )  # fmt: skip
+            self.start, self.start + self.n, dims, generator=generator, device=self.device, dtype=self.dtype
+        )
 
     def contains(self, x: Any) -> bool:
-        """True for a tensor of dtype ``dtype`` (any shape) with values in range."""
-        if not isinstance(x, torch.Tensor) or x.dtype != self.dtype:
+        """True for a tensor of dtype ``dtype`` ending with ``shape`` (any shape when per env) with values in range."""
+        if not _has_shape(x, self.shape) or x.dtype != self.dtype:
             return False
         return bool(((x >= self.start) & (x <= self.start + self.n - 1)).all())
 
-    def to(self, device: DeviceLike) -> Discrete:
-        """A copy on ``device``."""
+    def _to(self, device: torch.device) -> Discrete:
         return Discrete(self.n, self.dtype, device, start=self.start)
 
-    def to_gym(self) -> gymnasium.spaces.Discrete:
+    def _gym_space(self) -> gymnasium.spaces.Discrete:
         """``gymnasium.spaces.Discrete(n, start=start, dtype=...)``."""
         return gymnasium.spaces.Discrete(self.n, start=self.start, dtype=numpy_dtype(self.dtype))
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is Discrete and (self.n, self.start, self.dtype, self.device) == (
-            other.n,
-            other.start,
-            other.dtype,
-            other.device,
-        )
+        return self._same_frame(other) and (self.n, self.start) == (other.n, other.start)  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         start = f", start={self.start}" if self.start else ""
-        return f"Discrete(n={self.n}{start}, dtype={str(self.dtype).removeprefix('torch.')}, device={self.device})"
+        dt = str(self.dtype).removeprefix("torch.")
+        return f"Discrete(n={self.n}{start}{self._batch_repr()}, dtype={dt}, device={self.device})"
 
 
 class MultiDiscrete(Spec):
     """Several categorical indices; element ``i`` lies in ``[start[i], start[i] + nvec[i])``.
 
-    ``shape == nvec.shape``; ``start`` (scalar or array, default 0) mirrors gymnasium's.
+    Per-env shape ``nvec.shape``; ``start`` (scalar or array, default 0) mirrors
+    gymnasium's. On a batched spec ``nvec``/``start`` are broadcast to ``shape``.
 
     Example::
 
@@ -122,60 +119,67 @@ class MultiDiscrete(Spec):
             ) from None
         if nv.numel():
             _check_int_range(self.dtype, st.min().item(), (st + nv - 1).max().item(), "MultiDiscrete")
-        self.shape = nv.shape
-        self.nvec, self.start = nv.to(self.device), st.to(self.device)
-        self._nvec_f = self.nvec.to(torch.float64)
-        self._high = self.start + self.nvec - 1
+        self.event_shape = nv.shape
+        self._nvec, self._start = nv.to(self.device), st.to(self.device)
+        self._nvec_f = self._nvec.to(torch.float64)
+        self._high = self._start + self._nvec - 1
 
-    def zero(self, batch: BatchLike = ()) -> torch.Tensor:
-        """``0`` clamped into each element's range, shape ``(*batch, *shape)``."""
-        zero = torch.minimum(torch.clamp(self.start, min=0), self._high).to(self.dtype)
-        return zero.expand(*_as_batch(batch), *self.shape).clone(memory_format=torch.contiguous_format)
+    @property
+    def nvec(self) -> torch.Tensor:
+        """Choices per element, shape ``shape`` (broadcast over the batch dims)."""
+        return self._nvec.expand(self.shape) if self._batch_shape else self._nvec
 
-    def rand(self, batch: BatchLike = (), generator: torch.Generator | None = None) -> torch.Tensor:
-        """Uniform indices per element, shape ``(*batch, *shape)``."""
-        _check_generator(generator, self.device)
-        size = (*_as_batch(batch), *self.shape)
+    @property
+    def start(self) -> torch.Tensor:
+        """Smallest value per element, shape ``shape`` (broadcast over the batch dims)."""
+        return self._start.expand(self.shape) if self._batch_shape else self._start
+
+    def _zero(self, dims: tuple[int, ...]) -> torch.Tensor:
+        """``0`` clamped into each element's range."""
+        zero = torch.minimum(torch.clamp(self._start, min=0), self._high).to(self.dtype)
+        return zero.expand(*dims, *self.event_shape).clone(memory_format=torch.contiguous_format)
+
+    def _rand(self, dims: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:
+        """Uniform indices per element."""
+        size = (*dims, *self.event_shape)
         u = torch.rand(size, generator=generator, device=self.device, dtype=torch.float64)
-        idx = torch.minimum((u * self._nvec_f).floor_().to(torch.int64), self.nvec - 1)
-        return (idx + self.start).to(self.dtype)
+        idx = torch.minimum((u * self._nvec_f).floor_().to(torch.int64), self._nvec - 1)
+        return (idx + self._start).to(self.dtype)
 
     def contains(self, x: Any) -> bool:
         """True for a tensor with trailing shape ``shape``, dtype ``dtype`` and in-range values."""
         if not _has_shape(x, self.shape) or x.dtype != self.dtype:
             return False
-        start, high = self.start.to(x.device), self._high.to(x.device)
+        start, high = self._start.to(x.device), self._high.to(x.device)
         return bool(((x >= start) & (x <= high)).all())
 
-    def to(self, device: DeviceLike) -> MultiDiscrete:
-        """A copy on ``device``."""
-        return MultiDiscrete(self.nvec, self.dtype, device, start=self.start)
+    def _to(self, device: torch.device) -> MultiDiscrete:
+        return MultiDiscrete(self._nvec, self.dtype, device, start=self._start)
 
-    def to_gym(self) -> gymnasium.spaces.MultiDiscrete:
+    def _gym_space(self) -> gymnasium.spaces.MultiDiscrete:
         """``gymnasium.spaces.MultiDiscrete(nvec, dtype=..., start=start)``."""
         np_dt = numpy_dtype(self.dtype)
         return gymnasium.spaces.MultiDiscrete(
-            self.nvec.cpu().numpy().astype(np_dt), dtype=np_dt, start=self.start.cpu().numpy().astype(np_dt)
+            self._nvec.cpu().numpy().astype(np_dt), dtype=np_dt, start=self._start.cpu().numpy().astype(np_dt)
         )
 
     def __eq__(self, other: object) -> bool:
         return (
-            type(other) is MultiDiscrete
-            and (self.shape, self.dtype, self.device) == (other.shape, other.dtype, other.device)
-            and torch.equal(self.nvec, other.nvec)
-            and torch.equal(self.start, other.start)
+            self._same_frame(other)
+            and torch.equal(self._nvec, other._nvec)  # type: ignore[attr-defined]
+            and torch.equal(self._start, other._start)  # type: ignore[attr-defined]
         )
 
     def __repr__(self) -> str:
-        start = f", start={_short(self.start)}" if bool(self.start.any()) else ""
+        start = f", start={_short(self._start)}" if bool(self._start.any()) else ""
         return (
-            f"MultiDiscrete(nvec={_short(self.nvec)}{start}, shape={tuple(self.shape)}, "
+            f"MultiDiscrete(nvec={_short(self._nvec)}{start}, shape={tuple(self.shape)}{self._batch_repr()}, "
             f"dtype={str(self.dtype).removeprefix('torch.')}, device={self.device})"
         )
 
 
 class Binary(Spec):
-    """``n`` independent 0/1 flags; shape ``(n,)`` (or ``n`` itself if it is a shape).
+    """``n`` independent 0/1 flags; per-env shape ``(n,)`` (or ``n`` itself if it is a shape).
 
     ``bool`` by default; gymnasium's ``MultiBinary`` maps to ``dtype=torch.int8``.
     ``to_gym`` gives ``MultiBinary`` for integer dtypes (gymnasium stores int8, so only
@@ -197,20 +201,18 @@ class Binary(Spec):
         if not ok:
             raise SpecError(f"Binary n must be an int >= 1 (or a shape of such ints), got {n!r}.")
         self.n: int | tuple[int, ...] = int(n) if isinstance(n, (int, np.integer)) else tuple(int(d) for d in dims)
-        self.shape = torch.Size(int(d) for d in dims)
+        self.event_shape = torch.Size(int(d) for d in dims)
         self.dtype = _as_dtype(dtype, (torch.bool, *_INT_DTYPES), "Binary")
         self.device = _as_device(device)
 
-    def zero(self, batch: BatchLike = ()) -> torch.Tensor:
-        """All-zero (``False``) flags, shape ``(*batch, *shape)``."""
-        return torch.zeros((*_as_batch(batch), *self.shape), dtype=self.dtype, device=self.device)
+    def _zero(self, dims: tuple[int, ...]) -> torch.Tensor:
+        """All-zero (``False``) flags."""
+        return torch.zeros((*dims, *self.event_shape), dtype=self.dtype, device=self.device)
 
-    def rand(self, batch: BatchLike = (), generator: torch.Generator | None = None) -> torch.Tensor:
-        """Fair coin flips, shape ``(*batch, *shape)``."""
-        _check_generator(generator, self.device)
-        size = (*_as_batch(batch), *self.shape)
+    def _rand(self, dims: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:
+        """Fair coin flips."""
         dtype = torch.uint8 if self.dtype == torch.bool else self.dtype
-        flips = torch.randint(0, 2, size, generator=generator, device=self.device, dtype=dtype)
+        flips = torch.randint(0, 2, (*dims, *self.event_shape), generator=generator, device=self.device, dtype=dtype)
         return flips.view(torch.bool) if self.dtype == torch.bool else flips  # same bytes, no copy
 
     def contains(self, x: Any) -> bool:
@@ -219,30 +221,26 @@ class Binary(Spec):
             return False
         return self.dtype == torch.bool or bool(((x == 0) | (x == 1)).all())
 
-    def to(self, device: DeviceLike) -> Binary:
-        """A copy on ``device``."""
+    def _to(self, device: torch.device) -> Binary:
         return Binary(self.n, self.dtype, device)
 
-    def to_gym(self) -> gymnasium.spaces.Space:
+    def _gym_space(self) -> gymnasium.spaces.Space:
         """``MultiBinary(n)`` for integer dtypes, ``Box(0, 1, shape, bool)`` for bool."""
         if self.dtype == torch.bool:
-            return gymnasium.spaces.Box(0, 1, shape=tuple(self.shape), dtype=np.bool_)
+            return gymnasium.spaces.Box(0, 1, shape=tuple(self.event_shape), dtype=np.bool_)
         return gymnasium.spaces.MultiBinary(self.n if isinstance(self.n, int) else list(self.n))
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is Binary and (self.shape, self.dtype, self.device) == (
-            other.shape,
-            other.dtype,
-            other.device,
-        )
+        return self._same_frame(other)
 
     def __repr__(self) -> str:
-        n = self.shape[0] if len(self.shape) == 1 else tuple(self.shape)
-        return f"Binary(n={n}, dtype={str(self.dtype).removeprefix('torch.')}, device={self.device})"
+        n = self.event_shape[0] if len(self.event_shape) == 1 else tuple(self.event_shape)
+        dt = str(self.dtype).removeprefix("torch.")
+        return f"Binary(n={n}{self._batch_repr()}, dtype={dt}, device={self.device})"
 
 
 class OneHot(Binary):
-    """A one-hot encoded choice among ``n``: shape ``(n,)``, exactly one flag set.
+    """A one-hot encoded choice among ``n``: per-env shape ``(n,)``, exactly one flag set.
 
     The action spec of a ``Discrete(n, start)`` space with ``one_hot_actions=True``;
     ``start`` is remembered so the backend can send ``argmax + start`` to gymnasium.
@@ -257,16 +255,18 @@ class OneHot(Binary):
         super().__init__(int(n), dtype=dtype, device=device)
         self.start = int(start)
 
-    def zero(self, batch: Any = ()) -> torch.Tensor:
+    def _zero(self, dims: tuple[int, ...]) -> torch.Tensor:
         """The first choice, one-hot: the value closest to zero this spec contains."""
-        out = super().zero(batch)
+        out = super()._zero(dims)
         out[..., 0] = True if self.dtype == torch.bool else 1
         return out
 
-    def rand(self, batch: Any = (), generator: torch.Generator | None = None) -> torch.Tensor:
-        """Uniformly random one-hot rows, shape ``(*batch, n)``."""
-        index = Discrete(self.shape[0], device=self.device).rand(batch, generator)
-        return torch.nn.functional.one_hot(index, self.shape[0]).to(self.dtype)
+    def _rand(self, dims: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:
+        """Uniformly random one-hot rows."""
+        n = self.event_shape[0]
+        index = torch.randint(0, n, (*dims, 1), generator=generator, device=self.device)
+        # a comparison, not F.one_hot, which reads the indices back to the host to check them
+        return (index == torch.arange(n, device=self.device)).to(self.dtype)
 
     def contains(self, x: Any) -> bool:
         """True for a tensor ``(..., n)`` of this dtype with exactly one flag set per row."""
@@ -274,20 +274,16 @@ class OneHot(Binary):
             return False
         return bool((x.to(torch.int64).sum(-1) == 1).all())
 
-    def to(self, device: Any) -> OneHot:
-        return OneHot(self.shape[0], self.dtype, device, self.start)
+    def _to(self, device: torch.device) -> OneHot:
+        return OneHot(self.event_shape[0], self.dtype, device, self.start)
 
-    def to_gym(self) -> gymnasium.spaces.Discrete:
-        return gymnasium.spaces.Discrete(self.shape[0], start=self.start)
+    def _gym_space(self) -> gymnasium.spaces.Discrete:
+        return gymnasium.spaces.Discrete(self.event_shape[0], start=self.start)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is OneHot and (self.shape, self.dtype, self.device, self.start) == (
-            other.shape,
-            other.dtype,
-            other.device,
-            other.start,
-        )
+        return self._same_frame(other) and self.start == other.start  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         start = f", start={self.start}" if self.start else ""
-        return f"OneHot(n={self.shape[0]}{start}, dtype={str(self.dtype).removeprefix('torch.')}, device={self.device})"
+        dt = str(self.dtype).removeprefix("torch.")
+        return f"OneHot(n={self.event_shape[0]}{start}{self._batch_repr()}, dtype={dt}, device={self.device})"

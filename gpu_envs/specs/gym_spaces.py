@@ -15,7 +15,11 @@ from gpu_envs.specs.dtypes import torch_dtype
 
 
 def spec_from_gym(space: gymnasium.spaces.Space, device: DeviceLike = "cpu") -> Spec:
-    """Spec equivalent to a gymnasium ``space`` (per env), on ``device``.
+    """Spec equivalent to a gymnasium ``space`` (one env's, e.g. a ``single_*`` space), on ``device``.
+
+    The result is a per-env spec; add the batch dims with ``.expand(...)``. (A batched
+    space such as a vector env's ``action_space`` has no batch marker, so it converts to
+    a per-env spec of its full shape: convert the ``single_*`` space instead.)
 
     Box -> :class:`Box` (a bool Box with bounds 0/1 -> :class:`Binary`), Discrete ->
     :class:`Discrete`, MultiDiscrete -> :class:`MultiDiscrete`, MultiBinary ->
@@ -67,7 +71,7 @@ def spec_from_gym(space: gymnasium.spaces.Space, device: DeviceLike = "cpu") -> 
 
 
 def spec_to_gym(spec: Spec) -> gymnasium.spaces.Space:
-    """The gymnasium space of ``spec`` (same as ``spec.to_gym()``)."""
+    """The gymnasium space of ``spec`` (same as ``spec.to_gym()``; batched specs give batched spaces)."""
     if not isinstance(spec, Spec):
         raise SpecError(f"spec_to_gym expects a Spec, got {type(spec).__name__}.")
     return spec.to_gym()

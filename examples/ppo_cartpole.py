@@ -108,7 +108,7 @@ def train(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     env = gpu_envs.make("CartPole-v1", num_envs=args.num_envs, device=args.device, seed=args.seed)
     n, t_len = env.num_envs, args.steps
-    agent = Agent(env.observation_spec["observation"].shape[0], env.action_spec.n).to(env.device)
+    agent = Agent(env.single_observation_spec["observation"].shape[0], env.action_spec.n).to(env.device)
     opt = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5)
     batch = n * t_len
     mb_size = batch // args.minibatches

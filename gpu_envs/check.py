@@ -91,7 +91,7 @@ def check_env(env: Any, steps: int = 300, seed: int = 0, name: str | None = None
     where = f"{backend.describe()} backend, " if backend is not None else ""
     title = f"check{f' {name}' if name else ''}: {where}{env.num_envs} envs on {env.device}, {steps} steps, seed {seed}"
     report = CheckReport(title)
-    obs_keys = list(env.observation_spec.keys(include_nested=True, leaves_only=True))
+    obs_keys = list(env.single_observation_spec.keys(include_nested=True, leaves_only=True))
     try:
         resets = [env.reset(seed=seed + 1 + i) for i in range(max(1, math.ceil(_RESET_SAMPLES / env.num_envs)))]
         env.reset(seed=seed)
@@ -139,7 +139,8 @@ def _outside(spec: Spec, x: torch.Tensor, rows: torch.Tensor | None = None) -> s
 def _check_specs(env: Any, reset_root: TensorDictBase, traj: TensorDictBase, roots: dict, keys: list) -> CheckResult:
     problems = []
     n = env.num_envs
-    obs_spec: Composite = env.observation_spec
+    # per-env specs: the data is [N, T, *shape] and messages read best with one env's shapes
+    obs_spec: Composite = env.single_observation_spec
     missing = traj.get(("next", "final_obs_missing"), None)
     real = None if missing is None else ~missing.reshape(n, -1)
     for key in keys:
@@ -152,15 +153,15 @@ def _check_specs(env: Any, reset_root: TensorDictBase, traj: TensorDictBase, roo
             why = _outside(leaf, value, rows)
             if why:
                 problems.append(f"{name} {why}")
-    why = _outside(env.action_spec, traj.get("action"))
+    why = _outside(env.single_action_spec, traj.get("action"))
     if why:
         problems.append(f"action {why}")
-    why = _outside(env.reward_spec, traj.get(("next", "reward")))
+    why = _outside(env.single_reward_spec, traj.get(("next", "reward")))
     if why:
         problems.append(f"reward {why}")
     for key in DONE_KEYS:
         for name, value in ((f"reset {key!r}", reset_root.get(key).unsqueeze(1)), (f"next {key!r}", traj.get(("next", key)))):
-            why = _outside(env.done_spec[key], value)
+            why = _outside(env.single_done_spec[key], value)
             if why:
                 problems.append(f"{name} {why}")
         if bool(reset_root.get(key).any()) or bool(traj.get(key).any()):
@@ -168,7 +169,7 @@ def _check_specs(env: Any, reset_root: TensorDictBase, traj: TensorDictBase, roo
     nxt = traj.get("next")
     if not torch.equal(nxt.get("done"), nxt.get("terminated") | nxt.get("truncated")):
         problems.append("('next', 'done') differs from terminated | truncated")
-    for key, leaf in env.info_spec.items(include_nested=True, leaves_only=True):
+    for key, leaf in env.single_info_spec.items(include_nested=True, leaves_only=True):
         value = traj.get(_next(key), None)
         if value is None:
             problems.append(f"info entry {key!r} is in info_spec but missing from ('next', ...)")

@@ -13,6 +13,12 @@ up behind this class, so a learner sees one interface with torchrl's keys:
   step (post-reset observations on rows that ended). Nothing is reset twice.
 * ``rollout(steps, policy=None)`` -> TensorDict ``[N, T]``.
 
+Specs follow torchrl, whose keys the TensorDicts use: ``env.action_spec``,
+``observation_spec``, ``reward_spec``, ``done_spec`` and ``info_spec`` carry the batch
+dims (``env.action_spec.shape == env.batch_size + env.single_action_spec.shape``), and
+the per-env specs the backend declares are ``env.single_*_spec`` (gymnasium's
+``single_*`` spaces).
+
 The hot path (``step``, ``step_and_maybe_reset``) never synchronises with the host:
 action checks look at metadata only (shape, dtype, device); value checks (a Discrete
 action out of range) run on the first step, or on every step with ``validate=True``.
@@ -21,7 +27,7 @@ Example::
 
     with gpu_envs.make("CartPole-v1", num_envs=8) as env:
         td = env.reset(seed=0)
-        td["action"] = env.action_spec.rand(env.batch_size)
+        td["action"] = env.action_spec.rand()        # a whole batch [8], on env.device
         td, td_root = env.step_and_maybe_reset(td)
 """
 
@@ -45,6 +51,7 @@ from gpu_envs.errors import (
 from gpu_envs.final_obs import FinalObsTransform
 from gpu_envs.rollout_loop import Policy, rollout
 from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete
+from gpu_envs.specs.env_specs import BatchedSpecs
 
 DONE_KEYS = ("done", "terminated", "truncated")
 
@@ -75,7 +82,7 @@ def _nest(flat: dict) -> dict:
     return nested
 
 
-class BatchedEnv:
+class BatchedEnv(BatchedSpecs):
     """A batch of ``N`` environments behind torchrl-style TensorDicts on one device.
 
     Build it with :func:`gpu_envs.make` or :func:`gpu_envs.wrap` rather than directly.
@@ -87,6 +94,10 @@ class BatchedEnv:
         validate: check action values (ranges) on every step, at the cost of one host
             sync per step. Metadata (shape, dtype, device) is always checked.
         seed: seed used by the first ``reset()`` that is given none.
+
+    Specs: ``observation_spec``, ``action_spec``, ``reward_spec``, ``done_spec`` and
+    ``info_spec`` have the batch dims (torchrl's convention); ``single_observation_spec``
+    and the other ``single_*_spec`` describe one env (see :mod:`gpu_envs.specs.env_specs`).
     """
 
     def __init__(
@@ -101,15 +112,18 @@ class BatchedEnv:
         self.num_envs = backend.num_envs
         self.device = normalize_device(backend.device)
         self.batch_size = torch.Size([self.num_envs])
-        self.observation_spec: Composite = backend.observation_spec
-        self.action_spec = backend.action_spec
-        self.reward_spec = Box(-math.inf, math.inf, (1,), torch.float32, device=self.device)
-        self.done_spec = Composite({k: Binary(1, device=self.device) for k in DONE_KEYS}, device=self.device)
-        self.info_spec: Composite = getattr(backend, "info_spec", None) or Composite({}, device=self.device)
+        self._set_specs(
+            observation=backend.observation_spec,
+            action=backend.action_spec,
+            reward=Box(-math.inf, math.inf, (1,), torch.float32, device=self.device),
+            done=Composite({k: Binary(1, device=self.device) for k in DONE_KEYS}, device=self.device),
+            # the backend's own object: the gymnasium backend fills it in at the first step
+            info=getattr(backend, "info_spec", None) or Composite({}, device=self.device),
+        )
         self.validate = validate
-        self._final_obs = FinalObsTransform(self.observation_spec, self.num_envs, missing_obs_value)
+        self._final_obs = FinalObsTransform(self.single_observation_spec, self.num_envs, missing_obs_value)
         self._obs_nested = any(isinstance(k, tuple) for k in self._final_obs.keys)
-        self._action_shape = self.batch_size + self.action_spec.shape
+        self._action_shape = self.action_spec.shape
         self._action_dtype = self.action_spec.dtype
         self._check_values = isinstance(self.action_spec, (Discrete, MultiDiscrete, Binary))
         self._false = torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
@@ -251,7 +265,7 @@ class BatchedEnv:
             raise ActionError(self._explain_action(action))
         if self._check_values and (self.validate or self._first_step) and not self.action_spec.contains(action):
             raise ActionError(
-                f"action values are outside {self.action_spec!r} "
+                f"action values are outside {self.single_action_spec!r} "
                 f"(min {action.min().item()}, max {action.max().item()}). "
                 "Sample actions from env.action_spec or clamp them to its range."
             )
@@ -259,7 +273,7 @@ class BatchedEnv:
     def _explain_action(self, action: Any) -> str:
         want = f"shape {tuple(self._action_shape)}, dtype {self._action_dtype}, device {self.device}"
         if action is None:
-            return f'td has no "action" entry: set td["action"] to a tensor with {want} (e.g. env.action_spec.rand(env.batch_size)).'
+            return f'td has no "action" entry: set td["action"] to a tensor with {want} (e.g. env.action_spec.rand()).'
         if not isinstance(action, torch.Tensor):
             return f"action must be a torch.Tensor with {want}; got {type(action).__name__}."
         if action.shape != self._action_shape:
@@ -289,7 +303,7 @@ class BatchedEnv:
                 raise BackendError(f"{self.backend.describe()} returned {name} of dtype {getattr(raw, name).dtype}; expected torch.bool.")
         for source, obs in (("observation", raw.obs), ("final observation", raw.final_obs or {})):
             for key, value in obs.items():
-                leaf = self.observation_spec[key]
+                leaf = self.single_observation_spec[key]
                 if tuple(value.shape) != (n,) + tuple(leaf.shape) or value.dtype != leaf.dtype or value.device != self.device:
                     raise BackendError(
                         f"{self.backend.describe()} returned {source} {key!r} with shape {tuple(value.shape)}, "
@@ -323,9 +337,9 @@ class BatchedEnv:
         self.close()
 
     def __repr__(self) -> str:
-        obs = ", ".join(f"{k}: {tuple(self.observation_spec[k].shape)}" for k in self._final_obs.keys)
+        obs = ", ".join(f"{k}: {tuple(self.single_observation_spec[k].shape)}" for k in self._final_obs.keys)
         state = "closed" if self._closed else ("not reset" if self._needs_reset else "running")
         return (
             f"BatchedEnv({self.backend.describe()}, num_envs={self.num_envs}, device={self.device}, "
-            f"observation={{{obs}}}, action={self.action_spec!r}, {state})"
+            f"observation={{{obs}}}, action={self.single_action_spec!r}, {state})"
         )

@@ -48,7 +48,10 @@ def _key(key: Any) -> tuple:
 
 
 def _spec_layout(env: Any) -> dict:
-    """Key -> (per-env shape, dtype) of a transition, as far as the env's specs tell."""
+    """Key -> (per-env shape, dtype) of a transition, as far as the env's per-env specs tell.
+
+    Reads the ``single_*_spec`` (no batch dims); the buffer adds ``[*B, T]`` in front.
+    """
     layout: dict = {}
 
     def leaves(spec: Any) -> list:
@@ -56,20 +59,21 @@ def _spec_layout(env: Any) -> dict:
         return list(items(True, True)) if callable(items) else []
 
     try:
-        obs = [(_key(k), s.shape, s.dtype) for k, s in leaves(env.observation_spec)]
+        obs = [(_key(k), s.shape, s.dtype) for k, s in leaves(env.single_observation_spec)]
         for key, shape, dtype in obs:
             layout[key] = (shape, dtype)
         for name in DONE_KEYS:
             layout[(name,)] = (torch.Size([1]), torch.bool)
-        action = env.action_spec
+        action = env.single_action_spec
         if getattr(action, "dtype", None) is not None:
             layout[("action",)] = (action.shape, action.dtype)
         for key, shape, dtype in obs:
             layout[("next", *key)] = (shape, dtype)
-        layout[("next", "reward")] = (env.reward_spec.shape, env.reward_spec.dtype)
+        reward = env.single_reward_spec
+        layout[("next", "reward")] = (reward.shape, reward.dtype)
         for name in (*DONE_KEYS, "final_obs_missing"):
             layout[("next", name)] = (torch.Size([1]), torch.bool)
-        for k, s in leaves(getattr(env, "info_spec", None)):
+        for k, s in leaves(getattr(env, "single_info_spec", None)):
             layout[("next", *_key(k))] = (s.shape, s.dtype)
     except (AttributeError, TypeError):
         pass  # an env with partial specs: the first transition fills in the rest
@@ -199,10 +203,10 @@ class RolloutBuffer:
 def make_step(env: Any, policy: Policy | None) -> Callable[[TensorDictBase], tuple[TensorDictBase, TensorDictBase]]:
     """``td -> (transition, next_root)``: act with ``policy``, then ``env.step_and_maybe_reset``."""
     if policy is None:
-        spec, batch = env.action_spec, env.batch_size
+        spec = env.action_spec  # batched: rand() is a whole batch
 
         def step(td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-            td.set("action", spec.rand(batch, generator=env.generator))
+            td.set("action", spec.rand(generator=env.generator))
             return env.step_and_maybe_reset(td)
 
         return step

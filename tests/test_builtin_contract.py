@@ -17,11 +17,11 @@ def test_keys_shapes_dtypes_devices(env_id):
         assert env.device == torch.device("cpu") and env.batch_size == torch.Size([n])
         td = env.reset()
         assert set(td.keys()) == {"observation", "done", "terminated", "truncated"}
-        assert td["observation"].shape == (n, *env.observation_spec["observation"].shape)
+        assert td["observation"].shape == (n, *env.single_observation_spec["observation"].shape)
         assert td["observation"].dtype == torch.float32
         for key in ("done", "terminated", "truncated"):
             assert td[key].shape == (n, 1) and td[key].dtype == torch.bool and not td[key].any()
-        td["action"] = env.action_spec.rand(env.batch_size)
+        td["action"] = env.action_spec.rand()  # a whole batch, as in torchrl
         td, root = env.step_and_maybe_reset(td)
         nxt = td["next"]
         assert set(nxt.keys()) == {"observation", "reward", "done", "terminated", "truncated", "final_obs_missing"}

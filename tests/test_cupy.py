@@ -114,12 +114,12 @@ def test_cupy_env_matches_sequential_reference():
 def test_cupy_env_steps_never_sync():
     env = gpu_envs.wrap(CupyCountingEnv(N))
     td = env.reset()
-    td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+    td["action"] = env.action_spec.rand(generator=env.generator)
     td, td = env.step_and_maybe_reset(td)  # the first step validates (allowed to sync)
     ended = torch.zeros((), device=env.device)
     with no_sync():
         for _ in range(50):
-            td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+            td["action"] = env.action_spec.rand(generator=env.generator)
             td, root = env.step_and_maybe_reset(td)
             ended += td["next", "done"].sum()
             td = root

@@ -86,7 +86,7 @@ def test_observation_space_round_trips(name):
     env, venv = _spaces_env(space, S.Discrete(2))
     assert set(env.observation_spec.keys(True, True)) == set(leaves)
     for key, (kind, dtype, shape) in leaves.items():
-        spec = env.observation_spec[key]
+        spec = env.single_observation_spec[key]
         assert type(spec) is kind and spec.dtype == dtype and tuple(spec.shape) == shape, key
     td = env.reset()
     for t in range(6):  # episodes last 4 steps: crosses a same-step reset
@@ -127,9 +127,11 @@ def test_action_space_steps_with_exact_actions(name):
 
 def test_one_hot_discrete_actions_on_request():
     env, venv = _spaces_env(S.Box(-1, 1, (1,), np.float32), S.Discrete(4, start=1), one_hot_actions=True)
-    assert isinstance(env.action_spec, OneHot) and env.action_spec.shape == (4,) and env.action_spec.dtype == torch.bool
-    assert env.action_spec.contains(env.action_spec.rand((7,))) and env.action_spec.contains(env.action_spec.zero((2,)))
-    assert not env.action_spec.contains(torch.zeros(2, 4, dtype=torch.bool))
+    single = env.single_action_spec
+    assert isinstance(single, OneHot) and single.shape == (4,) and single.dtype == torch.bool
+    assert single.contains(single.rand((7,))) and single.contains(single.zero((2,)))
+    assert not single.contains(torch.zeros(2, 4, dtype=torch.bool))
+    assert isinstance(env.action_spec, OneHot) and env.action_spec.rand().shape == (N, 4)
     td = env.reset()
     td["action"] = torch.ones(N, 4, dtype=torch.bool)  # not one-hot: refused on the first step
     with pytest.raises(gpu_envs.ActionError):
@@ -144,13 +146,13 @@ def test_one_hot_discrete_actions_on_request():
 
 def test_categorical_is_the_default_discrete_encoding():
     env, _ = _spaces_env(S.Box(-1, 1, (1,), np.float32), S.Discrete(3))
-    assert type(env.action_spec) is Discrete and env.action_spec.shape == ()
+    assert type(env.action_spec) is Discrete and env.single_action_spec.shape == ()
     env.close()
 
 
 def test_action_mask_in_dict_observation_stays_usable():
     with gpu_envs.make("GpuEnvsTest/MaskedChoice-v0", num_envs=4, device="cpu", backend="gymnasium", seed=0) as env:
-        mask_spec = env.observation_spec["action_mask"]
+        mask_spec = env.single_observation_spec["action_mask"]
         assert mask_spec.dtype == torch.int8 and mask_spec.shape == (5,)
         gen = torch.Generator().manual_seed(0)
 
@@ -227,7 +229,8 @@ def test_numeric_info_matches_the_step_info_and_non_numeric_warns_once(mode):
     assert len(dropped) == len(expected), dropped
     for message, key in zip(dropped, expected, strict=True):
         assert key in message
-    spec = env.info_spec
+    spec = env.single_info_spec
+    assert env.info_spec == spec.expand(N)  # discovered at the first step, batched on reading
     assert {k: (spec[k].dtype, tuple(spec[k].shape)) for k in spec.keys(True, True)} == {
         "count": (torch.int64, ()),
         "ratio": (torch.float64, ()),

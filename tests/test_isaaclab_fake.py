@@ -124,7 +124,7 @@ def test_specs_come_from_single_spaces_for_both_kinds():
     direct = gpu_envs.wrap(FakeIsaacDirectEnv(3, state=True))
     assert isinstance(direct.backend.base.observation_space, gym.spaces.Box)  # the quirk is real
     assert sorted(direct.observation_spec.keys()) == ["critic", "policy"]
-    assert direct.observation_spec["policy"].shape == (3,)
+    assert direct.single_observation_spec["policy"].shape == (3,)
     manager = gpu_envs.wrap(FakeIsaacManagerEnv(3))
     assert manager.observation_spec.keys(include_nested=True, leaves_only=True) == [
         "policy",
@@ -132,8 +132,8 @@ def test_specs_come_from_single_spaces_for_both_kinds():
         ("critic", "progress"),
     ]
     for env in (direct, manager):
-        assert env.action_spec.shape == (1,) and env.action_spec.dtype == torch.float32
-        assert env.action_spec.rand(env.batch_size).shape == (3, 1)
+        assert env.single_action_spec.shape == (1,) and env.action_spec.dtype == torch.float32
+        assert env.action_spec.shape == (3, 1) and env.action_spec.rand().shape == (3, 1)
         td = env.reset()
         assert td["policy"].shape == (3, 3) and td["policy"].dtype == torch.float32
 

@@ -32,6 +32,7 @@ from gymnasium.envs.phys2d.pendulum import PendulumJaxEnv  # noqa: E402
 
 import gpu_envs  # noqa: E402
 from gpu_envs.backends.jax import PLUGIN, JaxBackend, looks_like_jax_env  # noqa: E402
+from tests.env_spec_checks import assert_batched_and_single_specs_agree, assert_torchrl_action_idiom_steps  # noqa: E402
 from tests.fakes import CountingTorchVectorEnv  # noqa: E402
 from tests.sync_guard import no_sync  # noqa: E402
 
@@ -61,7 +62,7 @@ def gymnax_pendulum():
 
 
 def _actions(env, rng: np.random.Generator) -> np.ndarray:
-    spec = env.action_spec
+    spec = env.single_action_spec
     if spec.dtype.is_floating_point:
         return rng.uniform(-2.0, 2.0, size=(N, T, *spec.shape)).astype(np.float32)
     return rng.integers(0, 2, size=(N, T))
@@ -300,18 +301,26 @@ def test_outputs_share_jax_memory_and_are_never_rewritten(phys2d_pendulum):
 def test_step_and_rollout_never_sync(request, fixture):
     env = request.getfixturevalue(fixture)
     td = env.reset(seed=0)
-    td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+    td["action"] = env.action_spec.rand(generator=env.generator)
     td, td = env.step_and_maybe_reset(td)  # the first step validates (allowed to sync)
     ended = torch.zeros(())
     with no_sync():
         for _ in range(100):
-            td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+            td["action"] = env.action_spec.rand(generator=env.generator)
             td, root = env.step_and_maybe_reset(td)
             ended += td["next", "done"].sum()
             td = root
         traj = env.rollout(20, reset=False)
     assert traj.batch_size == torch.Size([N, 20])
     assert ended.item() > 0, "the guarded steps covered auto-resets"
+
+
+@pytest.mark.parametrize("fixture", ["phys2d_cartpole", "phys2d_pendulum", "gymnax_cartpole", "gymnax_pendulum"])
+def test_specs_carry_the_batch_dims_and_the_torchrl_action_idiom_steps(request, fixture):
+    env = request.getfixturevalue(fixture)
+    assert_batched_and_single_specs_agree(env)
+    assert env.action_spec.shape == env.batch_size + env.single_action_spec.shape
+    assert_torchrl_action_idiom_steps(env)
 
 
 # ---------------------------------------------------------- registry, detection, errors

@@ -34,12 +34,12 @@ def _builders(device):
 def test_step_and_rollout_never_sync(device, name):
     env = _builders(device)[name]()
     td = env.reset()
-    td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+    td["action"] = env.action_spec.rand(generator=env.generator)
     td, td = env.step_and_maybe_reset(td)  # the first step validates (allowed to sync)
     ended = torch.zeros((), device=env.device)
     with no_sync():
         for _ in range(100):
-            td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+            td["action"] = env.action_spec.rand(generator=env.generator)
             td, root = env.step_and_maybe_reset(td)
             ended += td["next", "done"].sum()
             td = root
@@ -62,12 +62,12 @@ def test_torchrl_style_step_then_masked_reset_never_syncs(device, name):
     """step(), then reset(td with "_reset" = done): the partial reset is sync-free too."""
     env = _builders(device)[name]()
     td = env.reset()
-    td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+    td["action"] = env.action_spec.rand(generator=env.generator)
     td, td = env.step_and_maybe_reset(td)  # first step validates outside the guard
     ended = torch.zeros((), device=env.device)
     with no_sync():
         for _ in range(60):
-            td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+            td["action"] = env.action_spec.rand(generator=env.generator)
             td = env.step(td)
             nxt = td["next"]
             ended += nxt["done"].sum()

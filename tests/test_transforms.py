@@ -133,8 +133,10 @@ def test_episode_stats_dtypes_spec_and_empty_summary():
     traj = env.rollout(5)
     assert traj["next", "episode_return"].dtype == torch.float32
     assert traj["next", "episode_length"].dtype == torch.int64
-    assert env.info_spec["episode_return"].shape == (1,) and env.info_spec["episode_length"].dtype == torch.int64
-    assert env.info_spec.contains(traj["next"])
+    single = env.single_info_spec
+    assert single["episode_return"].shape == (1,) and single["episode_length"].dtype == torch.int64
+    assert env.info_spec["episode_return"].shape == (3, 1)  # with the batch dims, as in torchrl
+    assert single.contains(traj["next"])  # a trajectory [N, T] holds per-env values
     count, mean_ret, _ = completed_episodes(traj)
     assert count.item() == 0 and math.isnan(mean_ret.item())
     assert stats.running_length.view(-1).tolist() == [5, 5, 5]
@@ -207,7 +209,7 @@ def test_observation_norm_root_and_next_agree_on_running_rows_and_freeze():
     env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=32, device="cpu", seed=3), norm)
     env.rollout(30)
     td = env.root()
-    td.set("action", env.action_spec.rand(env.batch_size))
+    td.set("action", env.action_spec.rand())
     td, root = env.step_and_maybe_reset(td)
     keep = ~td["next", "done"].view(-1)
     assert keep.any() and not keep.all()
@@ -231,7 +233,8 @@ def test_observation_norm_state_dict_round_trip_and_errors():
     root = env.reset()
     torch.testing.assert_close(target.mean(), source.mean())
     assert root["observation"].abs().max() <= 5.0
-    assert env.observation_spec["observation"] == Box(-5.0, 5.0, (3,), torch.float32)
+    assert env.single_observation_spec["observation"] == Box(-5.0, 5.0, (3,), torch.float32)
+    assert env.observation_spec["observation"] == Box(-5.0, 5.0, (3,), torch.float32).expand(8, 3)
     with pytest.raises(InvalidArgumentError, match="do not match"):
         target.load_state_dict({"obs.mean": torch.zeros(3)})
     with pytest.raises(InvalidArgumentError, match="set up"):
@@ -268,9 +271,10 @@ def test_reward_scale_and_clip_values_specs_and_order():
         torch.testing.assert_close(a["next", "reward"], (r * 0.01 - 2.0).clamp(-1.5, 0.5))
         torch.testing.assert_close(b["next", "reward"], r.clamp(-1.5, 0.5) * 0.01 - 2.0)
     env = TransformedEnv(counting(), RewardScale(-2.0, loc=1.0), ClipReward(-math.inf, 0.0))
-    assert env.reward_spec == Box(-math.inf, 0.0, (1,), torch.float32)
-    assert TransformedEnv(counting(), RewardScale(0.0, loc=3.0)).reward_spec == Box(3.0, 3.0, (1,), torch.float32)
-    assert TransformedEnv(counting(), ClipReward(-1, 1)).reward_spec == Box(-1.0, 1.0, (1,), torch.float32)
+    assert env.single_reward_spec == Box(-math.inf, 0.0, (1,), torch.float32)
+    assert env.reward_spec == env.single_reward_spec.expand(6, 1)
+    assert TransformedEnv(counting(), RewardScale(0.0, loc=3.0)).single_reward_spec == Box(3.0, 3.0, (1,), torch.float32)
+    assert TransformedEnv(counting(), ClipReward(-1, 1)).single_reward_spec == Box(-1.0, 1.0, (1,), torch.float32)
     with pytest.raises(InvalidArgumentError, match="low <= high"):
         ClipReward(1.0, -1.0)
     with pytest.raises(InvalidArgumentError, match="finite"):
@@ -284,7 +288,8 @@ def test_reward_scale_and_clip_values_specs_and_order():
 
 def test_action_rescale_maps_unit_box_to_the_env_bounds():
     env = TransformedEnv(gpu_envs.wrap(EchoActionEnv(4)), ActionRescale())
-    assert env.action_spec == Box(-1.0, 1.0, (2,), torch.float32)
+    assert env.single_action_spec == Box(-1.0, 1.0, (2,), torch.float32)
+    assert env.action_spec == Box(-1.0, 1.0, (2,), torch.float32).expand(4, 2)
     td = env.reset()
     policy_action = torch.tensor([[-1.0, -1.0], [1.0, 1.0], [0.0, 0.0], [0.5, -0.5]])
     td.set("action", policy_action.clone())
@@ -301,7 +306,7 @@ def test_action_rescale_maps_unit_box_to_the_env_bounds():
 def test_clip_action_and_both_orders_with_rescale():
     big = torch.tensor([[-3.0, -3.0], [3.0, 3.0], [0.0, 0.25], [-0.5, 20.0]])
     env = TransformedEnv(gpu_envs.wrap(EchoActionEnv(4)), ClipAction())
-    assert env.action_spec == Box(np.array([-2.0, 0.0]), np.array([2.0, 10.0]), (2,), torch.float32)
+    assert env.single_action_spec == Box(np.array([-2.0, 0.0]), np.array([2.0, 10.0]), (2,), torch.float32)
     td = env.reset()
     td.set("action", big.clone())
     td, _ = env.step_and_maybe_reset(td)
@@ -309,7 +314,7 @@ def test_clip_action_and_both_orders_with_rescale():
     torch.testing.assert_close(td["action"], big)
     for order in ((ClipAction(), ActionRescale()), (ActionRescale(), ClipAction())):
         env = TransformedEnv(gpu_envs.wrap(EchoActionEnv(4)), *order)
-        assert env.action_spec == Box(-1.0, 1.0, (2,), torch.float32)
+        assert env.single_action_spec == Box(-1.0, 1.0, (2,), torch.float32)
         td = env.reset()
         td.set("action", big.clone())
         td, _ = env.step_and_maybe_reset(td)
@@ -345,7 +350,7 @@ def test_transformed_env_api_nesting_and_errors():
     env.reset(seed=5)  # same seed: same random actions (env.generator) and states
     b = env.rollout(7, reset=False)
     assert torch.equal(a["action"], b["action"]) and torch.equal(a["next", "observation"], b["next", "observation"])
-    assert env.reward_spec.contains(a["next", "reward"])
+    assert env.single_reward_spec.contains(a["next", "reward"])
     assert a["next", "episode_return"].shape == (4, 7, 1)
     c = env.rollout(3, reset=False)
     assert torch.equal(c["observation"][:, 0], b["next", "observation"][:, -1])
@@ -381,7 +386,7 @@ def test_a_custom_transform_sees_every_hook():
     env = TransformedEnv(counting(), Spy())
     td = env.reset()  # reset() defaults to root()
     for _ in range(2):
-        td.set("action", env.action_spec.rand(env.batch_size))
+        td.set("action", env.action_spec.rand())
         td, td = env.step_and_maybe_reset(td)
     assert calls == ["root", "inv", "step", "root", "inv", "step", "root"]
     env.root()
@@ -451,11 +456,11 @@ def _transformed(name: str, device: str) -> TransformedEnv:
 def test_transformed_envs_never_sync(name, device):
     env = _transformed(name, device)
     td = env.reset()
-    td.set("action", env.action_spec.rand(env.batch_size, generator=env.generator))
+    td.set("action", env.action_spec.rand(generator=env.generator))
     td, td = env.step_and_maybe_reset(td)  # the first step validates (allowed to sync)
     with no_sync():
         for _ in range(100):
-            td.set("action", env.action_spec.rand(env.batch_size, generator=env.generator))
+            td.set("action", env.action_spec.rand(generator=env.generator))
             td, root = env.step_and_maybe_reset(td)
             td = root
         traj = env.rollout(20, reset=False)

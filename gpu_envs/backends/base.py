@@ -66,7 +66,8 @@ class Backend(ABC):
 
     Subclasses set ``num_envs``, ``device``, ``observation_spec`` (a Composite whose
     leaves are the observation keys), ``action_spec`` and, if they emit info entries,
-    ``info_spec``. ``supports_partial_reset`` says whether ``reset(mask=...)`` can reset
+    ``info_spec``: ONE env's specs, without batch dims (the env exposes them as
+    ``env.single_*_spec`` and adds the batch dims for ``env.*_spec``). ``supports_partial_reset`` says whether ``reset(mask=...)`` can reset
     a subset of rows. ``name`` is shown in ``repr``.
     """
 

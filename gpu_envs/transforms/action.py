@@ -18,7 +18,8 @@ the policy's action is clipped to ``[-1, 1]`` and then rescaled. Both give valid
 Example::
 
     env = TransformedEnv(gpu_envs.make("Pendulum-v1", num_envs=64), ClipAction(), ActionRescale())
-    env.action_spec            # Box(low=-1.0, high=1.0, shape=(1,), ...); Pendulum's is [-2, 2]
+    env.single_action_spec     # Box(low=-1.0, high=1.0, shape=(1,), ...); Pendulum's is [-2, 2]
+    env.action_spec.rand()     # [64, 1] in [-1, 1]
 """
 
 from __future__ import annotations

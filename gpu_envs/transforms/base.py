@@ -5,7 +5,8 @@ every TensorDict crossing one layer of a :class:`~gpu_envs.transforms.Transforme
 
 * ``setup(specs)`` once, when the env is built: allocate per-env state on the device
   and return the specs as seen *above* the transform (e.g. ``ActionRescale`` exposes a
-  ``Box(-1, 1)`` action spec);
+  ``Box(-1, 1)`` action spec). These are per-env specs (``env.single_*_spec``); the
+  TransformedEnv adds the batch dims for its ``env.*_spec``;
 * ``inv(td)`` on the way down: rewrite ``"action"`` before the env steps;
 * ``step(td)`` on the way up: rewrite or add ``("next", ...)`` entries after a step;
 * ``root(td)`` on every root TensorDict (the input of the next step); must be pure;
@@ -48,9 +49,10 @@ __all__ = ["EnvSpecs", "Transform"]
 class EnvSpecs:
     """What a transform learns about the env below it, and hands on (changed) to the one above.
 
-    Attributes mirror the env's: ``num_envs``, ``device``, ``observation_spec`` (a
-    Composite of the observation keys), ``action_spec``, ``reward_spec``, ``done_spec``
-    and ``info_spec`` (extra ``("next", key)`` entries).
+    Attributes: ``num_envs``, ``device`` and ONE env's specs (no batch dims, the env's
+    ``single_*_spec``): ``observation_spec`` (a Composite of the observation keys),
+    ``action_spec``, ``reward_spec``, ``done_spec`` and ``info_spec`` (extra
+    ``("next", key)`` entries).
     """
 
     num_envs: int

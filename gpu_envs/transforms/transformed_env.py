@@ -34,18 +34,30 @@ from tensordict import TensorDictBase
 
 from gpu_envs.errors import InvalidArgumentError, ResetNeededError
 from gpu_envs.rollout_loop import Policy, rollout
+from gpu_envs.specs.env_specs import BatchedSpecs
 from gpu_envs.transforms.base import EnvSpecs, Transform
 
-_ENV_API = ("reset", "step", "step_and_maybe_reset", "root", "observation_spec", "action_spec", "num_envs", "device")
+_ENV_API = (
+    "reset",
+    "step",
+    "step_and_maybe_reset",
+    "root",
+    "single_observation_spec",
+    "single_action_spec",
+    "num_envs",
+    "device",
+)
 
 
-class TransformedEnv:
+class TransformedEnv(BatchedSpecs):
     """``env`` seen through ``transforms`` (first = closest to the env).
 
     Args:
         env: a :class:`~gpu_envs.BatchedEnv` or another ``TransformedEnv``.
         *transforms: :class:`Transform` instances, each used by this env only.
 
+    The specs are the env's, as changed by each transform's ``setup``: per env as
+    ``single_*_spec`` and batched (torchrl's convention) as ``*_spec``, like BatchedEnv's.
     Attributes not defined here (``backend``, ``is_closed``...) are read from ``env``.
     """
 
@@ -67,15 +79,15 @@ class TransformedEnv:
         specs = EnvSpecs(
             num_envs=env.num_envs,
             device=env.device,
-            observation_spec=env.observation_spec,
-            action_spec=env.action_spec,
-            reward_spec=env.reward_spec,
-            done_spec=env.done_spec,
-            info_spec=env.info_spec,
+            observation_spec=env.single_observation_spec,
+            action_spec=env.single_action_spec,
+            reward_spec=env.single_reward_spec,
+            done_spec=env.single_done_spec,
+            info_spec=env.single_info_spec,
         )
         for t in self.transforms:
             specs = t.setup(specs)
-        self._specs = specs
+        self._set_specs(specs.observation_spec, specs.action_spec, specs.reward_spec, specs.done_spec, specs.info_spec)
         self._inverting = [t for t in reversed(self.transforms) if type(t).inv is not Transform.inv]
         self._all_rows = torch.ones(env.num_envs, 1, dtype=torch.bool, device=env.device)
         self._needs_reset = True
@@ -102,26 +114,6 @@ class TransformedEnv:
     def generator(self) -> torch.Generator:
         """The env's generator (seeded by ``reset(seed=...)``), used for random actions."""
         return self.env.generator
-
-    @property
-    def observation_spec(self):
-        return self._specs.observation_spec
-
-    @property
-    def action_spec(self):
-        return self._specs.action_spec
-
-    @property
-    def reward_spec(self):
-        return self._specs.reward_spec
-
-    @property
-    def done_spec(self):
-        return self._specs.done_spec
-
-    @property
-    def info_spec(self):
-        return self._specs.info_spec
 
     def __getattr__(self, name: str) -> Any:
         # only called for names not found normally: read them from the wrapped env

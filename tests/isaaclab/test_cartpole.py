@@ -44,8 +44,8 @@ def test_specs_and_keys(case):
     assert isinstance(env.backend, IsaacLabBackend)
     assert env.device == torch.device("cpu") and env.num_envs == NUM_ENVS
     assert env.observation_spec.keys(include_nested=True, leaves_only=True) == ["policy"]
-    assert env.observation_spec["policy"].shape == (4,) and env.observation_spec["policy"].dtype == torch.float32
-    assert env.action_spec.shape == (1,) and env.action_spec.dtype == torch.float32
+    assert env.single_observation_spec["policy"].shape == (4,) and env.observation_spec["policy"].dtype == torch.float32
+    assert env.single_action_spec.shape == (1,) and env.action_spec.dtype == torch.float32
     td = env.reset(seed=0)
     assert set(td.keys()) == {"policy", "done", "terminated", "truncated"}
     assert td["policy"].shape == (NUM_ENVS, 4) and td["done"].shape == (NUM_ENVS, 1)

@@ -18,6 +18,7 @@ from tensordict import TensorDict
 
 import gpu_envs
 from gpu_envs.backends.isaaclab import IsaacLabBackend
+from tests.env_spec_checks import assert_batched_and_single_specs_agree, assert_torchrl_action_idiom_steps
 from tests.isaaclab.cartpoles import CASES, NUM_ENVS, build, close_live
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")  # Isaac Lab's own
@@ -50,6 +51,10 @@ def test_specs_and_keys(case):
     assert set(td.keys()) == {"policy", "done", "terminated", "truncated"}
     assert td["policy"].shape == (NUM_ENVS, 4) and td["done"].shape == (NUM_ENVS, 1)
     assert env.backend.supports_partial_reset == name.startswith("manager")
+    # torchrl's convention: the env's specs carry the batch dims, env.single_* do not
+    assert env.action_spec.shape == (NUM_ENVS, 1) and env.observation_spec["policy"].shape == (NUM_ENVS, 4)
+    assert_batched_and_single_specs_agree(env)
+    assert_torchrl_action_idiom_steps(env)
 
 
 def test_step_and_maybe_reset_gives_final_or_placeholder_obs(case):

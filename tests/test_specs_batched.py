@@ -30,12 +30,16 @@ def expand(spec, batch):
     return spec.expand(*batch, *spec.shape)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name", KINDS)
-@pytest.mark.parametrize("batch", BATCHES)
-def test_expand_adds_leading_batch_dims_and_unbatched_drops_them(name, device, batch):
+@pytest.fixture(params=[(d, k, b) for d in DEVICES for k in KINDS for b in BATCHES], ids=lambda p: "-".join(map(str, p)))
+def pair(request):
+    """(per-env spec, the same expanded to a batch, batch, device) for every kind, device and batch."""
+    device, name, batch = request.param
     single = KINDS[name](device)
-    spec = expand(single, batch)
+    return single, expand(single, batch), batch, device
+
+
+def test_expand_adds_leading_batch_dims_and_unbatched_drops_them(pair):
+    single, spec, batch, _ = pair
     assert spec.shape == torch.Size(batch) + single.shape
     assert spec.batch_shape == torch.Size(batch) and single.batch_shape == torch.Size(())
     assert spec.event_shape == single.event_shape and type(spec) is type(single)
@@ -45,12 +49,8 @@ def test_expand_adds_leading_batch_dims_and_unbatched_drops_them(name, device, b
         assert leaf.shape == torch.Size(batch) + single[key].shape and leaf.batch_shape == torch.Size(batch)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name", KINDS)
-@pytest.mark.parametrize("batch", BATCHES)
-def test_batched_rand_and_zero_are_whole_batches_on_the_device(name, device, batch):
-    single = KINDS[name](device)
-    spec = expand(single, batch)
+def test_batched_rand_and_zero_are_whole_batches_on_the_device(pair):
+    single, spec, batch, device = pair
     for value in (spec.zero(), spec.rand()):
         check_value(single, value, batch, device)
         assert spec.contains(value) and single.contains(value)

@@ -69,6 +69,20 @@ def _short(t: torch.Tensor) -> str:
     return f"[{lo}..{hi}]"
 
 
+def broadcast_per_env(attr: str, doc: str) -> property:
+    """A read-only property: the per-env tensor ``self.<attr>`` broadcast to the full ``shape``.
+
+    Per-env tensors (bounds, sizes) are stored once; on a batched spec the property is
+    a view with stride 0 over the batch dims, so expanding a spec copies nothing.
+    """
+
+    def get(self: Spec) -> torch.Tensor:
+        value = getattr(self, attr)
+        return value.expand(self.shape) if self._batch_shape else value
+
+    return property(get, doc=doc)
+
+
 class Spec(ABC):
     """Abstract spec: the ``shape``, ``dtype`` and ``device`` of one value, batched or not.
 
@@ -140,6 +154,14 @@ class Spec(ABC):
     @abstractmethod
     def contains(self, x: Any) -> bool:
         """True if ``x`` has trailing shape ``shape`` (extra leading dims allowed), ``dtype`` and in-range values."""
+
+    def _in_range(self, x: Any, low: Any, high: Any) -> bool:
+        """``x`` is a tensor ending with ``shape``, of this dtype, with ``low <= x <= high`` elementwise."""
+        if not _has_shape(x, self.shape) or x.dtype != self.dtype:
+            return False
+        if isinstance(low, torch.Tensor):
+            low, high = low.to(x.device), high.to(x.device)
+        return bool(((x >= low) & (x <= high)).all())
 
     # -- batch dims ----------------------------------------------------------------------
     def expand(self, *shape: int | Sequence[int]) -> Spec:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from gpu_envs.errors import SpecError
-from gpu_envs.specs.base import DeviceLike, Spec, _as_device, _has_shape, _short
+from gpu_envs.specs.base import DeviceLike, Spec, _as_device, _short, broadcast_per_env
 from gpu_envs.specs.dtypes import _FLOAT_DTYPES, _INT_DTYPES, _as_dtype, numpy_dtype
 
 
@@ -162,28 +162,10 @@ class Box(Spec):
         self._zero_is_zero = bool((self._zero_value == 0).all())
 
     # -- bounds (full shape, per-env bounds broadcast over the batch dims) ------------------
-    def _full(self, t: torch.Tensor) -> torch.Tensor:
-        return t.expand(self.shape) if self._batch_shape else t
-
-    @property
-    def low(self) -> torch.Tensor:
-        """Lower bounds, shape ``shape`` (a broadcast view over the batch dims)."""
-        return self._full(self._low)
-
-    @property
-    def high(self) -> torch.Tensor:
-        """Upper bounds, shape ``shape`` (a broadcast view over the batch dims)."""
-        return self._full(self._high)
-
-    @property
-    def bounded_below(self) -> torch.Tensor:
-        """Bool, shape ``shape``: True where ``low`` is finite (as in gymnasium)."""
-        return self._full(self._below)
-
-    @property
-    def bounded_above(self) -> torch.Tensor:
-        """Bool, shape ``shape``: True where ``high`` is finite (as in gymnasium)."""
-        return self._full(self._above)
+    low = broadcast_per_env("_low", "Lower bounds, shape ``shape``.")
+    high = broadcast_per_env("_high", "Upper bounds, shape ``shape``.")
+    bounded_below = broadcast_per_env("_below", "Bool, shape ``shape``: True where ``low`` is finite (as in gymnasium).")
+    bounded_above = broadcast_per_env("_above", "Bool, shape ``shape``: True where ``high`` is finite (as in gymnasium).")
 
     # -- Spec API ---------------------------------------------------------------
     def _zero(self, dims: tuple[int, ...]) -> torch.Tensor:
@@ -218,10 +200,7 @@ class Box(Spec):
 
     def contains(self, x: Any) -> bool:
         """True for a tensor with trailing shape ``shape``, dtype ``dtype`` and ``low <= x <= high``."""
-        if not _has_shape(x, self.shape) or x.dtype != self.dtype:
-            return False
-        low, high = self._low.to(x.device), self._high.to(x.device)
-        return bool(((x >= low) & (x <= high)).all())
+        return self._in_range(x, self._low, self._high)
 
     def _to(self, device: torch.device) -> Box:
         box = Box.__new__(Box)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from gpu_envs.errors import SpecError
-from gpu_envs.specs.base import DeviceLike, Spec, _as_device, _has_shape, _short
+from gpu_envs.specs.base import DeviceLike, Spec, _as_device, _short, broadcast_per_env
 from gpu_envs.specs.dtypes import _INT_DTYPES, _as_dtype, numpy_dtype
 
 
@@ -71,9 +71,7 @@ class Discrete(Spec):
 
     def contains(self, x: Any) -> bool:
         """True for a tensor of dtype ``dtype`` ending with ``shape`` (any shape when per env) with values in range."""
-        if not _has_shape(x, self.shape) or x.dtype != self.dtype:
-            return False
-        return bool(((x >= self.start) & (x <= self.start + self.n - 1)).all())
+        return self._in_range(x, self.start, self.start + self.n - 1)
 
     def _to(self, device: torch.device) -> Discrete:
         return Discrete(self.n, self.dtype, device, start=self.start)
@@ -124,15 +122,8 @@ class MultiDiscrete(Spec):
         self._nvec_f = self._nvec.to(torch.float64)
         self._high = self._start + self._nvec - 1
 
-    @property
-    def nvec(self) -> torch.Tensor:
-        """Choices per element, shape ``shape`` (broadcast over the batch dims)."""
-        return self._nvec.expand(self.shape) if self._batch_shape else self._nvec
-
-    @property
-    def start(self) -> torch.Tensor:
-        """Smallest value per element, shape ``shape`` (broadcast over the batch dims)."""
-        return self._start.expand(self.shape) if self._batch_shape else self._start
+    nvec = broadcast_per_env("_nvec", "Choices per element, shape ``shape``.")
+    start = broadcast_per_env("_start", "Smallest value per element, shape ``shape``.")
 
     def _zero(self, dims: tuple[int, ...]) -> torch.Tensor:
         """``0`` clamped into each element's range."""
@@ -148,10 +139,7 @@ class MultiDiscrete(Spec):
 
     def contains(self, x: Any) -> bool:
         """True for a tensor with trailing shape ``shape``, dtype ``dtype`` and in-range values."""
-        if not _has_shape(x, self.shape) or x.dtype != self.dtype:
-            return False
-        start, high = self._start.to(x.device), self._high.to(x.device)
-        return bool(((x >= start) & (x <= high)).all())
+        return self._in_range(x, self._start, self._high)
 
     def _to(self, device: torch.device) -> MultiDiscrete:
         return MultiDiscrete(self._nvec, self.dtype, device, start=self._start)
@@ -217,9 +205,7 @@ class Binary(Spec):
 
     def contains(self, x: Any) -> bool:
         """True for a tensor with trailing shape ``shape``, dtype ``dtype`` and values in {0, 1}."""
-        if not _has_shape(x, self.shape) or x.dtype != self.dtype:
-            return False
-        return self.dtype == torch.bool or bool(((x == 0) | (x == 1)).all())
+        return self._in_range(x, 0, 1)
 
     def _to(self, device: torch.device) -> Binary:
         return Binary(self.n, self.dtype, device)

@@ -30,7 +30,9 @@ def expand(spec, batch):
     return spec.expand(*batch, *spec.shape)
 
 
-@pytest.fixture(params=[(d, k, b) for d in DEVICES for k in KINDS for b in BATCHES], ids=lambda p: "-".join(map(str, p)))
+@pytest.fixture(
+    params=[(d, k, b) for d in DEVICES for k in KINDS for b in BATCHES], ids=lambda p: "-".join(map(str, p))
+)
 def pair(request):
     """(per-env spec, the same expanded to a batch, batch, device) for every kind, device and batch."""
     device, name, batch = request.param

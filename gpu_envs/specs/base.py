@@ -12,22 +12,24 @@ import numpy as np
 import torch
 from gymnasium.vector.utils import batch_space
 
+from gpu_envs.devices import normalize_device
 from gpu_envs.errors import SpecError
 
 DeviceLike = torch.device | str | int
 BatchLike = Sequence[int] | int
 
 
-def _as_device(device: DeviceLike) -> torch.device:
-    """Normalise a device; a bare ``"cuda"`` becomes ``cuda:<current>`` so equality is stable."""
+def as_device(device: DeviceLike) -> torch.device:
+    """A spec's device: a bare ``"cuda"`` becomes ``cuda:<current>`` so equality is stable.
+
+    Without CUDA, ``"cuda"`` stays as it is (a spec may describe a device this process lacks).
+    """
     dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None and torch.cuda.is_available():
-        dev = torch.device("cuda", torch.cuda.current_device())
-    return dev
+    return normalize_device(dev) if dev.type != "cuda" or torch.cuda.is_available() else dev
 
 
-def _as_batch(batch: BatchLike) -> tuple[int, ...]:
-    """Dims to prepend: an int or a sequence of non-negative ints."""
+def as_dims(batch: BatchLike) -> tuple[int, ...]:
+    """Dims as a tuple: an int or a sequence of non-negative ints (what ``rand(shape)`` prepends)."""
     dims = (batch,) if isinstance(batch, (int, np.integer)) else tuple(batch)
     if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims):
         raise SpecError(f"shape must be an int or a sequence of non-negative ints, got {batch!r}.")
@@ -38,7 +40,7 @@ def _as_shape(args: tuple) -> torch.Size:
     """``expand``'s arguments: ``(8, 3)``, ``((8, 3),)`` or ``(torch.Size([8, 3]),)``."""
     if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
         args = tuple(args[0])
-    return torch.Size(_as_batch(args))
+    return torch.Size(as_dims(args))
 
 
 def _check_generator(generator: torch.Generator | None, device: torch.device | None) -> None:
@@ -57,7 +59,7 @@ def _has_shape(x: Any, shape: torch.Size) -> bool:
     return x.shape[x.dim() - len(shape) :] == shape
 
 
-def _short(t: torch.Tensor) -> str:
+def short_text(t: torch.Tensor) -> str:
     """Compact text for a bound tensor: one number if uniform, else the values or their range."""
     if t.numel() == 0:
         return "[]"
@@ -131,7 +133,7 @@ class Spec(ABC):
 
         ``shape`` PREPENDS dims to the spec's full shape, as in torchrl.
         """
-        return self._zero((*_as_batch(shape), *self._batch_shape))
+        return self._zero((*as_dims(shape), *self._batch_shape))
 
     def rand(self, shape: BatchLike = (), generator: torch.Generator | None = None) -> Any:
         """A random value of shape ``(*shape, *self.shape)`` drawn on ``device``.
@@ -141,7 +143,7 @@ class Spec(ABC):
         spec's device) makes draws reproducible; ``None`` uses torch's global RNG.
         """
         _check_generator(generator, self.device)
-        return self._rand((*_as_batch(shape), *self._batch_shape), generator)
+        return self._rand((*as_dims(shape), *self._batch_shape), generator)
 
     @abstractmethod
     def _zero(self, dims: tuple[int, ...]) -> Any:
@@ -201,7 +203,7 @@ class Spec(ABC):
     # -- devices and gymnasium -----------------------------------------------------------
     def to(self, device: DeviceLike) -> Spec:
         """A copy of this spec (batch dims included) on ``device``."""
-        out = self._to(_as_device(device))
+        out = self._to(as_device(device))
         out._batch_shape = self._batch_shape
         return out
 

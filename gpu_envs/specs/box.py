@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from gpu_envs.errors import SpecError
-from gpu_envs.specs.base import DeviceLike, Spec, _as_device, _short, broadcast_per_env
-from gpu_envs.specs.dtypes import _FLOAT_DTYPES, _INT_DTYPES, _as_dtype, numpy_dtype
+from gpu_envs.specs.base import DeviceLike, Spec, as_device, broadcast_per_env, short_text
+from gpu_envs.specs.dtypes import FLOAT_DTYPES, INT_DTYPES, checked_dtype, numpy_dtype
 
 
 class Box(Spec):
@@ -49,8 +49,8 @@ class Box(Spec):
         dtype: Any = torch.float32,
         device: DeviceLike = "cpu",
     ) -> None:
-        self.dtype = _as_dtype(dtype, _FLOAT_DTYPES + _INT_DTYPES, "Box")
-        self.device = _as_device(device)
+        self.dtype = checked_dtype(dtype, FLOAT_DTYPES + INT_DTYPES, "Box")
+        self.device = as_device(device)
         lo, hi = self._bound_tensor(low, "low"), self._bound_tensor(high, "high")
         if shape is None:
             try:
@@ -98,7 +98,7 @@ class Box(Spec):
                 t = torch.as_tensor(np.asarray(value))
             except (TypeError, ValueError, OverflowError, RuntimeError) as err:
                 raise SpecError(f"Box {name} must be a number, array or tensor, got {value!r}.") from err
-        if t.dtype == torch.bool or t.dtype in _INT_DTYPES:
+        if t.dtype == torch.bool or t.dtype in INT_DTYPES:
             return t.to(torch.int64)
         if t.dtype.is_floating_point:
             return t.to(torch.float64)
@@ -164,8 +164,12 @@ class Box(Spec):
     # -- bounds (full shape, per-env bounds broadcast over the batch dims) ------------------
     low = broadcast_per_env("_low", "Lower bounds, shape ``shape``.")
     high = broadcast_per_env("_high", "Upper bounds, shape ``shape``.")
-    bounded_below = broadcast_per_env("_below", "Bool, shape ``shape``: True where ``low`` is finite (as in gymnasium).")
-    bounded_above = broadcast_per_env("_above", "Bool, shape ``shape``: True where ``high`` is finite (as in gymnasium).")
+    bounded_below = broadcast_per_env(
+        "_below", "Bool, shape ``shape``: True where ``low`` is finite (as in gymnasium)."
+    )
+    bounded_above = broadcast_per_env(
+        "_above", "Bool, shape ``shape``: True where ``high`` is finite (as in gymnasium)."
+    )
 
     # -- Spec API ---------------------------------------------------------------
     def _zero(self, dims: tuple[int, ...]) -> torch.Tensor:
@@ -228,6 +232,6 @@ class Box(Spec):
     def __repr__(self) -> str:
         dt = str(self.dtype).removeprefix("torch.")
         return (
-            f"Box(low={_short(self._low)}, high={_short(self._high)}, shape={tuple(self.shape)}"
+            f"Box(low={short_text(self._low)}, high={short_text(self._high)}, shape={tuple(self.shape)}"
             f"{self._batch_repr()}, dtype={dt}, device={self.device})"
         )

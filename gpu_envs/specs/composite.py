@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.errors import SpecError
-from gpu_envs.specs.base import BatchLike, DeviceLike, Spec, _as_batch, _as_device
+from gpu_envs.specs.base import BatchLike, DeviceLike, Spec, as_device, as_dims
 
 Key = str | tuple[str, ...]
 
@@ -74,8 +74,8 @@ class Composite(Spec):
         tuple_like: bool = False,
         **kw_specs: Spec,
     ) -> None:
-        self._device = None if device is None else _as_device(device)
-        self._batch_shape = torch.Size(_as_batch(shape))
+        self._device = None if device is None else as_device(device)
+        self._batch_shape = torch.Size(as_dims(shape))
         self.tuple_like = bool(tuple_like)
         self._specs: dict[str, Spec] = {}
         if specs is None:
@@ -218,7 +218,8 @@ class Composite(Spec):
         # any Composite subclass (e.g. the gymnasium backend's always-truthy info spec) compares by content
         return (
             isinstance(other, Composite)
-            and (self._batch_shape, self.device, self.tuple_like) == (other._batch_shape, other.device, other.tuple_like)
+            and (self._batch_shape, self.device, self.tuple_like)
+            == (other._batch_shape, other.device, other.tuple_like)
             and self._specs == other._specs
         )
 

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from gpu_envs.errors import SpecError
-from gpu_envs.specs.base import DeviceLike, Spec, _as_device, _short, broadcast_per_env
-from gpu_envs.specs.dtypes import _INT_DTYPES, _as_dtype, numpy_dtype
+from gpu_envs.specs.base import DeviceLike, Spec, as_device, broadcast_per_env, short_text
+from gpu_envs.specs.dtypes import INT_DTYPES, checked_dtype, numpy_dtype
 
 
 def _int_tensor(value: Any, name: str) -> torch.Tensor:
@@ -21,7 +21,7 @@ def _int_tensor(value: Any, name: str) -> torch.Tensor:
     if t.dtype.is_floating_point:
         if not torch.equal(t, t.round()):
             raise SpecError(f"{name} must hold whole numbers, got {value!r}.")
-    elif t.dtype not in _INT_DTYPES:
+    elif t.dtype not in INT_DTYPES:
         raise SpecError(f"{name} must be integers, got dtype {t.dtype}.")
     return t.detach().cpu().to(torch.int64)
 
@@ -54,9 +54,9 @@ class Discrete(Spec):
         if isinstance(start, bool) or not isinstance(start, (int, np.integer)):
             raise SpecError(f"Discrete start must be an int, got {start!r}.")
         self.n, self.start = int(n), int(start)
-        self.dtype = _as_dtype(dtype, _INT_DTYPES, "Discrete")
+        self.dtype = checked_dtype(dtype, INT_DTYPES, "Discrete")
         _check_int_range(self.dtype, self.start, self.start + self.n - 1, "Discrete")
-        self.device = _as_device(device)
+        self.device = as_device(device)
 
     def _zero(self, dims: tuple[int, ...]) -> torch.Tensor:
         """``0`` clamped into ``[start, start + n - 1]``."""
@@ -102,8 +102,8 @@ class MultiDiscrete(Spec):
     """
 
     def __init__(self, nvec: Any, dtype: Any = torch.int64, device: DeviceLike = "cpu", start: Any = 0) -> None:
-        self.dtype = _as_dtype(dtype, _INT_DTYPES, "MultiDiscrete")
-        self.device = _as_device(device)
+        self.dtype = checked_dtype(dtype, INT_DTYPES, "MultiDiscrete")
+        self.device = as_device(device)
         nv = _int_tensor(nvec, "MultiDiscrete nvec")
         if nv.numel() and nv.min().item() < 1:
             raise SpecError(f"MultiDiscrete nvec entries must all be >= 1 (choices per dim), got {nv.tolist()}.")
@@ -159,9 +159,9 @@ class MultiDiscrete(Spec):
         )
 
     def __repr__(self) -> str:
-        start = f", start={_short(self._start)}" if bool(self._start.any()) else ""
+        start = f", start={short_text(self._start)}" if bool(self._start.any()) else ""
         return (
-            f"MultiDiscrete(nvec={_short(self._nvec)}{start}, shape={tuple(self.shape)}{self._batch_repr()}, "
+            f"MultiDiscrete(nvec={short_text(self._nvec)}{start}, shape={tuple(self.shape)}{self._batch_repr()}, "
             f"dtype={str(self.dtype).removeprefix('torch.')}, device={self.device})"
         )
 
@@ -190,8 +190,8 @@ class Binary(Spec):
             raise SpecError(f"Binary n must be an int >= 1 (or a shape of such ints), got {n!r}.")
         self.n: int | tuple[int, ...] = int(n) if isinstance(n, (int, np.integer)) else tuple(int(d) for d in dims)
         self.event_shape = torch.Size(int(d) for d in dims)
-        self.dtype = _as_dtype(dtype, (torch.bool, *_INT_DTYPES), "Binary")
-        self.device = _as_device(device)
+        self.dtype = checked_dtype(dtype, (torch.bool, *INT_DTYPES), "Binary")
+        self.device = as_device(device)
 
     def _zero(self, dims: tuple[int, ...]) -> torch.Tensor:
         """All-zero (``False``) flags."""

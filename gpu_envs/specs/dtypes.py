@@ -26,8 +26,8 @@ _TORCH_TO_NUMPY: dict[torch.dtype, np.dtype] = {
 _NUMPY_TO_TORCH: dict[np.dtype, torch.dtype] = {v: k for k, v in _TORCH_TO_NUMPY.items()}
 
 # dtypes whose arithmetic/comparisons torch supports on every device
-_INT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
-_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def torch_dtype(np_dtype: Any) -> torch.dtype:
@@ -67,7 +67,7 @@ def numpy_dtype(torch_dtype: Any) -> np.dtype:
     return _TORCH_TO_NUMPY[torch_dtype]
 
 
-def _as_dtype(dtype: Any, allowed: tuple[torch.dtype, ...], what: str) -> torch.dtype:
+def checked_dtype(dtype: Any, allowed: tuple[torch.dtype, ...], what: str) -> torch.dtype:
     try:
         dt = torch_dtype(dtype)
     except SpecError as err:

@@ -16,7 +16,8 @@ so ``td["action"] = env.action_spec.rand()`` is a whole batch on the env's devic
 
 It is a deliberately tiny cousin of torchrl's ``TensorSpec``. Modules: :mod:`.base`
 (``Spec``), :mod:`.box`, :mod:`.discrete` (Discrete, MultiDiscrete, Binary, OneHot),
-:mod:`.composite`, :mod:`.dtypes` (torch <-> numpy dtypes), :mod:`.gym_spaces`.
+:mod:`.composite`, :mod:`.dtypes` (torch <-> numpy dtypes), :mod:`.gym_spaces`, and
+:mod:`.env_specs` (an env's ``single_*_spec`` and batched ``*_spec`` attributes).
 
 Example::
 

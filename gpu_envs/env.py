@@ -6,7 +6,8 @@ up behind this class, so a learner sees one interface with torchrl's keys:
 * ``reset(seed=None, td=None)`` -> root TensorDict ``[N]``: observation keys and the
   ``"done"``, ``"terminated"``, ``"truncated"`` flags (bool ``[N, 1]``, all False).
 * ``step(td)`` reads ``td["action"]`` and sets ``td["next"]``: next observations (the
-  TRUE final one on rows that ended), ``"reward"`` ``[N, 1]``, the three done flags and
+  TRUE final one on rows that ended), ``"reward"`` ``[N, 1]`` (``[N, K]`` for the K
+  objectives of a multi-objective env, see ``reward_spec``), the three done flags and
   ``"final_obs_missing"`` (True where the backend could not give a final observation
   and a placeholder stands in).
 * ``step_and_maybe_reset(td)`` -> ``(td, td_root)``: also returns the input of the next
@@ -115,7 +116,10 @@ class BatchedEnv(BatchedSpecs):
         self._set_specs(
             observation=backend.observation_spec,
             action=backend.action_spec,
-            reward=Box(-math.inf, math.inf, (1,), torch.float32, device=self.device),
+            # a scalar reward is [N, 1]; a vector one (multi-objective backends) [N, K]
+            reward=Box(-math.inf, math.inf, (1,), torch.float32, device=self.device)
+            if backend.reward_spec is None
+            else backend.reward_spec,
             done=Composite({k: Binary(1, device=self.device) for k in DONE_KEYS}, device=self.device),
             # the backend's own object: the gymnasium backend fills it in at the first step
             info=getattr(backend, "info_spec", None) or Composite({}, device=self.device),
@@ -123,6 +127,7 @@ class BatchedEnv(BatchedSpecs):
         self.validate = validate
         self._final_obs = FinalObsTransform(self.single_observation_spec, self.num_envs, missing_obs_value)
         self._obs_nested = any(isinstance(k, tuple) for k in self._final_obs.keys)
+        self._reward_shape = self.reward_spec.shape
         self._action_shape = self.action_spec.shape
         self._action_dtype = self.action_spec.dtype
         self._check_values = isinstance(self.action_spec, (Discrete, MultiDiscrete, Binary))
@@ -220,7 +225,7 @@ class BatchedEnv(BatchedSpecs):
         next_obs, missing = self._final_obs(raw.obs, done, raw.final_obs, raw.final_mask)
         self._last_done = done
         data = _nest(next_obs) if self._obs_nested else next_obs
-        reward = raw.reward.view(n, 1)
+        reward = raw.reward.view(self._reward_shape)
         data["reward"] = reward if reward.dtype == torch.float32 else reward.to(torch.float32)
         data["done"] = done
         data["terminated"] = terminated
@@ -290,13 +295,13 @@ class BatchedEnv(BatchedSpecs):
     def _check_raw(self, raw: RawStep) -> None:
         """Validate the backend's first step once (shapes, dtypes, devices)."""
         n = self.num_envs
-        for name in ("reward", "terminated", "truncated"):
+        for name, count in (("reward", self._reward_shape.numel()), ("terminated", n), ("truncated", n)):
             value = getattr(raw, name)
-            if not isinstance(value, torch.Tensor) or value.numel() != n or value.device != self.device:
+            if not isinstance(value, torch.Tensor) or value.numel() != count or value.device != self.device:
                 raise BackendError(
                     f"{self.backend.describe()} returned {name} "
                     f"{getattr(value, 'shape', type(value).__name__)} on {getattr(value, 'device', '?')}; "
-                    f"expected {n} values on {self.device}."
+                    f"expected {count} values on {self.device}."
                 )
         for name in ("terminated", "truncated"):
             if getattr(raw, name).dtype != torch.bool:

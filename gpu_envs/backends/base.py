@@ -41,7 +41,8 @@ class RawStep:
 
     Attributes:
         obs: observation per key, ``[N, *shape]``; post-reset on rows that ended.
-        reward: ``[N]`` (any float dtype; cast once to the reward spec's dtype).
+        reward: ``[N]`` (any float dtype; cast once to float32), or ``[N, *shape]`` for a
+            backend that declares a non-scalar ``reward_spec`` (multi-objective envs).
         terminated: ``[N]`` bool.
         truncated: ``[N]`` bool.
         final_obs: the pre-reset observation per key for the FULL batch, trusted only on
@@ -67,7 +68,11 @@ class Backend(ABC):
     Subclasses set ``num_envs``, ``device``, ``observation_spec`` (a Composite whose
     leaves are the observation keys), ``action_spec`` and, if they emit info entries,
     ``info_spec``: ONE env's specs, without batch dims (the env exposes them as
-    ``env.single_*_spec`` and adds the batch dims for ``env.*_spec``). ``supports_partial_reset`` says whether ``reset(mask=...)`` can reset
+    ``env.single_*_spec`` and adds the batch dims for ``env.*_spec``). ``reward_spec``
+    stays ``None`` for a scalar reward (the env exposes it as ``[N, 1]``); a backend whose
+    reward is a vector (K objectives of a multi-objective env) sets it to ONE env's float32
+    ``Box`` of shape ``(K,)``, and ``("next", "reward")`` is then ``[N, K]``.
+    ``supports_partial_reset`` says whether ``reset(mask=...)`` can reset
     a subset of rows. ``name`` is shown in ``repr``.
     """
 
@@ -77,6 +82,7 @@ class Backend(ABC):
     observation_spec: Composite
     action_spec: Spec
     info_spec: Composite
+    reward_spec: Spec | None = None
     supports_partial_reset: bool = False
 
     @abstractmethod

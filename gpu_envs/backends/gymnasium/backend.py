@@ -84,7 +84,7 @@ from gpu_envs.errors import (
     InvalidArgumentError,
     NotAnEnvError,
 )
-from gpu_envs.specs import Composite
+from gpu_envs.specs import Composite, Spec
 
 __all__ = ["GymnasiumBackend", "wrap_single"]
 
@@ -103,6 +103,9 @@ class GymnasiumBackend(Backend):
         info_spec: a Composite of the info entries to keep (no discovery), or ``None``.
         default_key: key of a non-Dict observation (``"pixels"`` for pixels-only envs).
         single: ``env`` is the batch-of-one adapter of a single env (for ``describe``).
+        reward_spec: ONE env's reward spec when the env's rewards are vectors ``[N, K]``
+            (multi-objective envs, :mod:`gpu_envs.backends.mo_gymnasium`); ``None`` for
+            the usual scalar rewards ``[N]``.
     """
 
     name = "gymnasium"
@@ -120,6 +123,7 @@ class GymnasiumBackend(Backend):
         info_spec: Composite | None = None,
         default_key: str = "observation",
         single: bool = False,
+        reward_spec: Spec | None = None,
     ) -> None:
         if not isinstance(env, gym.vector.VectorEnv):
             raise NotAnEnvError(
@@ -143,6 +147,7 @@ class GymnasiumBackend(Backend):
         self._keys = self._layout.keys
         self._codec = ActionCodec(env.single_action_space, self.device, n, one_hot_actions)
         self.action_spec = self._codec.spec
+        self.reward_spec = None if reward_spec is None else reward_spec.to(self.device)
         if info_spec is not None and not isinstance(info_spec, Composite):
             raise InvalidArgumentError(
                 f"info_spec must be a gpu_envs.specs.Composite of the info entries to keep, got {type(info_spec).__name__}."
@@ -171,7 +176,7 @@ class GymnasiumBackend(Backend):
         base = self.env.unwrapped
         inner = type(base.envs[0].unwrapped).__name__ if self._single else type(base).__name__
         kind = "single env" if self._single else self.mode.name
-        return f"gymnasium({inner}, {kind})"
+        return f"{self.name}({inner}, {kind})"
 
     # ------------------------------------------------------------------ calls
     def _check_usable(self) -> None:
@@ -297,7 +302,8 @@ class GymnasiumBackend(Backend):
     def _build_step_stage(self, info: dict) -> None:
         n = self.num_envs
         info_fields = self._info.discover(info or {})
-        flags = [((n,), torch.float32), ((n,), torch.bool), ((n,), torch.bool), ((n,), torch.bool)]
+        reward = (n,) if self.reward_spec is None else (n, *self.reward_spec.shape)
+        flags = [(reward, torch.float32), ((n,), torch.bool), ((n,), torch.bool), ((n,), torch.bool)]
         fields = self._obs_fields + flags + self._obs_fields + list(info_fields.values())
         self._stage = HostStaging(fields, self.device, self.staging_packed)
         self._info_keys = list(info_fields)

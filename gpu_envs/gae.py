@@ -36,6 +36,7 @@ import torch
 from tensordict import TensorDictBase
 
 from gpu_envs.errors import InvalidArgumentError
+from gpu_envs.specs.env_specs import require_scalar_reward
 
 __all__ = ["add_gae", "gae"]
 
@@ -87,11 +88,9 @@ def gae(
     ``next_value[T - 1]``). The outputs have ``value``'s shape and the common floating
     dtype of ``reward``, ``value`` and ``next_value``.
     """
-    if (
-        not isinstance(reward, torch.Tensor)
-        or reward.dim() not in (2, 3)
-        or (reward.dim() == 3 and reward.shape[-1] != 1)
-    ):
+    if isinstance(reward, torch.Tensor) and reward.dim() == 3:
+        require_scalar_reward(reward.shape[2:], "gae")
+    if not isinstance(reward, torch.Tensor) or reward.dim() not in (2, 3):
         got = tuple(reward.shape) if isinstance(reward, torch.Tensor) else type(reward).__name__
         raise InvalidArgumentError(f"gae: reward must be [N, T] or [N, T, 1] (time on dim 1), got {got}.")
     shape = reward.shape[:2]

@@ -67,3 +67,22 @@ class BatchedSpecs:
     def info_spec(self) -> Composite:
         """The info entries (``("next", key)``) with the batch dims, as of now."""
         return batched(self.single_info_spec, self.batch_size)  # type: ignore[return-value]
+
+
+def require_scalar_reward(shape: tuple[int, ...] | torch.Size, who: str) -> None:
+    """Refuse a vector reward (one env's ``shape`` other than ``()``/``(1,)``) where ``who`` needs one number.
+
+    Multi-objective envs (``gpu_envs.backends.mo_gymnasium``) give ``[N, K]`` rewards;
+    learners, GAE and episode returns need a scalar, so the error names the two fixes.
+
+    Example: ``require_scalar_reward(env.single_reward_spec.shape, "EpisodeStats")``.
+    """
+    shape = tuple(shape)
+    if shape in ((), (1,)):
+        return
+    raise SpecError(
+        f"{who} needs one reward per step, but this env's reward has shape {shape} per env: a vector of objectives "
+        "(a multi-objective env such as MO-Gymnasium's). Scalarise it first: TransformedEnv(env, "
+        f"ScalarizeReward(weights)) with {shape[-1]} weights (gpu_envs.transforms), or wrap the env in "
+        "mo_gymnasium.wrappers.LinearReward before gpu_envs.wrap()."
+    )

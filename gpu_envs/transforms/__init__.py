@@ -4,7 +4,8 @@
   :mod:`gpu_envs.final_obs`; re-exported here): true final observations.
 * :class:`TransformedEnv` stacks :class:`Transform` pieces on an env, keeping its API:
   :class:`EpisodeStats`, :class:`ObservationNorm`, :class:`RewardScale`,
-  :class:`ClipReward`, :class:`ActionRescale`, :class:`ClipAction`.
+  :class:`ClipReward`, :class:`ScalarizeReward` (vector rewards of multi-objective envs as
+  one number), :class:`ActionRescale`, :class:`ClipAction`.
 
 Example::
 
@@ -21,7 +22,7 @@ from gpu_envs.transforms.action import ActionRescale, ClipAction
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.episode_stats import EpisodeStats, EpisodeSummary, completed_episodes
 from gpu_envs.transforms.observation_norm import ObservationNorm
-from gpu_envs.transforms.reward import ClipReward, RewardScale
+from gpu_envs.transforms.reward import ClipReward, RewardScale, ScalarizeReward
 from gpu_envs.transforms.transformed_env import TransformedEnv
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "FinalObsTransform",
     "ObservationNorm",
     "RewardScale",
+    "ScalarizeReward",
     "Transform",
     "TransformedEnv",
     "completed_episodes",

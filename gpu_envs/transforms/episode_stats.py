@@ -38,6 +38,7 @@ import torch
 from tensordict import TensorDictBase
 
 from gpu_envs.specs import Box
+from gpu_envs.specs.env_specs import require_scalar_reward
 from gpu_envs.transforms.base import EnvSpecs, Transform
 
 __all__ = ["EpisodeStats", "EpisodeSummary", "completed_episodes"]
@@ -85,6 +86,7 @@ class EpisodeStats(Transform):
     """
 
     def setup(self, specs: EnvSpecs) -> EnvSpecs:
+        require_scalar_reward(specs.reward_spec.shape, "EpisodeStats")
         specs = super().setup(specs)
         n, dev = specs.num_envs, specs.device
         self._return = torch.zeros(n, 1, dtype=torch.float32, device=dev)

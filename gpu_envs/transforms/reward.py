@@ -1,7 +1,9 @@
-"""Reward transforms: ``RewardScale`` (affine) and ``ClipReward`` (clamp), on the device.
+"""Reward transforms: ``RewardScale`` (affine), ``ClipReward`` (clamp), ``ScalarizeReward`` (weighted sum).
 
-Both rewrite ``("next", "reward")`` with a new tensor (the env's is left untouched) and
-update the reward spec's bounds to match.
+Each rewrites ``("next", "reward")`` with a new tensor (the env's is left untouched) and
+updates the reward spec's bounds to match. ``RewardScale`` and ``ClipReward`` act
+elementwise, so they also take the vector rewards ``[N, K]`` of multi-objective envs;
+``ScalarizeReward`` turns those into the ``[N, 1]`` reward learners need.
 
 Example::
 
@@ -12,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -20,7 +23,7 @@ from gpu_envs.errors import InvalidArgumentError, SpecError
 from gpu_envs.specs import Box
 from gpu_envs.transforms.base import EnvSpecs, Transform
 
-__all__ = ["ClipReward", "RewardScale"]
+__all__ = ["ClipReward", "RewardScale", "ScalarizeReward"]
 
 REWARD = ("next", "reward")
 
@@ -40,8 +43,10 @@ def _reward_box(spec: object, who: str) -> Box:
     return spec
 
 
-def _times(bound: torch.Tensor, scale: float) -> torch.Tensor:
-    """``bound * scale`` in float64 where ``0 * inf`` is 0 (a zero scale maps everything to loc)."""
+def _times(bound: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
+    """``bound * scale`` in float64 where ``0 * inf`` is 0 (a zero scale maps everything to loc).
+
+    ``scale`` may be a tensor of per-element weights (``ScalarizeReward``)."""
     out = bound.double() * scale
     return torch.where(torch.isnan(out), 0.0, out)
 
@@ -99,3 +104,52 @@ class ClipReward(Transform):
 
     def __repr__(self) -> str:
         return f"ClipReward(low={self.low}, high={self.high})"
+
+
+class ScalarizeReward(Transform):
+    """``reward <- sum_k weights[k] * reward[..., k]``: a vector reward ``[N, K]`` becomes ``[N, 1]``.
+
+    For multi-objective envs (``gpu_envs.backends.mo_gymnasium``), whose K objectives a
+    learner, ``gae`` or ``EpisodeStats`` cannot use as they are. ``weights`` holds K
+    finite numbers; the reward spec becomes a ``(1,)`` Box bounded by the weighted
+    bounds of the objectives. Put ``EpisodeStats`` after it (it needs the scalar).
+
+    Example::
+
+        env = TransformedEnv(gpu_envs.wrap(mo_gymnasium.make("deep-sea-treasure-v0")),
+                             ScalarizeReward([0.9, 0.1]), EpisodeStats())
+    """
+
+    def __init__(self, weights: Sequence[float] | torch.Tensor) -> None:
+        super().__init__()
+        try:
+            w = torch.as_tensor(weights, dtype=torch.float64).detach().cpu()
+        except (TypeError, ValueError, RuntimeError):
+            raise InvalidArgumentError(f"ScalarizeReward weights must be a sequence of numbers, got {weights!r}.") from None
+        if w.dim() != 1 or w.numel() == 0 or not bool(torch.isfinite(w).all()):
+            raise InvalidArgumentError(
+                f"ScalarizeReward weights must be a non-empty 1-D sequence of finite numbers (one per objective), got {weights!r}."
+            )
+        self.weights = w
+
+    def setup(self, specs: EnvSpecs) -> EnvSpecs:
+        box = _reward_box(specs.reward_spec, "ScalarizeReward")
+        k = self.weights.numel()
+        if tuple(box.shape) != (k,):
+            raise SpecError(
+                f"ScalarizeReward has {k} weights but the env's reward has shape {tuple(box.shape)} per env; pass one "
+                "weight per objective (the env's single_reward_spec.shape)."
+            )
+        specs = super().setup(specs)
+        self._w = self.weights.to(device=specs.device, dtype=torch.float32)
+        w = self.weights.to(box.low.device)
+        a, b = _times(box.low, w), _times(box.high, w)
+        low, high = torch.minimum(a, b).sum().reshape(1), torch.maximum(a, b).sum().reshape(1)
+        return specs.replace(reward_spec=Box(low, high, (1,), torch.float32, device=specs.device))
+
+    def step(self, td: TensorDictBase) -> TensorDictBase:
+        td.set(REWARD, (td.get(REWARD) * self._w).sum(-1, keepdim=True))
+        return td
+
+    def __repr__(self) -> str:
+        return f"ScalarizeReward(weights={self.weights.tolist()})"

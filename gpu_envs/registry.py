@@ -3,7 +3,8 @@
 Each backend module exposes a ``PLUGIN`` object with ``name``, ``available()``,
 ``env_ids()``, ``can_make(env_id)``, ``make(env_id, num_envs, device, **kw)``,
 ``detect(obj)`` and ``wrap(obj, device, **kw)``. Modules are imported lazily, so an
-optional dependency (isaaclab, jax) is only imported when its backend is used.
+optional dependency (isaaclab, jax, stable_baselines3, gym, mo_gymnasium, minigrid) is
+only imported when its backend is used: detectors look at class modules and attributes.
 
 Example::
 
@@ -21,16 +22,21 @@ from gpu_envs.errors import UnknownBackendError
 
 # make(backend="auto") tries these in order: built-in torch envs first; jax before gymnasium
 # because gymnasium's registry also lists its functional JAX envs (phys2d/...), which only
-# the jax backend steps exactly (it declines every other gymnasium id).
-MAKE_ORDER = ("torch", "jax", "gymnasium", "isaaclab")
-# wrap() asks these in order; the most specific detectors come first.
-WRAP_ORDER = ("isaaclab", "jax", "torch", "gymnasium")
+# the jax backend steps exactly (it declines every other gymnasium id); mo_gymnasium and
+# minigrid before gymnasium because their ids are in gymnasium's registry too, but need
+# their vector rewards / text missions handled.
+MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "gymnasium", "isaaclab")
+# wrap() asks these in order; the most specific detectors come first: SB3 VecEnvs and legacy
+# gym envs before torch (a gym 0.26 VectorEnv has the shape of the torch protocol), MO and
+# minigrid envs before gymnasium (they are gymnasium envs with a vector reward / a text mission).
+WRAP_ORDER = ("isaaclab", "jax", "torch", "mo_gymnasium", "gymnasium")
 
 _MODULES = {
     "torch": "gpu_envs.backends.torch",
     "gymnasium": "gpu_envs.backends.gymnasium",
     "isaaclab": "gpu_envs.backends.isaaclab",
     "jax": "gpu_envs.backends.jax",
+    "mo_gymnasium": "gpu_envs.backends.mo_gymnasium",
 }
 
 

@@ -138,6 +138,15 @@ def assert_same_transitions(got: dict, want: dict) -> None:
         np.testing.assert_array_equal(have, expected.astype(have.dtype), err_msg=key)
 
 
+def check_coverage(want: dict) -> None:
+    """The oracle run exercised every case it is about: both end kinds, all rows ending at once, no row ending."""
+    done = want["done"]
+    assert want["terminated"].any() and want["truncated"].any()
+    if done.shape[0] > 1:
+        assert done.all(axis=0).any(), "a step where every env ends at once"
+    assert (~done).all(axis=0).any(), "a step where no env ends"
+
+
 class PixelCountingEnv(CountingEnv):
     """CountingEnv that renders ``rgb_array`` frames encoding (index, episode, step)."""
 

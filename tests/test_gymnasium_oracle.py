@@ -22,6 +22,7 @@ from tests.gym_fakes import (
     PixelCountingEnv,
     assert_same_transitions,
     batched_transitions,
+    check_coverage,
     counting_vector_env,
     frame_of,
     register_test_envs,
@@ -31,22 +32,13 @@ from tests.gym_fakes import (
 register_test_envs()
 
 
-def _check_coverage(want: dict) -> None:
-    """The run exercised every case the oracle is about."""
-    done = want["done"]
-    assert want["terminated"].any() and want["truncated"].any()
-    if done.shape[0] > 1:
-        assert done.all(axis=0).any(), "a step where every env ends at once"
-    assert (~done).all(axis=0).any(), "a step where no env ends"
-
-
 def _counting_oracle(env, num_envs: int, steps: int) -> None:
     actions = np.random.default_rng(num_envs + steps).integers(0, 2, size=(num_envs, steps))
     assert num_envs * steps >= 5000
     want = sequential_reference(CountingEnv, actions, info_keys=["step_count"])
     got = batched_transitions(env, torch.as_tensor(actions), info_keys=["step_count"])
     assert_same_transitions(got, want)
-    _check_coverage(want)
+    check_coverage(want)
 
 
 @pytest.mark.parametrize("mode", ["same_step", "disabled", "next_step"])

@@ -104,7 +104,9 @@ def make(
         if plugin.available() and plugin.can_make(env_id):
             raw = plugin.make(env_id, num_envs, device, **backend_kwargs)
             return BatchedEnv(raw, seed=seed, **env_kwargs)
-    known = "; ".join(f"{name}: {', '.join(ids[:12])}{' ...' if len(ids) > 12 else ''}" for name, ids in available_envs().items())
+    known = "; ".join(
+        f"{name}: {', '.join(ids[:12])}{' ...' if len(ids) > 12 else ''}" for name, ids in available_envs().items() if ids
+    )
     where = "any backend" if backend == "auto" else f"backend {backend!r}"
     raise UnknownEnvError(f"unknown env id {env_id!r} for {where}. Available ids -- {known}. `gpu-envs list` prints them all.")
 

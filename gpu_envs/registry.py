@@ -29,7 +29,7 @@ MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "gymnasium", "isaaclab")
 # wrap() asks these in order; the most specific detectors come first: SB3 VecEnvs and legacy
 # gym envs before torch (a gym 0.26 VectorEnv has the shape of the torch protocol), MO and
 # minigrid envs before gymnasium (they are gymnasium envs with a vector reward / a text mission).
-WRAP_ORDER = ("isaaclab", "jax", "sb3", "torch", "mo_gymnasium", "gymnasium")
+WRAP_ORDER = ("isaaclab", "jax", "sb3", "legacy_gym", "torch", "mo_gymnasium", "gymnasium")
 
 _MODULES = {
     "torch": "gpu_envs.backends.torch",
@@ -37,6 +37,7 @@ _MODULES = {
     "isaaclab": "gpu_envs.backends.isaaclab",
     "jax": "gpu_envs.backends.jax",
     "sb3": "gpu_envs.backends.sb3",
+    "legacy_gym": "gpu_envs.backends.legacy_gym",
     "mo_gymnasium": "gpu_envs.backends.mo_gymnasium",
 }
 

@@ -25,11 +25,11 @@ from gpu_envs.errors import UnknownBackendError
 # the jax backend steps exactly (it declines every other gymnasium id); mo_gymnasium and
 # minigrid before gymnasium because their ids are in gymnasium's registry too, but need
 # their vector rewards / text missions handled.
-MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "gymnasium", "isaaclab")
+MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "gymnasium", "isaaclab")
 # wrap() asks these in order; the most specific detectors come first: SB3 VecEnvs and legacy
 # gym envs before torch (a gym 0.26 VectorEnv has the shape of the torch protocol), MO and
 # minigrid envs before gymnasium (they are gymnasium envs with a vector reward / a text mission).
-WRAP_ORDER = ("isaaclab", "jax", "sb3", "legacy_gym", "torch", "mo_gymnasium", "gymnasium")
+WRAP_ORDER = ("isaaclab", "jax", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
 
 _MODULES = {
     "torch": "gpu_envs.backends.torch",
@@ -39,6 +39,7 @@ _MODULES = {
     "sb3": "gpu_envs.backends.sb3",
     "legacy_gym": "gpu_envs.backends.legacy_gym",
     "mo_gymnasium": "gpu_envs.backends.mo_gymnasium",
+    "minigrid": "gpu_envs.backends.minigrid",
 }
 
 

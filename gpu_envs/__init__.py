@@ -115,8 +115,11 @@ def wrap(obj: Any, device: torch.device | str | None = None, backend: str = "aut
     """Put an existing env object behind a :class:`BatchedEnv`, detecting its backend.
 
     Accepts torch vector envs (see ``gpu_envs.backends.torch``), gymnasium ``Env`` and
-    ``VectorEnv``, Isaac Lab envs and JAX envs. ``device=None`` keeps a device-resident
-    env where it lives (CPU backends default to CUDA when available).
+    ``VectorEnv``, Isaac Lab envs, JAX envs, and the envs of other libraries:
+    Stable-Baselines3 ``VecEnv`` s, legacy ``gym`` 0.26 envs, MO-Gymnasium envs (vector
+    rewards) and minigrid envs (``mission=``, ``mission_length=``); see their modules in
+    ``gpu_envs.backends``. ``device=None`` keeps a device-resident env where it lives
+    (CPU backends default to CUDA when available).
 
     Example::
 
@@ -129,6 +132,7 @@ def wrap(obj: Any, device: torch.device | str | None = None, backend: str = "aut
             return BatchedEnv(plugin.wrap(obj, None if device is None else torch.device(device), **backend_kwargs), **env_kwargs)
     raise NotAnEnvError(
         f"wrap() does not know how to wrap a {type(obj).__module__}.{type(obj).__name__}. It accepts "
-        "gymnasium Env/VectorEnv objects, Isaac Lab envs, JAX envs and torch vector envs "
+        "gymnasium Env/VectorEnv objects, Isaac Lab envs, JAX envs, Stable-Baselines3 VecEnvs, gym 0.26 envs, "
+        "MO-Gymnasium and minigrid envs, and torch vector envs "
         "(reset/step/num_envs/single_observation_space/single_action_space; see gpu_envs.backends.torch)."
     )

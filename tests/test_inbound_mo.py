@@ -25,7 +25,7 @@ from tests.gym_fakes import assert_same_transitions, batched_transitions, check_
 mo_gymnasium = pytest.importorskip("mo_gymnasium")
 from mo_gymnasium.wrappers.vector import MOSyncVectorEnv  # noqa: E402
 
-from gpu_envs.backends.mo_gymnasium import FreshRowsOnMaskedReset  # noqa: E402
+from gpu_envs.backends.mo_gymnasium import FreshRowsOnMaskedReset, MOGymnasiumBackend  # noqa: E402
 
 
 class MOCountingEnv(CountingEnv):
@@ -61,6 +61,14 @@ def test_mo_sync_vector_env_matches_sequential_reference():
         assert env.reward_spec.shape == (6, 2) and env.single_reward_spec.shape == (2,)
         assert env.single_reward_spec.high.tolist() == [np.inf, 0.0]
         _oracle(env, 6, 400)
+
+
+def test_packed_staging_of_a_cuda_target_carries_the_reward_vector(monkeypatch):
+    monkeypatch.setattr(MOGymnasiumBackend, "staging_packed", True)
+    venv = MOSyncVectorEnv([lambda i=i: MOCountingEnv(i) for i in range(4)])
+    with gpu_envs.wrap(venv, device="cpu") as env:
+        _oracle(env, 4, 300)
+        assert env.backend._stage.packed
 
 
 def test_single_mo_env_is_a_batch_of_one_and_matches_reference():

@@ -28,6 +28,8 @@ pytest.importorskip("stable_baselines3")
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnvWrapper
 
+from gpu_envs.backends.sb3 import SB3VecEnvBackend
+
 
 def _counting_vec_env(n: int, cls=DummyVecEnv, **kwargs):
     return cls([lambda i=i: CountingEnv(i) for i in range(n)], **kwargs)
@@ -46,6 +48,14 @@ def test_dummy_vec_env_matches_sequential_reference():
         assert env.backend.name == "sb3" and "sb3(DummyVecEnv)" in repr(env)
         _oracle(env, 8, 500)
         assert list(env.info_spec.keys()) == ["step_count"]  # discovered at the first step
+
+
+def test_packed_staging_path_of_a_cuda_target_matches_too(monkeypatch):
+    monkeypatch.setattr(SB3VecEnvBackend, "staging_packed", True)
+    with gpu_envs.wrap(_counting_vec_env(4), device="cpu") as env:
+        assert env.backend._stage is None
+        _oracle(env, 4, 300)
+        assert env.backend._stage.packed
 
 
 @pytest.mark.slow

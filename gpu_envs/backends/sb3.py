@@ -132,6 +132,9 @@ class SB3VecEnvBackend(Backend):
 
     name = "sb3"
     supports_partial_reset = False
+    # None: packed pinned staging for accelerators, fresh arrays on the CPU; tests set True
+    # to run the packed path (a CUDA target's) on the CPU.
+    staging_packed: bool | None = None
 
     def __init__(
         self,
@@ -165,7 +168,7 @@ class SB3VecEnvBackend(Backend):
             ((n, *shape), self.observation_spec[key].dtype)
             for key, shape in zip(self._keys, self._layout.shapes, strict=True)
         ]
-        self._reset_stage = HostStaging(self._obs_fields, self.device)
+        self._reset_stage = HostStaging(self._obs_fields, self.device, self.staging_packed)
         self._stage: HostStaging | None = None  # built at the first step, once the info fields are known
         self._info_keys: list = []
         self._final_scratch = [
@@ -249,7 +252,7 @@ class SB3VecEnvBackend(Backend):
         info_fields = self._info.discover(info)
         flags = [((n,), torch.float32), ((n,), torch.bool), ((n,), torch.bool), ((n,), torch.bool)]
         fields = self._obs_fields + flags + self._obs_fields + list(info_fields.values())
-        self._stage = HostStaging(fields, self.device)
+        self._stage = HostStaging(fields, self.device, self.staging_packed)
         self._info_keys = list(info_fields)
 
     def close(self) -> None:

@@ -138,6 +138,27 @@ def assert_same_transitions(got: dict, want: dict) -> None:
         np.testing.assert_array_equal(have, expected.astype(have.dtype), err_msg=key)
 
 
+def counting_oracle(env, num_envs: int, steps: int, make_env: Callable[[int], gym.Env] = CountingEnv) -> dict:
+    """Run the oracle on counting envs (``make_env(i)`` is sub-env ``i``, as ``env``'s are) with its
+    ``step_count`` info; returns the batched transitions after checking them and the coverage."""
+    actions = np.random.default_rng(num_envs + steps).integers(0, 2, size=(num_envs, steps))
+    want = sequential_reference(make_env, actions, info_keys=["step_count"])
+    got = batched_transitions(env, torch.as_tensor(actions), info_keys=["step_count"])
+    assert_same_transitions(got, want)
+    check_coverage(want)
+    return got
+
+
+def check_seeding(env, make_single: Callable[[], gym.Env], actions: torch.Tensor, seed: int = 7) -> None:
+    """``reset(seed=s)`` seeds sub-env ``i`` with ``s + i`` (gymnasium's rule) and seeded runs repeat bit for bit."""
+    obs = env.reset(seed=seed)["observation"].numpy()
+    for i in range(env.num_envs):
+        np.testing.assert_array_equal(obs[i], make_single().reset(seed=seed + i)[0])
+    first, again = batched_transitions(env, actions, seed=seed), batched_transitions(env, actions, seed=seed)
+    for key in first:
+        np.testing.assert_array_equal(first[key], again[key], err_msg=key)
+
+
 def check_coverage(want: dict) -> None:
     """The oracle run exercised every case it is about: both end kinds, all rows ending at once, no row ending."""
     done = want["done"]

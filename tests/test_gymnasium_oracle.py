@@ -22,7 +22,7 @@ from tests.gym_fakes import (
     PixelCountingEnv,
     assert_same_transitions,
     batched_transitions,
-    check_coverage,
+    counting_oracle,
     counting_vector_env,
     frame_of,
     register_test_envs,
@@ -33,12 +33,8 @@ register_test_envs()
 
 
 def _counting_oracle(env, num_envs: int, steps: int) -> None:
-    actions = np.random.default_rng(num_envs + steps).integers(0, 2, size=(num_envs, steps))
     assert num_envs * steps >= 5000
-    want = sequential_reference(CountingEnv, actions, info_keys=["step_count"])
-    got = batched_transitions(env, torch.as_tensor(actions), info_keys=["step_count"])
-    assert_same_transitions(got, want)
-    check_coverage(want)
+    counting_oracle(env, num_envs, steps)
 
 
 @pytest.mark.parametrize("mode", ["same_step", "disabled", "next_step"])

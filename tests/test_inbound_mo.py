@@ -20,7 +20,13 @@ from gpu_envs.check import check_env
 from gpu_envs.rollout import collect, gae
 from gpu_envs.transforms import ClipReward, EpisodeStats, RewardScale, ScalarizeReward, TransformedEnv
 from tests.fakes import CountingEnv
-from tests.gym_fakes import assert_same_transitions, batched_transitions, check_coverage, sequential_reference
+from tests.gym_fakes import (
+    assert_same_transitions,
+    batched_transitions,
+    check_seeding,
+    counting_oracle,
+    sequential_reference,
+)
 
 mo_gymnasium = pytest.importorskip("mo_gymnasium")
 from mo_gymnasium.wrappers.vector import MOSyncVectorEnv  # noqa: E402
@@ -40,18 +46,13 @@ class MOCountingEnv(CountingEnv):
         return obs, np.array([reward, -self.t], dtype=np.float32), terminated, truncated, info
 
 
+def _mo_oracle(env, n: int, steps: int) -> None:
+    got = counting_oracle(env, n, steps, MOCountingEnv)
+    assert got["reward"].shape == (n, steps, 2)
+
+
 def _actions(n: int, steps: int, high: int = 2, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, high, size=(n, steps))
-
-
-def _oracle(env, n: int, steps: int) -> dict:
-    actions = _actions(n, steps, seed=n + steps)
-    want = sequential_reference(MOCountingEnv, actions, info_keys=["step_count"])
-    got = batched_transitions(env, torch.as_tensor(actions), info_keys=["step_count"])
-    assert got["reward"].shape == (n, steps, 2)
-    assert_same_transitions(got, want)
-    check_coverage(want)
-    return got
 
 
 def test_mo_sync_vector_env_matches_sequential_reference():
@@ -60,21 +61,21 @@ def test_mo_sync_vector_env_matches_sequential_reference():
         assert env.backend.name == "mo_gymnasium"
         assert env.reward_spec.shape == (6, 2) and env.single_reward_spec.shape == (2,)
         assert env.single_reward_spec.high.tolist() == [np.inf, 0.0]
-        _oracle(env, 6, 400)
+        _mo_oracle(env, 6, 400)
 
 
 def test_packed_staging_of_a_cuda_target_carries_the_reward_vector(monkeypatch):
     monkeypatch.setattr(MOGymnasiumBackend, "staging_packed", True)
     venv = MOSyncVectorEnv([lambda i=i: MOCountingEnv(i) for i in range(4)])
     with gpu_envs.wrap(venv, device="cpu") as env:
-        _oracle(env, 4, 300)
+        _mo_oracle(env, 4, 300)
         assert env.backend._stage.packed
 
 
 def test_single_mo_env_is_a_batch_of_one_and_matches_reference():
     with gpu_envs.wrap(MOCountingEnv(0), device="cpu") as env:
         assert env.batch_size == torch.Size([1]) and "single env" in repr(env)
-        _oracle(env, 1, 600)
+        _mo_oracle(env, 1, 600)
 
 
 def test_mo_sync_vector_env_needs_the_masked_reset_fix():
@@ -111,19 +112,8 @@ def test_deep_sea_treasure_make_matches_sequential_mo_gymnasium():
 
 def test_seeded_mo_runs_are_reproducible_and_seed_sub_env_i_with_seed_plus_i():
     actions = torch.as_tensor(_actions(3, 80, high=4))
-
-    def run(seed):
-        with gpu_envs.make("deep-sea-treasure-v0", num_envs=3, device="cpu") as env:
-            return batched_transitions(env, actions, seed=seed)
-
-    first, again = run(3), run(3)
-    for key in first:
-        np.testing.assert_array_equal(first[key], again[key], err_msg=key)
-    single = mo_gymnasium.make("deep-sea-treasure-v0")
     with gpu_envs.make("deep-sea-treasure-v0", num_envs=3, device="cpu") as env:
-        obs = env.reset(seed=3)["observation"].numpy()
-    for i in range(3):
-        np.testing.assert_array_equal(obs[i], single.reset(seed=3 + i)[0])
+        check_seeding(env, lambda: mo_gymnasium.make("deep-sea-treasure-v0"), actions, seed=3)
 
 
 def test_linear_reward_env_is_a_plain_scalar_gymnasium_env_with_its_vector_in_info():

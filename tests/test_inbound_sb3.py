@@ -20,7 +20,8 @@ from tests.gym_fakes import (
     MaskedChoiceEnv,
     assert_same_transitions,
     batched_transitions,
-    check_coverage,
+    check_seeding,
+    counting_oracle,
     sequential_reference,
 )
 
@@ -35,18 +36,10 @@ def _counting_vec_env(n: int, cls=DummyVecEnv, **kwargs):
     return cls([lambda i=i: CountingEnv(i) for i in range(n)], **kwargs)
 
 
-def _oracle(env, n: int, steps: int) -> None:
-    actions = np.random.default_rng(n + steps).integers(0, 2, size=(n, steps))
-    want = sequential_reference(CountingEnv, actions, info_keys=["step_count"])
-    got = batched_transitions(env, torch.as_tensor(actions), info_keys=["step_count"])
-    assert_same_transitions(got, want)
-    check_coverage(want)
-
-
 def test_dummy_vec_env_matches_sequential_reference():
     with gpu_envs.wrap(_counting_vec_env(8), device="cpu") as env:
         assert env.backend.name == "sb3" and "sb3(DummyVecEnv)" in repr(env)
-        _oracle(env, 8, 500)
+        counting_oracle(env, 8, 500)
         assert list(env.info_spec.keys()) == ["step_count"]  # discovered at the first step
 
 
@@ -54,14 +47,14 @@ def test_packed_staging_path_of_a_cuda_target_matches_too(monkeypatch):
     monkeypatch.setattr(SB3VecEnvBackend, "staging_packed", True)
     with gpu_envs.wrap(_counting_vec_env(4), device="cpu") as env:
         assert env.backend._stage is None
-        _oracle(env, 4, 300)
+        counting_oracle(env, 4, 300)
         assert env.backend._stage.packed
 
 
 @pytest.mark.slow
 def test_subproc_vec_env_matches_sequential_reference():
     with gpu_envs.wrap(_counting_vec_env(3, SubprocVecEnv, start_method="fork"), device="cpu") as env:
-        _oracle(env, 3, 600)
+        counting_oracle(env, 3, 600)
 
 
 def test_make_vec_env_cartpole_matches_sequential_gymnasium_and_keeps_monitor_episodes():
@@ -83,12 +76,7 @@ def test_make_vec_env_cartpole_matches_sequential_gymnasium_and_keeps_monitor_ep
 def test_reset_seed_seeds_sub_env_i_with_seed_plus_i_and_runs_repeat():
     actions = torch.as_tensor(np.random.default_rng(2).integers(0, 2, size=(3, 200)))
     with gpu_envs.wrap(DummyVecEnv([lambda: gym.make("CartPole-v1")] * 3), device="cpu") as env:
-        obs = env.reset(seed=40)["observation"].numpy()
-        first, again = batched_transitions(env, actions, seed=9), batched_transitions(env, actions, seed=9)
-    for i in range(3):
-        np.testing.assert_array_equal(obs[i], gym.make("CartPole-v1").reset(seed=40 + i)[0])
-    for key in first:
-        np.testing.assert_array_equal(first[key], again[key], err_msg=key)
+        check_seeding(env, lambda: gym.make("CartPole-v1"), actions, seed=40)
 
 
 class _DropTerminalObs(VecEnvWrapper):

@@ -38,7 +38,6 @@ Example::
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import gymnasium
@@ -46,17 +45,13 @@ import numpy as np
 import torch
 
 from gpu_envs.backends.gymnasium import GymnasiumBackend
-from gpu_envs.errors import InvalidArgumentError, NotAnEnvError, ResetMaskError, UnsupportedSpaceError
+from gpu_envs.backends.inbound import InboundPlugin, check_options, from_package
+from gpu_envs.errors import NotAnEnvError, ResetMaskError, UnsupportedSpaceError
 
 __all__ = ["PLUGIN", "GymEnvShim", "GymVectorEnvShim", "LegacyGymBackend", "LegacyGymPlugin", "gymnasium_space"]
 
 AutoresetMode = gymnasium.vector.AutoresetMode
 _OPTIONS = ("one_hot_actions", "info_spec")
-
-
-def _from_gym(obj: Any) -> bool:
-    """``obj``'s class (or a base) comes from the ``gym`` package (not gymnasium)."""
-    return any(c.__module__.split(".")[0] == "gym" for c in type(obj).__mro__)
 
 
 def gymnasium_space(space: Any) -> gymnasium.spaces.Space:
@@ -101,6 +96,22 @@ def _skip_numpy1_step_check(env: Any) -> None:
         node = getattr(node, "env", None)
 
 
+def _gym_026_reset(env: Any, **kwargs: Any) -> tuple[Any, dict]:
+    """``env.reset(**kwargs)``, refusing the pre-0.26 API (the observation alone)."""
+    out = env.reset(**kwargs)
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
+        raise _old_api(env, "reset()", out)
+    return out
+
+
+def _gym_026_step(env: Any, action: Any) -> tuple[Any, Any, Any, Any, dict]:
+    """``env.step(action)``, refusing the pre-0.26 API (a 4-tuple with ``done``)."""
+    out = env.step(action)
+    if not (isinstance(out, tuple) and len(out) == 5):
+        raise _old_api(env, "step()", out)
+    return out
+
+
 def _old_api(env: Any, what: str, got: Any) -> NotAnEnvError:
     return NotAnEnvError(
         f"{type(env).__name__}.{what} returned {type(got).__name__}"
@@ -123,16 +134,10 @@ class GymEnvShim(gymnasium.Env):
         _skip_numpy1_step_check(env)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
-        out = self.env.reset(seed=seed, options=options)
-        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
-            raise _old_api(self.env, "reset()", out)
-        return out
+        return _gym_026_reset(self.env, seed=seed, options=options)
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict]:
-        out = self.env.step(action)
-        if not (isinstance(out, tuple) and len(out) == 5):
-            raise _old_api(self.env, "step()", out)
-        return out
+        return _gym_026_step(self.env, action)
 
     def render(self) -> Any:
         return self.env.render()
@@ -160,16 +165,10 @@ class GymVectorEnvShim(gymnasium.vector.VectorEnv):
             raise ResetMaskError(
                 "gym 0.26 vector envs reset all their envs or none; reset every env with env.reset()."
             )
-        out = self.env.reset(seed=seed, options=options)
-        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
-            raise _old_api(self.env, "reset()", out)
-        return out
+        return _gym_026_reset(self.env, seed=seed, options=options)
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
-        out = self.env.step(actions)
-        if not (isinstance(out, tuple) and len(out) == 5):
-            raise _old_api(self.env, "step()", out)
-        obs, reward, terminated, truncated, info = out
+        obs, reward, terminated, truncated, info = _gym_026_step(self.env, actions)
         return obs, reward, terminated, truncated, self._gymnasium_info(info)
 
     def _gymnasium_info(self, info: dict) -> dict:
@@ -188,7 +187,7 @@ class GymVectorEnvShim(gymnasium.vector.VectorEnv):
             info["final_info"] = batched
         return info
 
-    def close(self, **kwargs: Any) -> None:
+    def close_extras(self, **kwargs: Any) -> None:
         self.env.close()
 
 
@@ -210,28 +209,14 @@ class LegacyGymBackend(GymnasiumBackend):
         return f"legacy_gym({self._inner}, {'single env' if self._single else 'vector env'})"
 
 
-class LegacyGymPlugin:
-    """Registry entry: wraps gym 0.26 Env and VectorEnv objects; makes nothing by id (use gymnasium's)."""
+class LegacyGymPlugin(InboundPlugin):
+    """Registry entry: wraps gym 0.26 Env and VectorEnv objects (``make`` builds gymnasium's envs)."""
 
     name = "legacy_gym"
-
-    def available(self) -> bool:
-        return importlib.util.find_spec("gym") is not None
-
-    def env_ids(self) -> list[str]:
-        return []
-
-    def can_make(self, env_id: str) -> bool:
-        return False
-
-    def make(self, env_id: str, num_envs: int, device: torch.device | None, **kwargs: Any) -> LegacyGymBackend:
-        raise InvalidArgumentError(
-            f"the legacy_gym backend wraps existing gym 0.26 envs (gpu_envs.wrap(gym.make({env_id!r}))); "
-            f"gpu_envs.make({env_id!r}) builds gymnasium's version of an id."
-        )
+    package = "gym"
 
     def detect(self, obj: Any) -> bool:
-        if not _from_gym(obj):
+        if not from_package(obj, self.package):  # gym's own classes, not gymnasium's
             return False
         import gym
 
@@ -243,12 +228,7 @@ class LegacyGymPlugin:
                 f"the legacy_gym backend wraps gym.Env or gym.vector.VectorEnv objects (gym 0.26), got "
                 f"{type(obj).__module__}.{type(obj).__name__}."
             )
-        unknown = sorted(set(kwargs) - set(_OPTIONS))
-        if unknown:
-            raise InvalidArgumentError(
-                f"wrap(gym env) got unknown keyword arguments {unknown}; the legacy_gym backend accepts "
-                f"{list(_OPTIONS)} (plus missing_obs_value and validate for the BatchedEnv)."
-            )
+        check_options(kwargs, _OPTIONS, "wrap(gym env)", self.name)
         import gym
 
         shim = GymVectorEnvShim(obj) if isinstance(obj, gym.vector.VectorEnv) else GymEnvShim(obj)

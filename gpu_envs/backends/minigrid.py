@@ -49,6 +49,7 @@ import torch
 
 from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
 from gpu_envs.backends.gymnasium import GymnasiumBackend
+from gpu_envs.backends.inbound import InboundPlugin, from_package
 from gpu_envs.errors import InvalidArgumentError, NotAnEnvError, ObservationError
 
 __all__ = ["PLUGIN", "MiniGridPlugin", "MissionBytes", "VectorMissionBytes", "decode_missions", "mission_keys"]
@@ -57,15 +58,11 @@ MISSION_MODES = ("bytes", "drop")
 DEFAULT_MISSION_LENGTH = 256
 
 
-def _is_mission_space(space: Any) -> bool:
-    return any(c.__module__.split(".")[0] == "minigrid" and c.__name__ == "MissionSpace" for c in type(space).__mro__)
-
-
 def mission_keys(space: Any) -> list[str]:
     """The keys of a Dict observation space that hold a minigrid ``MissionSpace``."""
     if not isinstance(space, gym.spaces.Dict):
         return []
-    return [key for key, sub in space.spaces.items() if _is_mission_space(sub)]
+    return [key for key, sub in space.spaces.items() if from_package(sub, "minigrid", ("MissionSpace",))]
 
 
 def _encoded_space(space: gym.spaces.Dict, keys: list[str], mode: str, length: int) -> gym.spaces.Dict:
@@ -163,26 +160,11 @@ class VectorMissionBytes(gym.vector.VectorWrapper):
         return obs, reward, terminated, truncated, info
 
 
-class MiniGridPlugin:
+class MiniGridPlugin(InboundPlugin):
     """Registry entry: minigrid envs (a ``MissionSpace`` in their Dict observation) and minigrid ids."""
 
     name = "minigrid"
-
-    def available(self) -> bool:
-        import importlib.util
-
-        return importlib.util.find_spec("minigrid") is not None
-
-    def env_ids(self) -> list[str]:
-        return sorted(i for i in gym.registry if self.can_make(i))
-
-    def can_make(self, env_id: str) -> bool:
-        """Ids whose entry point is in minigrid (registered once it is imported)."""
-        spec = gym.registry.get(env_id)
-        if spec is None:
-            return False
-        entry = spec.entry_point if isinstance(spec.entry_point, str) else getattr(spec.entry_point, "__module__", "")
-        return (entry or "").split(".")[0].split(":")[0] == "minigrid"
+    package = "minigrid"
 
     def make(
         self,

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib.util
 from typing import Any
 
 import gymnasium as gym
@@ -52,6 +51,7 @@ import numpy as np
 import torch
 
 from gpu_envs.backends.gymnasium import GymnasiumBackend
+from gpu_envs.backends.inbound import InboundPlugin, check_options, from_package
 from gpu_envs.errors import InvalidArgumentError, MissingComponentError, NotAnEnvError
 from gpu_envs.specs import Box
 
@@ -61,19 +61,11 @@ _OPTIONS = ("one_hot_actions", "info_spec")
 _MO_VECTOR_ENVS = ("MOSyncVectorEnv", "MOAsyncVectorEnv")
 
 
-def _from_mo_gymnasium(obj: Any, names: tuple[str, ...] | None = None) -> bool:
-    """``obj``'s class (or a base) is one of mo-gymnasium's (named ``names``, when given)."""
-    return any(
-        c.__module__.split(".")[0] == "mo_gymnasium" and (names is None or c.__name__ in names)
-        for c in type(obj).__mro__
-    )
-
-
 def _scalarised(obj: Any) -> bool:
     """A ``LinearReward`` wrapper sits between ``obj`` and the MO env: the reward is a scalar."""
     node = obj
     while isinstance(node, (gym.Wrapper, gym.vector.VectorWrapper)):
-        if _from_mo_gymnasium(node, ("LinearReward",)):
+        if from_package(node, "mo_gymnasium", ("LinearReward",)):
             return True
         node = node.env
     return False
@@ -108,15 +100,6 @@ def _mo_vector() -> Any:
             f"MOSyncVectorEnv, but mo-gymnasium cannot be imported ({err}). Install it: pip install 'gpu-envs[mo]'."
         ) from err
     return vector
-
-
-def _check_options(kwargs: dict, where: str) -> None:
-    unknown = sorted(set(kwargs) - set(_OPTIONS))
-    if unknown:
-        raise InvalidArgumentError(
-            f"{where} got unknown keyword arguments {unknown}; the mo_gymnasium backend accepts {list(_OPTIONS)} "
-            "(plus missing_obs_value and validate for the BatchedEnv)."
-        )
 
 
 def _merge_rows(rows: np.ndarray, new: Any, old: Any) -> Any:
@@ -166,29 +149,16 @@ class MOGymnasiumBackend(GymnasiumBackend):
         self, env: gym.vector.VectorEnv, device: torch.device | str | None, space: gym.spaces.Box, **kwargs: Any
     ) -> None:
         reward = Box(space.low, space.high, space.shape, torch.float32)
-        if _from_mo_gymnasium(env.unwrapped, ("MOSyncVectorEnv",)):
+        if from_package(env.unwrapped, "mo_gymnasium", ("MOSyncVectorEnv",)):
             env = FreshRowsOnMaskedReset(env)
         super().__init__(env, device, reward_spec=reward, **kwargs)
 
 
-class MOGymnasiumPlugin:
+class MOGymnasiumPlugin(InboundPlugin):
     """Registry entry: MO envs and MO vector envs for ``wrap``, mo-gymnasium ids for ``make``."""
 
     name = "mo_gymnasium"
-
-    def available(self) -> bool:
-        return importlib.util.find_spec("mo_gymnasium") is not None
-
-    def env_ids(self) -> list[str]:
-        return sorted(i for i in gym.registry if self.can_make(i))
-
-    def can_make(self, env_id: str) -> bool:
-        """Ids whose entry point is in mo_gymnasium (registered once it is imported)."""
-        spec = gym.registry.get(env_id)
-        if spec is None:
-            return False
-        entry = spec.entry_point if isinstance(spec.entry_point, str) else getattr(spec.entry_point, "__module__", "")
-        return (entry or "").split(".")[0].split(":")[0] == "mo_gymnasium"
+    package = "mo_gymnasium"
 
     def make(
         self, env_id: str, num_envs: int, device: torch.device | None, *, vectorization: str | None = None, **kwargs: Any
@@ -228,16 +198,16 @@ class MOGymnasiumPlugin:
             )
         vector = _mo_vector()
         if isinstance(obj, gym.vector.VectorEnv):
-            _check_options(kwargs, "wrap(MO VectorEnv)")
+            check_options(kwargs, _OPTIONS, "wrap(MO VectorEnv)", self.name)
             base = obj.unwrapped
-            if not _from_mo_gymnasium(base, _MO_VECTOR_ENVS) and not hasattr(base, "reward_space"):
+            if not from_package(base, "mo_gymnasium", _MO_VECTOR_ENVS) and not hasattr(base, "reward_space"):
                 raise NotAnEnvError(
                     f"{type(base).__name__} holds one float reward per env, but its sub-envs return vectors of "
                     f"{space.shape[0]} objectives. Build it with mo_gymnasium.wrappers.vector.MOSyncVectorEnv (or "
                     "MOAsyncVectorEnv), or use gpu_envs.make(id, num_envs=n) for a mo-gymnasium id."
                 )
             return MOGymnasiumBackend(obj, device, space, **kwargs)
-        _check_options(kwargs, "wrap(MO Env)")
+        check_options(kwargs, _OPTIONS, "wrap(MO Env)", self.name)
         venv = vector.MOSyncVectorEnv([lambda: obj], copy=False)
         return MOGymnasiumBackend(venv, device, space, single=True, **kwargs)
 

@@ -25,6 +25,7 @@ import torch
 
 from gpu_envs.backends.gymnasium.backend import GymnasiumBackend, wrap_single
 from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
+from gpu_envs.backends.inbound import check_options
 from gpu_envs.errors import InvalidArgumentError, NotAnEnvError
 from gpu_envs.specs import Composite
 
@@ -33,15 +34,6 @@ __all__ = ["PLUGIN", "GymnasiumPlugin"]
 AutoresetMode = gym.vector.AutoresetMode
 _BACKEND_KWARGS = ("one_hot_actions", "info_spec")
 _PER_ENV_KWARGS = ("from_pixels", "pixels_only", "frame_skip")
-
-
-def _check_kwargs(kwargs: dict, allowed: tuple[str, ...], where: str) -> None:
-    unknown = sorted(set(kwargs) - set(allowed))
-    if unknown:
-        raise InvalidArgumentError(
-            f"{where} got unknown keyword arguments {unknown}; the gymnasium backend accepts {sorted(allowed)} "
-            "(plus missing_obs_value and validate for the BatchedEnv)."
-        )
 
 
 class GymnasiumPlugin:
@@ -141,7 +133,7 @@ class GymnasiumPlugin:
     def wrap(self, obj: Any, device: torch.device | None, **kwargs: Any) -> Any:
         """A gymnasium VectorEnv, or a single Env as a batch of one."""
         if isinstance(obj, gym.vector.VectorEnv):
-            _check_kwargs(kwargs, _BACKEND_KWARGS + _PER_ENV_KWARGS, "wrap(VectorEnv)")
+            check_options(kwargs, _BACKEND_KWARGS + _PER_ENV_KWARGS, "wrap(VectorEnv)", self.name)
             if kwargs.get("from_pixels") or kwargs.get("frame_skip", 1) != 1:
                 raise InvalidArgumentError(
                     "from_pixels and frame_skip act on each sub-env before vectorisation (to stay exact at episode "
@@ -155,7 +147,7 @@ class GymnasiumPlugin:
             kwargs.pop("frame_skip", None)
             return GymnasiumBackend(obj, device, **kwargs)
         if isinstance(obj, gym.Env):
-            _check_kwargs(kwargs, _BACKEND_KWARGS + _PER_ENV_KWARGS, "wrap(Env)")
+            check_options(kwargs, _BACKEND_KWARGS + _PER_ENV_KWARGS, "wrap(Env)", self.name)
             return wrap_single(obj, device, **kwargs)
         raise NotAnEnvError(
             f"the gymnasium backend wraps gymnasium.Env or gymnasium.vector.VectorEnv objects, got "

@@ -42,7 +42,6 @@ Example::
 
 from __future__ import annotations
 
-import copy
 import functools
 from typing import Any
 
@@ -102,6 +101,15 @@ def _mo_vector() -> Any:
     return vector
 
 
+def _copied(obs: Any) -> Any:
+    """A copy of a batched (Dict/Tuple) observation's arrays."""
+    if isinstance(obs, dict):
+        return {key: _copied(value) for key, value in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_copied(value) for value in obs)
+    return np.array(obs, copy=True)
+
+
 def _merge_rows(rows: np.ndarray, new: Any, old: Any) -> Any:
     """``new`` on ``rows`` and ``old`` elsewhere, through Dict/Tuple observations."""
     if isinstance(new, dict):
@@ -128,7 +136,7 @@ class FreshRowsOnMaskedReset(gym.vector.VectorWrapper):
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
         obs, reward, terminated, truncated, info = self.env.step(actions)
         ended = np.logical_or(terminated, truncated).any()
-        self._last = copy.deepcopy(obs) if ended else None
+        self._last = _copied(obs) if ended else None
         return obs, reward, terminated, truncated, info
 
     def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[Any, dict]:

@@ -7,8 +7,8 @@ goal square"), but many change it every episode (Fetch, GoToObject, every BabyAI
 and there it is what the agent must do, so it is kept, not dropped:
 
 * ``mission="bytes"`` (the default): ``td["mission"]`` is the text's UTF-8 bytes, uint8
-  ``[N, mission_length]`` (256 by default; BabyAI's longest missions are under 200
-  bytes), zero-padded. :func:`decode_missions` gives the strings back
+  ``[N, mission_length]`` (256 by default; the longest of 1200 sampled BabyAI
+  BossLevel/Synth missions is 166 bytes), zero-padded, with no vocabulary to maintain. :func:`decode_missions` gives the strings back
   (``decode_missions(td["mission"])`` -> ``["go to the red ball", ...]``); a learner
   embeds the bytes, or decodes and tokenises them with its own vocabulary. A mission
   longer than ``mission_length`` raises :class:`~gpu_envs.errors.ObservationError`

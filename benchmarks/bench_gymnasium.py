@@ -21,7 +21,6 @@ Interleaved rounds in one process, ``torch.set_num_threads(1)``.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 import warnings
@@ -36,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: our benchmarks package, not to
 import torch
 
 import gpu_envs
-from benchmarks.timing import format_table, interleave, save_json
+from benchmarks.timing import interleave, sizes_main
 
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 COLUMNS = [
@@ -124,16 +123,7 @@ def run(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[8, 256])
-    parser.add_argument("--steps", type=int, default=None, help="steps per round (default: by N)")
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 15)")
-    parser.add_argument("--quick", action="store_true", help="fewer steps and rounds")
-    parser.add_argument("--json", default=None, help="where to save the numbers")
-    args = parser.parse_args()
-    result = run(args.quick, tuple(args.sizes), args.steps, args.rounds)
-    print(format_table(result["title"], result["rows"], result["columns"]))
-    save_json(args.json, {"benchmark": "gymnasium", "device": "cpu", "rows": result["rows"]})
+    sizes_main(__doc__, run, "gymnasium", [8, 256])
 
 
 if __name__ == "__main__":

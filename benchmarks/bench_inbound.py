@@ -17,7 +17,6 @@ Each contender steps a fixed action; interleaved rounds in one process,
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 import warnings
@@ -33,7 +32,7 @@ if __package__ in (None, ""):  # run as a script: our benchmarks package, not to
 import torch
 
 import gpu_envs
-from benchmarks.timing import format_table, interleave, save_json
+from benchmarks.timing import bench_result, interleave, sizes_main
 
 COLUMNS = [
     ("env", "env"),
@@ -136,20 +135,11 @@ def run(quick: bool = False, sizes: tuple[int, ...] = (8,), steps: int | None = 
                     "gpu_envs_overhead": f"{times['gpu_envs'] / times['raw'] - 1:+.1%}",
                 }
             )
-    return {"title": "bench_inbound: inbound adapters vs the libraries' vector envs, cpu, 1 thread", "rows": rows, "columns": COLUMNS}
+    return bench_result("bench_inbound: inbound adapters vs the libraries' vector envs, cpu, 1 thread", rows, COLUMNS)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[8])
-    parser.add_argument("--steps", type=int, default=None, help="steps per round (default: by N)")
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 15)")
-    parser.add_argument("--quick", action="store_true", help="fewer steps and rounds")
-    parser.add_argument("--json", default=None, help="where to save the numbers")
-    args = parser.parse_args()
-    result = run(args.quick, tuple(args.sizes), args.steps, args.rounds)
-    print(format_table(result["title"], result["rows"], result["columns"]))
-    save_json(args.json, {"benchmark": "inbound", "device": "cpu", "rows": result["rows"]})
+    sizes_main(__doc__, run, "inbound", [8])
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import time
@@ -60,6 +61,23 @@ def format_table(title: str, rows: list[dict], columns: list[tuple[str, str]]) -
 def bench_result(title: str, rows: list[dict], columns: list[tuple[str, str]]) -> dict:
     """The ``run(quick)`` result of a benchmark: its rows and the columns they fill."""
     return {"title": title, "rows": rows, "columns": [c for c in columns if any(c[0] in r for r in rows)]}
+
+
+def sizes_main(doc: str, run: Callable[..., dict], name: str, sizes: list[int]) -> None:
+    """The command line of a benchmark timed at several N (``--sizes --steps --rounds --quick --json``).
+
+    ``run(quick, sizes, steps, rounds)`` gives the table, printed and saved as ``name``.
+    """
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=sizes)
+    parser.add_argument("--steps", type=int, default=None, help="steps per round (default: by N)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 15)")
+    parser.add_argument("--quick", action="store_true", help="fewer steps and rounds")
+    parser.add_argument("--json", default=None, help="where to save the numbers")
+    args = parser.parse_args()
+    result = run(args.quick, tuple(args.sizes), args.steps, args.rounds)
+    print(format_table(result["title"], result["rows"], result["columns"]))
+    save_json(args.json, {"benchmark": name, "device": "cpu", "rows": result["rows"]})
 
 
 def save_json(path: str | Path | None, payload: dict) -> None:

@@ -46,6 +46,7 @@ from gpu_envs.errors import (
     ActionError,
     BackendError,
     ClosedEnvError,
+    InterruptedStepError,
     ResetMaskError,
     ResetNeededError,
 )
@@ -53,20 +54,9 @@ from gpu_envs.final_obs import FinalObsTransform
 from gpu_envs.rollout_loop import Policy, rollout
 from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete
 from gpu_envs.specs.env_specs import BatchedSpecs
+from gpu_envs.tensordicts import get_entry, new_td, set_entry
 
 DONE_KEYS = ("done", "terminated", "truncated")
-
-
-def _fast_td(data: dict, batch_size: torch.Size, device: torch.device) -> TensorDict:
-    """A TensorDict over tensors already known to be on ``device`` with ``batch_size``.
-
-    The hot path builds two TensorDicts per step; the public constructor re-validates
-    every entry, and even ``_new_unsafe(device=...)`` probes the MPS backend on each
-    call, so the (already validated) device is set directly.
-    """
-    td = TensorDict._new_unsafe(data, batch_size=batch_size)
-    td._device = device
-    return td
 
 
 def _nest(flat: dict) -> dict:
@@ -124,7 +114,6 @@ class BatchedEnv(BatchedSpecs):
             # the backend's own object: the gymnasium backend fills it in at the first step
             info=getattr(backend, "info_spec", None) or Composite({}, device=self.device),
         )
-        self.validate = validate
         self._final_obs = FinalObsTransform(self.single_observation_spec, self.num_envs, missing_obs_value)
         self._obs_nested = any(isinstance(k, tuple) for k in self._final_obs.keys)
         self._reward_shape = self.reward_spec.shape
@@ -132,6 +121,8 @@ class BatchedEnv(BatchedSpecs):
         self._action_dtype = self.action_spec.dtype
         self._check_values = isinstance(self.action_spec, (Discrete, MultiDiscrete, Binary))
         self._false = torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
+        # the flags of every root: one constant, never written (outputs are read-only)
+        self._root_flags = {"done": self._false, "terminated": self._false, "truncated": self._false}
         self._last_done = self._false
         # Seeded by reset(seed=...): random actions (policy=None) are reproducible too.
         self.generator = torch.Generator(device=self.device)
@@ -139,6 +130,12 @@ class BatchedEnv(BatchedSpecs):
         self._closed = False
         self._needs_reset = True
         self._first_step = True
+        # The one flag a step tests: reset, not closed, and no step left half-done. A step
+        # clears it before calling the backend and sets it again once complete, so an
+        # exception escaping in between (the env raising, KeyboardInterrupt) leaves the
+        # env marked at the cost of two attribute writes: the next step asks for a reset.
+        self._ready = False
+        self.validate = validate
 
     # ------------------------------------------------------------------ reset
     def reset(self, seed: int | None = None, td: TensorDictBase | None = None) -> TensorDict:
@@ -150,9 +147,10 @@ class BatchedEnv(BatchedSpecs):
         """
         self._check_open()
         mask = None if td is None else td.get("_reset", None)
-        if mask is None or self._needs_reset:
+        if mask is None or not self._ready:  # never reset, or a step was interrupted: all rows
             if seed is None and self._needs_reset:
                 seed = self._default_seed
+            self._ready = False
             obs = self.backend.reset(seed=seed)
             if seed is not None:
                 self.generator.manual_seed(seed)
@@ -161,6 +159,7 @@ class BatchedEnv(BatchedSpecs):
         else:
             self._partial_reset(self._check_reset_mask(mask), seed)
         self._last_done = self._false
+        self._ready = True
         return self.root()
 
     def _check_reset_mask(self, mask: Any) -> torch.Tensor:
@@ -199,45 +198,14 @@ class BatchedEnv(BatchedSpecs):
     def root(self) -> TensorDict:
         """The current root TensorDict: what the next step acts on (episodes continue)."""
         obs = self._final_obs.root_obs
-        data = _nest(obs) if self._obs_nested else dict(obs)
-        false = self._false
-        data["done"] = false
-        data["terminated"] = false
-        data["truncated"] = false
-        return _fast_td(data, self.batch_size, self.device)
+        data = _nest(obs) if self._obs_nested else {**obs}
+        data.update(self._root_flags)
+        return new_td(data, self.batch_size, self.device)
 
     # ------------------------------------------------------------------- step
     def step(self, td: TensorDictBase) -> TensorDictBase:
         """Step with ``td["action"]``; writes ``td["next"]`` and returns ``td``."""
-        if self._needs_reset or self._closed:
-            self._check_open()
-            raise ResetNeededError("step() was called before reset(): call env.reset() first.")
-        action = td.get("action", None)
-        self._check_action(action)
-        raw = self.backend.step(action)
-        if self._first_step:
-            self._check_raw(raw)
-            self._first_step = False
-        n = self.num_envs
-        terminated = raw.terminated.view(n, 1)
-        truncated = raw.truncated.view(n, 1)
-        done = terminated | truncated
-        next_obs, missing = self._final_obs(raw.obs, done, raw.final_obs, raw.final_mask)
-        self._last_done = done
-        data = _nest(next_obs) if self._obs_nested else next_obs
-        reward = raw.reward.view(self._reward_shape)
-        data["reward"] = reward if reward.dtype == torch.float32 else reward.to(torch.float32)
-        data["done"] = done
-        data["terminated"] = terminated
-        data["truncated"] = truncated
-        data["final_obs_missing"] = missing
-        if raw.info:
-            data.update(_nest(raw.info))
-        nxt = _fast_td(data, self.batch_size, self.device)
-        if type(td) is TensorDict:  # skip set()'s re-validation of what was just built
-            td._set_str("next", nxt, validated=True, inplace=False)
-        else:
-            td.set("next", nxt)
+        self._last_done = self._step_into(td)
         return td
 
     def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
@@ -246,9 +214,66 @@ class BatchedEnv(BatchedSpecs):
         ``td_root`` holds the post-reset observations on rows that ended and the next
         observations elsewhere (the backend already reset the ended rows in ``step``).
         """
-        td = self.step(td)
+        self._step_into(td)
         self._last_done = self._false
-        return td, self.root()
+        if self._obs_nested:
+            return td, self.root()
+        return td, new_td({**self._final_obs.root_obs, **self._root_flags}, self.batch_size, self.device)
+
+    def _step_into(self, td: TensorDictBase) -> torch.Tensor:
+        """One backend step; sets ``td["next"]``, caches the next root; returns ``done`` ``[N, 1]``.
+
+        The hot path: metadata checks on the action (the values only on the first step
+        or with ``validate``), one backend call, at most a few views and one ``where``
+        per observation key (none when the backend gives the next observations itself),
+        and two dicts turned into TensorDicts without re-validation.
+        """
+        if not self._ready:
+            self._raise_not_ready()
+        action = get_entry(td, "action")
+        if (
+            action.__class__ is not torch.Tensor
+            or action.shape != self._action_shape
+            or action.dtype != self._action_dtype
+            or action.device != self.device
+        ):
+            self._check_action(action)  # raises, unless a tensor subclass with the right metadata
+        if self._check_values_now:
+            self._check_action_values(action)
+        self._ready = False
+        raw = self.backend.step(action)
+        if self._first_step:
+            self._check_raw(raw)
+            self._first_step = False
+            self._check_values_now = self._check_values and self._validate
+        done = raw.done
+        if done is None:  # flat [N] layout
+            n = self.num_envs
+            terminated = raw.terminated.view(n, 1)
+            truncated = raw.truncated.view(n, 1)
+            done = terminated | truncated
+            reward = raw.reward.view(self._reward_shape)
+        else:
+            terminated, truncated, reward = raw.terminated, raw.truncated, raw.reward
+        if reward.dtype != torch.float32:
+            reward = reward.to(torch.float32)
+        next_obs = raw.next_obs
+        if next_obs is None:
+            next_obs, missing = self._final_obs(raw.obs, done, raw.final_obs, raw.final_mask)
+        else:
+            self._final_obs.root_obs = raw.obs
+            missing = self._final_obs.none_missing
+        data = _nest(next_obs) if self._obs_nested else {**next_obs}
+        data["reward"] = reward
+        data["done"] = done
+        data["terminated"] = terminated
+        data["truncated"] = truncated
+        data["final_obs_missing"] = missing
+        if raw.info:
+            data.update(_nest(raw.info))
+        set_entry(td, "next", new_td(data, self.batch_size, self.device))
+        self._ready = True
+        return done
 
     def rollout(self, steps: int, policy: Policy | None = None, *, reset: bool = True) -> TensorDictBase:
         """Run ``steps`` steps and return the transitions stacked as ``[N, T]``.
@@ -260,7 +285,28 @@ class BatchedEnv(BatchedSpecs):
         return rollout(self, steps, policy, reset=reset)
 
     # ------------------------------------------------------------- validation
+    @property
+    def validate(self) -> bool:
+        """Check action values (ranges) on every step; a host sync per step when True."""
+        return self._validate
+
+    @validate.setter
+    def validate(self, value: bool) -> None:
+        self._validate = bool(value)
+        self._check_values_now = self._check_values and (self._validate or self._first_step)
+
+    def _raise_not_ready(self) -> None:
+        self._check_open()
+        if self._needs_reset:
+            raise ResetNeededError("step() was called before reset(): call env.reset() first.")
+        self.backend.check_usable()  # a backend that knows it is dead says why
+        raise InterruptedStepError(
+            "interrupted mid-step: the previous step raised before it completed, so the sub-envs may be half-stepped; "
+            "call env.reset()."
+        )
+
     def _check_action(self, action: Any) -> None:
+        """The full metadata check (the hot path only compares the exact type, shape, dtype, device)."""
         if (
             not isinstance(action, torch.Tensor)
             or action.shape != self._action_shape
@@ -268,7 +314,9 @@ class BatchedEnv(BatchedSpecs):
             or action.device != self.device
         ):
             raise ActionError(self._explain_action(action))
-        if self._check_values and (self.validate or self._first_step) and not self.action_spec.contains(action):
+
+    def _check_action_values(self, action: torch.Tensor) -> None:
+        if not self.action_spec.contains(action):
             raise ActionError(
                 f"action values are outside {self.single_action_spec!r} "
                 f"(min {action.min().item()}, max {action.max().item()}). "
@@ -295,18 +343,30 @@ class BatchedEnv(BatchedSpecs):
     def _check_raw(self, raw: RawStep) -> None:
         """Validate the backend's first step once (shapes, dtypes, devices)."""
         n = self.num_envs
-        for name, count in (("reward", self._reward_shape.numel()), ("terminated", n), ("truncated", n)):
+        layout = "flat" if raw.done is None else "TensorDict"
+        reward_shape = tuple(self._reward_shape)
+        names = ("reward", "terminated", "truncated") + (() if raw.done is None else ("done",))
+        for name in names:
             value = getattr(raw, name)
-            if not isinstance(value, torch.Tensor) or value.numel() != count or value.device != self.device:
+            if raw.done is None:
+                want = reward_shape if name == "reward" else (n,)
+                shape_ok = isinstance(value, torch.Tensor) and value.numel() == math.prod(want)
+                wanted = f"{math.prod(want)} values"
+            else:
+                want = reward_shape if name == "reward" else (n, 1)
+                shape_ok = isinstance(value, torch.Tensor) and tuple(value.shape) == want
+                wanted = f"shape {want}"
+            if not shape_ok or value.device != self.device:
                 raise BackendError(
                     f"{self.backend.describe()} returned {name} "
                     f"{getattr(value, 'shape', type(value).__name__)} on {getattr(value, 'device', '?')}; "
-                    f"expected {count} values on {self.device}."
+                    f"expected {wanted} on {self.device} ({layout} layout)."
                 )
-        for name in ("terminated", "truncated"):
+        for name in names[1:]:
             if getattr(raw, name).dtype != torch.bool:
                 raise BackendError(f"{self.backend.describe()} returned {name} of dtype {getattr(raw, name).dtype}; expected torch.bool.")
-        for source, obs in (("observation", raw.obs), ("final observation", raw.final_obs or {})):
+        sources = (("observation", raw.obs), ("final observation", raw.final_obs or {}), ("next observation", raw.next_obs or {}))
+        for source, obs in sources:
             for key, value in obs.items():
                 leaf = self.single_observation_spec[key]
                 if tuple(value.shape) != (n,) + tuple(leaf.shape) or value.dtype != leaf.dtype or value.device != self.device:
@@ -324,6 +384,7 @@ class BatchedEnv(BatchedSpecs):
         """Release the backend. Closing twice is harmless."""
         if not self._closed:
             self._closed = True
+            self._ready = False
             self.backend.close()
 
     @property

@@ -67,6 +67,14 @@ class BackendError(GpuEnvsError, RuntimeError):
     """The wrapped simulator failed (raised, died, or broke its own contract)."""
 
 
+class InterruptedStepError(ResetNeededError, BackendError):
+    """A step raised before it completed (the env or an interrupt): only ``reset()`` helps.
+
+    Both a :class:`ResetNeededError` (what to do) and a :class:`BackendError` (the
+    simulator may be half-stepped).
+    """
+
+
 class InvalidArgumentError(GpuEnvsError, ValueError):
     """An argument is out of its allowed range (``num_envs < 1``, ``steps < 1``...)."""
 

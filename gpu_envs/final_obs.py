@@ -53,6 +53,50 @@ def _default_placeholder(dtype: torch.dtype) -> float | int | bool:
     return 0
 
 
+class _KeyPlan:
+    """How one observation key is masked, decided once: plain ``where``, or whole rows viewed as one element."""
+
+    def __init__(self, shape: torch.Size, dtype: torch.dtype, device: torch.device, num_envs: int, value) -> None:
+        self.shape = (num_envs, *shape)
+        self.dtype = dtype
+        self.placeholder = torch.tensor(value, dtype=dtype, device=device)  # 0-dim, broadcast
+        self.mask_shape = (num_envs,) + (1,) * len(shape)  # the [N, 1] mask viewed as [N, 1, ..., 1]
+        self.row_dtype = _row_dtype(shape, dtype, num_envs, device)
+        if self.row_dtype is not None:
+            row = torch.full((1, *shape), value, dtype=dtype, device=device)
+            self.placeholder_row = row.view(1, -1).view(self.row_dtype)
+            self.ratio = self.row_dtype.itemsize // dtype.itemsize
+        elif len(shape) == 1:  # [N, k]: the [N, 1] mask broadcasts as it is
+            self.fill = self._fill_rows_of_one_dim
+
+    def rows(self, x: torch.Tensor) -> torch.Tensor | None:
+        """``x`` ``[N, *shape]`` as ``[N, 1]`` whole-row elements, or None if it cannot be viewed so."""
+        if self.row_dtype is None or not x.is_contiguous() or x.storage_offset() % self.ratio:
+            return None
+        return x.view(self.shape[0], -1).view(self.row_dtype)
+
+    def unrows(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows.view(self.dtype).view(self.shape)
+
+    def _fill_rows_of_one_dim(self, mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.where(mask, self.placeholder, x)
+
+    def fill(self, mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``x`` with the placeholder on rows where ``mask`` ``[N, 1]`` is True."""
+        rows = self.rows(x)
+        if rows is not None:
+            return self.unrows(torch.where(mask, self.placeholder_row, rows))
+        return torch.where(mask.view(self.mask_shape), self.placeholder, x)
+
+    def where(self, mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``torch.where`` of two ``[N, *shape]`` observations under a ``[N, 1]`` row mask."""
+        rows_a = self.rows(a)
+        rows_b = None if rows_a is None else self.rows(b)
+        if rows_b is not None:
+            return self.unrows(torch.where(mask, rows_a, rows_b))
+        return torch.where(mask.view(self.mask_shape), a, b)
+
+
 class FinalObsTransform:
     """Swap in final observations on ended rows and cache the post-reset ones.
 
@@ -61,6 +105,9 @@ class FinalObsTransform:
         num_envs: batch size ``N``.
         missing_obs_value: placeholder for ended rows without a final observation; a
             number, or ``None`` for NaN (floats) / 0 (integers) / False (bool).
+
+    How each key is masked (plain ``where`` or whole-row views, the placeholder tensors)
+    is planned once here, so a step runs one ``where`` per key and nothing else.
     """
 
     def __init__(
@@ -73,23 +120,15 @@ class FinalObsTransform:
         self.num_envs = num_envs
         self.missing_obs_value = missing_obs_value
         self.root_obs: ObsDict = {}
-        self._placeholder: dict = {}  # 0-dim, broadcast over [N, *shape]
-        self._placeholder_row: dict = {}  # [1, 1] in the row dtype (row-view path only)
-        self._mask_shape: dict = {}  # the [N, 1] done mask viewed as [N, 1, ..., 1]
-        self._row_dtype: dict = {}
+        self._plans: dict = {}
         device = next((observation_spec[k].device for k in self.keys), None)
         # "no placeholder anywhere": one constant, never written (outputs are read-only)
-        self._none_missing = torch.zeros(num_envs, 1, dtype=torch.bool, device=device)
+        self.none_missing = torch.zeros(num_envs, 1, dtype=torch.bool, device=device)
         for key in self.keys:
             leaf = observation_spec[key]
             value = _default_placeholder(leaf.dtype) if missing_obs_value is None else missing_obs_value
-            self._placeholder[key] = torch.tensor(value, dtype=leaf.dtype, device=leaf.device)
-            self._mask_shape[key] = (num_envs,) + (1,) * len(leaf.shape)
-            row_dtype = _row_dtype(leaf.shape, leaf.dtype, num_envs, leaf.device)
-            self._row_dtype[key] = row_dtype
-            if row_dtype is not None:
-                row = torch.full((1, *leaf.shape), value, dtype=leaf.dtype, device=leaf.device)
-                self._placeholder_row[key] = row.view(1, -1).view(row_dtype)
+            self._plans[key] = _KeyPlan(leaf.shape, leaf.dtype, leaf.device, num_envs, value)
+        self._fills = [(key, plan.fill) for key, plan in self._plans.items()]
 
     def __call__(
         self,
@@ -104,37 +143,11 @@ class FinalObsTransform:
         """
         self.root_obs = obs
         if final_obs is None:  # nothing to swap in: placeholders on every ended row
-            return {k: self._fill(done, obs[k], k) for k in self.keys}, done
+            return {k: fill(done, obs[k]) for k, fill in self._fills}, done
+        plans = self._plans
         if final_mask is None:  # a final observation for every ended row
-            return {k: self._where(done, final_obs[k], obs[k], k) for k in self.keys}, self._none_missing
+            return {k: plan.where(done, final_obs[k], obs[k]) for k, plan in plans.items()}, self.none_missing
         valid = done & final_mask.view(done.shape)
         missing = done ^ valid
-        next_obs = {k: self._where(valid, final_obs[k], self._fill(missing, obs[k], k), k) for k in self.keys}
+        next_obs = {k: plan.where(valid, final_obs[k], plan.fill(missing, obs[k])) for k, plan in plans.items()}
         return next_obs, missing
-
-    def _fill(self, mask: torch.Tensor, x: torch.Tensor, key) -> torch.Tensor:
-        """``x`` with the placeholder on rows where ``mask`` ``[N, 1]`` is True."""
-        if self._row_dtype[key] is not None and self._viewable(x, key):
-            return self._unrows(torch.where(mask, self._placeholder_row[key], self._rows(x, key)), x)
-        return torch.where(self._rank_mask(mask, key), self._placeholder[key], x)
-
-    def _where(self, mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor, key) -> torch.Tensor:
-        """``torch.where`` of two ``[N, *shape]`` observations under a ``[N, 1]`` row mask."""
-        if self._row_dtype[key] is not None and self._viewable(a, key) and self._viewable(b, key):
-            return self._unrows(torch.where(mask, self._rows(a, key), self._rows(b, key)), b)
-        return torch.where(self._rank_mask(mask, key), a, b)
-
-    def _rank_mask(self, mask: torch.Tensor, key) -> torch.Tensor:
-        shape = self._mask_shape[key]
-        return mask if len(shape) == 2 else mask.view(shape)
-
-    def _viewable(self, x: torch.Tensor, key) -> bool:
-        ratio = self._row_dtype[key].itemsize // x.dtype.itemsize
-        return x.is_contiguous() and x.storage_offset() % ratio == 0
-
-    def _rows(self, x: torch.Tensor, key) -> torch.Tensor:
-        return x.view(self.num_envs, -1).view(self._row_dtype[key])
-
-    @staticmethod
-    def _unrows(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        return rows.view(like.dtype).view(like.shape)

@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("specs", ("gpu_envs.specs",)),
     # torch <-> numpy/DLPack, host staging
     ("arrays", ("gpu_envs.arrays",)),
-    ("errors and small utilities", ("gpu_envs.errors", "gpu_envs.devices")),
+    ("errors and small utilities", ("gpu_envs.errors", "gpu_envs.devices", "gpu_envs.tensordicts")),
 ]
 
 

@@ -39,18 +39,38 @@ ObsDict = dict[Any, torch.Tensor]
 class RawStep:
     """One vector step, as torch tensors on the target device.
 
+    Two layouts, told apart by ``done``:
+
+    * flat (``done is None``): ``reward``, ``terminated``, ``truncated`` are ``[N]``;
+      :class:`~gpu_envs.env.BatchedEnv` views them as ``[N, 1]`` and ors the flags.
+    * TensorDict layout (``done`` given): ``reward``, ``terminated``, ``truncated`` and
+      ``done`` are already ``[N, 1]``, as they go into the TensorDict. Backends that
+      can produce them at no cost (the built-in envs, numpy, JAX) use it.
+
+    The next observation of the transition comes either from ``next_obs`` (the backend
+    already has it for every row: the final observation where an episode ended, the
+    plain next observation elsewhere; nothing is swapped) or, when ``next_obs`` is
+    ``None``, from ``final_obs``/``final_mask`` merged by
+    :class:`~gpu_envs.final_obs.FinalObsTransform` (placeholders where none is known).
+
+    Every tensor is the backend's to give away: it is never written again after
+    ``step`` returns (a transition handed out stays as it was).
+
     Attributes:
         obs: observation per key, ``[N, *shape]``; post-reset on rows that ended.
-        reward: ``[N]`` (any float dtype; cast once to float32), or ``[N, *shape]`` for a
-            backend that declares a non-scalar ``reward_spec`` (multi-objective envs).
-        terminated: ``[N]`` bool.
-        truncated: ``[N]`` bool.
+        reward: ``[N]`` or ``[N, 1]`` (any float dtype; cast once to float32), or
+            ``[N, *shape]`` for a backend that declares a non-scalar ``reward_spec``
+            (multi-objective envs).
+        terminated: ``[N]`` or ``[N, 1]`` bool.
+        truncated: ``[N]`` or ``[N, 1]`` bool.
         final_obs: the pre-reset observation per key for the FULL batch, trusted only on
             rows that ended in this step (and where ``final_mask`` is True), or ``None``
             when the env cannot give it (then placeholders are used).
         final_mask: ``[N]`` bool, rows on which ``final_obs`` is valid; ``None`` means
             every ended row.
         info: extra numeric entries ``[N, ...]`` placed under ``("next", key)``.
+        done: ``terminated | truncated`` as ``[N, 1]`` bool, or ``None`` (flat layout).
+        next_obs: the transition's next observation per key for every row, or ``None``.
     """
 
     obs: ObsDict
@@ -60,6 +80,8 @@ class RawStep:
     final_obs: ObsDict | None = None
     final_mask: torch.Tensor | None = None
     info: ObsDict = field(default_factory=dict)
+    done: torch.Tensor | None = None
+    next_obs: ObsDict | None = None
 
 
 class Backend(ABC):
@@ -95,6 +117,13 @@ class Backend(ABC):
     @abstractmethod
     def step(self, action: torch.Tensor) -> RawStep:
         """Step every row once, auto-resetting rows that end (same-step semantics)."""
+
+    def check_usable(self) -> None:  # noqa: B027 - optional hook
+        """Raise a clear error if the simulator can no longer be used (died, closed).
+
+        :class:`~gpu_envs.env.BatchedEnv` asks this first when a step was interrupted,
+        so that a backend that knows why (a dead worker process) says so.
+        """
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends own nothing
         """Release the simulator's resources. Called once by ``BatchedEnv.close``."""

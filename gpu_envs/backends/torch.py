@@ -34,6 +34,26 @@ wrapped, with no numpy and no host synchronisation::
   the target device, and the action goes back as an array of the same framework (see
   :mod:`gpu_envs.arrays`). The framework is read once, from the first ``reset``.
 
+Optional fast path (what the built-in envs implement): an env that already holds its
+step's results in the TensorDict layout may also define::
+
+        def step_transition(self, action) -> (obs, reward, terminated, truncated, done, next_obs): ...
+
+* ``obs`` as in ``step`` (post-reset on ended rows);
+* ``reward`` ``[N, 1]`` float, ``terminated``/``truncated``/``done`` ``[N, 1]`` bool,
+  ``done == terminated | truncated``;
+* ``next_obs``: the observation each row reached BEFORE any auto-reset, for every row
+  (the true final observation where an episode ended, the plain next observation
+  elsewhere; same structure as ``obs``), or ``None`` if the env does not keep final
+  observations (ended rows then get placeholders).
+
+Nothing is swapped, reshaped or or-ed after it: the torch backend calls it instead of
+``step`` whenever it exists (torch envs only, not with ``copy_buffers=True``), and the
+plain ``step`` keeps its gymnasium shape for everyone else. Every returned tensor must
+be fresh (never written again by the env), as for ``step``. A subclass that overrides
+``step`` (and not ``step_transition``) is stepped through its ``step``, so the override
+is never bypassed.
+
 Example::
 
     env = gpu_envs.wrap(MyEnv(num_envs=4096, device="cuda"))
@@ -54,6 +74,7 @@ from gpu_envs.errors import AutoresetModeError, DeviceMismatchError, NotAnEnvErr
 from gpu_envs.specs import Composite, Spec, spec_from_gym
 
 REQUIRED_METHODS = ("reset", "step")
+NO_INFO: dict = {}  # the info of every fast-path step: nothing (never written)
 REQUIRED_ATTRIBUTES = ("num_envs", "single_observation_space", "single_action_space")
 # (final observations, their [N] validity mask) in a step's info: ours, then ManiSkill3's.
 FINAL_OBS_KEYS = (("final_obs", "_final_obs"), ("final_observation", "_final_observation"))
@@ -119,6 +140,24 @@ def resolve_device(env: Any, device: torch.device | str | None) -> torch.device:
     )
 
 
+def transition_of(env: Any) -> Any:
+    """The env's ``step_transition`` when it stands for its ``step``, else None.
+
+    A subclass that overrides ``step`` below the class defining ``step_transition`` (or
+    an instance whose ``step`` was replaced) changed what a step does: its
+    ``step_transition`` would bypass that, so the plain ``step`` is used.
+    """
+    transition = getattr(env, "step_transition", None)
+    if not callable(transition) or "step" in getattr(env, "__dict__", {}):
+        return None
+    mro = type(env).__mro__
+    owner = next((c for c in mro if "step_transition" in c.__dict__), None)  # None: set on the instance
+    step_owner = next((c for c in mro if "step" in c.__dict__), None)
+    if owner is not None and step_owner is not None and step_owner is not owner and issubclass(step_owner, owner):
+        return None
+    return transition
+
+
 def final_obs_in(info: Mapping | None) -> tuple[str, Any, Any]:
     """``(key, final observations, [N] mask or None)`` from a step's info; ``final`` is None if absent."""
     if info:
@@ -180,6 +219,8 @@ class TorchVectorBackend(Backend):
         # "torch", or the array framework (cupy, jax, warp, numpy) the env speaks; read
         # from the first reset's observation.
         self.framework: str | None = None
+        # the env's step_transition (module docstring), used once the env is known to speak torch
+        self._transition = None if copy_buffers else transition_of(env)
 
     def describe(self) -> str:
         return f"torch({type(self.env).__name__})"
@@ -197,6 +238,15 @@ class TorchVectorBackend(Backend):
     def step(self, action: torch.Tensor) -> RawStep:
         if self.framework != "torch":
             return self._foreign_step(action)
+        if self._transition is not None:
+            obs, reward, terminated, truncated, done, next_obs = self._transition(action)
+            if self._single_tensor_obs and obs.__class__ is torch.Tensor:  # the common case, without the walk
+                obs = {"observation": obs}
+                next_obs = None if next_obs is None else {"observation": next_obs}
+            else:
+                obs = self._obs(obs)
+                next_obs = None if next_obs is None else self._obs(next_obs, "next_obs")
+            return RawStep(obs, reward, terminated, truncated, None, None, NO_INFO, done, next_obs)
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._raw_step(obs, reward, terminated, truncated, info)
 

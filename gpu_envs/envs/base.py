@@ -126,6 +126,41 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
             )
         return mask
 
+    # ------------------------------------------------------------------ step
+    def _advance(self, action: torch.Tensor) -> tuple:
+        """One step of the physics and the same-step auto-reset (subclasses).
+
+        Returns ``(obs, reward [N], terminated [N], truncated [N], done [N], done [N, 1]
+        or None, pre-reset obs or None)``: what :meth:`step` and :meth:`step_transition`
+        present in their two layouts, each tensor computed once (``done [N, 1]`` where the
+        physics needs it anyway, else None).
+        """
+        raise NotImplementedError
+
+    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """gymnasium's ``(obs, reward [N], terminated [N], truncated [N], info)``.
+
+        ``info`` is ``{"final_obs": pre-reset obs, "_final_obs": done [N]}`` when
+        ``expose_final_obs``, else ``{}``; ``obs`` is post-reset on ended rows.
+        """
+        obs, reward, terminated, truncated, done, _, final = self._advance(action)
+        if not self.expose_final_obs:
+            return obs, reward, terminated, truncated, {}
+        return obs, reward, terminated, truncated, {"final_obs": final, "_final_obs": done}
+
+    def step_transition(self, action: torch.Tensor) -> tuple:
+        """The same step in the TensorDict layout (:mod:`gpu_envs.backends.torch`'s fast path).
+
+        Returns ``(obs, reward [N, 1], terminated [N, 1], truncated [N, 1], done [N, 1],
+        next_obs)``: ``next_obs`` is the pre-reset observation of every row (the final
+        one where an episode ended), or ``None`` without ``expose_final_obs``.
+        """
+        obs, reward, terminated, truncated, done, done_rows, final = self._advance(action)
+        n = self.num_envs
+        done = done.view(n, 1) if done_rows is None else done_rows
+        next_obs = final if self.expose_final_obs else None
+        return obs, reward.view(n, 1), terminated.view(n, 1), truncated.view(n, 1), done, next_obs
+
     # -------------------------------------------------------------- lifecycle
     def _raise_not_ready(self) -> None:
         if self._closed:

@@ -60,6 +60,9 @@ class CartPoleEnv(BatchedTorchEnv):
             into the old one); callers may overwrite it in place or assign a new one.
         elapsed_steps: ``[N]`` int64, steps since each row's episode began.
 
+    ``step_transition`` (the torch backend's fast path, see :mod:`gpu_envs.backends.torch`)
+    returns the same step in the TensorDict layout.
+
     Every tensor ``reset``/``step`` return is newly allocated (never the state itself, never
     rewritten later), so callers may keep or modify them.
 
@@ -161,9 +164,7 @@ class CartPoleEnv(BatchedTorchEnv):
         return self._state.clone(), {}
 
     # ------------------------------------------------------------------ step
-    def step(
-        self, action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def _advance(self, action: torch.Tensor) -> tuple:
         """Advance every row by one step of ``tau = 0.02`` s and auto-reset ended rows.
 
         Args:
@@ -173,9 +174,8 @@ class CartPoleEnv(BatchedTorchEnv):
 
         Returns:
             ``(obs [N, 4] float32, reward [N] float32, terminated [N] bool,
-            truncated [N] bool, info)``; ``obs`` is post-reset on ended rows; ``info`` is
-            ``{"final_obs": pre-reset obs [N, 4], "_final_obs": ended rows [N]}`` when
-            ``expose_final_obs`` else ``{}``.
+            truncated [N] bool, done [N] bool, done [N, 1], pre-reset obs [N, 4])``;
+            ``obs`` is post-reset on ended rows (see ``step`` and ``step_transition``).
         """
         if self._needs_reset:
             self._raise_not_ready()
@@ -205,12 +205,12 @@ class CartPoleEnv(BatchedTorchEnv):
 
         # Same-step auto-reset: fresh candidates for every row, kept where done.
         self._reset_buf.uniform_(self.reset_low, self.reset_high, generator=self._generator)
+        done_rows = done.unsqueeze(1)
         if self._row_views:
-            post = torch.where(done.unsqueeze(1), self._reset_rows, new.view(torch.complex128))
+            post = torch.where(done_rows, self._reset_rows, new.view(torch.complex128))
             self._state = post.view(torch.float32)
         else:
-            self._state = torch.where(done.unsqueeze(1), self._reset_buf, new)
+            self._state = torch.where(done_rows, self._reset_buf, new)
         self.elapsed_steps = torch.where(done, self._zero, elapsed)
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
-        info = {"final_obs": new, "_final_obs": done} if self.expose_final_obs else {}
-        return self._state.clone(), reward, terminated, truncated, info
+        return self._state.clone(), reward, terminated, truncated, done, done_rows, new

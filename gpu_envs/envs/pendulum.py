@@ -134,9 +134,7 @@ class PendulumEnv(BatchedTorchEnv):
         return torch.stack((torch.cos(th), torch.sin(th), thdot), 1), {}
 
     # ------------------------------------------------------------------ step
-    def step(
-        self, action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def _advance(self, action: torch.Tensor) -> tuple:
         """Advance every row by ``dt = 0.05`` s and auto-reset rows that reached the limit.
 
         Args:
@@ -144,9 +142,9 @@ class PendulumEnv(BatchedTorchEnv):
 
         Returns:
             ``(obs [N, 3] float32, reward [N] float32, terminated [N] bool (always
-            False), truncated [N] bool, info)``; ``obs`` is post-reset on truncated
-            rows; ``info`` is ``{"final_obs": pre-reset obs [N, 3], "_final_obs":
-            ended rows [N]}`` when ``expose_final_obs`` else ``{}``.
+            False), truncated [N] bool, done [N] bool, None, pre-reset obs [N, 3] or
+            None)``; ``obs`` is post-reset on truncated rows; the pre-reset
+            observation is computed only with ``expose_final_obs``.
         """
         if self._needs_reset:
             self._raise_not_ready()
@@ -179,10 +177,11 @@ class PendulumEnv(BatchedTorchEnv):
         self._state = torch.stack((post_th, post_thdot), 1)
         self.elapsed_steps = torch.where(truncated, self._zero_steps, elapsed)
         obs = torch.stack((torch.cos(post_th), torch.sin(post_th), post_thdot), 1)
+        # nothing terminates: done is truncated (its [N, 1] view is left to step_transition)
         if not self.expose_final_obs:
-            return obs, reward, terminated, truncated, {}
+            return obs, reward, terminated, truncated, truncated, None, None
         final_obs = torch.stack((torch.cos(new_th), torch.sin(new_th), new_thdot), 1)
-        return obs, reward, terminated, truncated, {"final_obs": final_obs, "_final_obs": truncated}
+        return obs, reward, terminated, truncated, truncated, None, final_obs
 
     def _draw(self, x: float, y: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Initial ``(th, thdot)`` candidates for every row: U[-x, x], U[-y, y] (reused buffers)."""

@@ -179,7 +179,7 @@ class GymnasiumBackend(Backend):
         return f"{self.name}({inner}, {kind})"
 
     # ------------------------------------------------------------------ calls
-    def _check_usable(self) -> None:
+    def check_usable(self) -> None:
         if self._closed:
             raise ClosedEnvError(
                 "this gymnasium env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap()."
@@ -214,7 +214,7 @@ class GymnasiumBackend(Backend):
 
     # ------------------------------------------------------------------ reset
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
-        self._check_usable()
+        self.check_usable()
         options = None
         if mask is not None:
             rows = mask.detach().to("cpu", torch.bool).numpy().reshape(self.num_envs)
@@ -233,7 +233,7 @@ class GymnasiumBackend(Backend):
     # ------------------------------------------------------------------- step
     def step(self, action: torch.Tensor) -> RawStep:
         if self._closed or self._broken is not None or self._stale:
-            self._check_usable()
+            self.check_usable()
             raise BackendError(f"a step of {self.describe()} failed half-way; call env.reset() before stepping again.")
         obs, reward, terminated, truncated, info = self._call("step", self.env.step, self._codec.to_numpy(action))
         if self._stage is None:

@@ -211,7 +211,7 @@ class GraphCollector:
             # env's first-step validation, and tells which state the steps re-bind.
             step = self._step()
             first = make_step(env, self.policy) if self.compile and not compiled_step(env, self.policy)[1][0] else None
-            run_loop(env, step, buffer, first_step=first)
+            run_loop(env, step, buffer, first_step=first, inference=False)
             if self.compile:
                 compiled_step(env, self.policy)[1][0] = True
         self._capture(before, step)
@@ -245,7 +245,7 @@ class GraphCollector:
                 self.api.register_generator(graph, value)
         try:
             with self.api.capture(graph):
-                run_loop(env, step, buffer)
+                run_loop(env, step, buffer, inference=False)
                 rebound = self._write_back(snapshot, counts)
         except RolloutError:
             self._restore(snapshot)

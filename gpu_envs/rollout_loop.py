@@ -249,15 +249,45 @@ def run_loop(
     step: Callable,
     buffer: RolloutBuffer,
     first_step: Callable | None = None,
+    *,
+    inference: bool = True,
 ) -> TensorDictBase:
-    """Fill ``buffer`` with ``buffer.steps`` transitions from the env's current root."""
+    """Fill ``buffer`` with ``buffer.steps`` transitions from the env's current root.
+
+    The steps (policy and env) run without autograd: a policy whose parameters require
+    grad records nothing. What they produce is copied into the buffer, which was
+    allocated outside any of this, so the returned data are ordinary tensors a learner
+    can backpropagate through (a network fed from them).
+
+    With ``inference`` the steps in between run under ``torch.inference_mode()`` (the
+    cheapest: no version counters or view tracking). Its outputs are inference tensors,
+    which must not outlive the collection: an env keeps what its last step produced
+    (its next root, its physics state) and may later update it in place, or hand it to
+    a network that saves it for backward. So the first step (first-step validation and
+    any lazy allocation) and the last one run under ``torch.no_grad()`` instead, and
+    what the env holds after the loop is ordinary tensors. Without ``inference`` (the
+    CUDA-graph capture, which records the ops once) every step runs under
+    ``torch.no_grad()``. A reset the env still needs runs before, outside both.
+    """
     td = start(env)
-    for t in range(buffer.steps):
-        fn = first_step if (t == 0 and first_step is not None) else step
-        td, root = fn(td)
-        buffer.write(t, td, check_keys=t == 0)
-        td = root
+    steps = buffer.steps
+    with torch.no_grad():
+        td = _write_step(first_step or step, td, buffer, 0)
+    if inference and steps > 2:
+        with torch.inference_mode():
+            for t in range(1, steps - 1):
+                td = _write_step(step, td, buffer, t)
+    with torch.no_grad():
+        for t in range(1 if not inference or steps <= 2 else steps - 1, steps):
+            td = _write_step(step, td, buffer, t)
     return buffer.data
+
+
+def _write_step(step: Callable, td: TensorDictBase, buffer: RolloutBuffer, t: int) -> TensorDictBase:
+    """One step from root ``td``, its transition written into column ``t``; returns the next root."""
+    td, root = step(td)
+    buffer.write(t, td, check_keys=t == 0)
+    return root
 
 
 def rollout(env: Any, steps: int, policy: Policy | None = None, *, reset: bool = True) -> TensorDictBase:

@@ -1,15 +1,30 @@
-"""Wrapper overhead over a raw torch vector env (issue: foundation, target <= 25% / 10%).
+"""Wrapper overhead over a raw torch vector env, next to the floor the contract allows.
 
-A plain torch CartPole vector env with no final observations (Isaac Lab style: the
-built-in CartPoleEnv with ``expose_final_obs=False``) is stepped at N in {1, 64, 4096}:
+Step rows: a plain torch CartPole vector env with no final observations (Isaac Lab
+style: the built-in CartPoleEnv with ``expose_final_obs=False``) is stepped at N in
+{1, 64, 4096}; every contender does the caller's ``td.set("action", a)`` where it has
+a TensorDict:
 
 (a) raw: ``env.step(action)`` in a loop;
-(b) gpu_envs: the same env through ``gpu_envs.wrap`` with ``step_and_maybe_reset``
-    (the final-obs placeholders, done flags and TensorDicts included);
-(c) torchrl: ``GymWrapper(env, convert_actions_to_numpy=False)`` with its
-    ``step_and_maybe_reset``, when torchrl is installed.
+(b) floor: the raw env plus ONLY the work the TensorDict contract needs, in the same
+    run: the env's step in the TensorDict layout (its ``step_transition``: ``[N, 1]``
+    flags it already holds), the placeholder ``where`` on ended rows (final
+    observations are not exposed), the two TensorDicts (the transition's ``"next"`` and
+    the next root, built the cheapest way the installed tensordict allows) and the
+    caller's ``td.set``. It is the limit of any wrapper: our distance to it is what the
+    wrapper itself costs;
+(c) gpu_envs: the same env through ``gpu_envs.wrap`` with ``step_and_maybe_reset``;
+(d) torchrl: ``GymWrapper(env, convert_actions_to_numpy=False)`` with its
+    ``step_and_maybe_reset``, when torchrl is installed (for reference).
 
-Same fixed actions, interleaved rounds in one process, ``torch.set_num_threads(1)``.
+Collect rows: ``collect(env, steps=T)`` (built-in CartPole-v1, final observations
+exposed, random actions) against a plain loop that steps the raw env with the same
+random actions and writes the same transitions (the 12 entries of collect's buffer,
+under ``torch.inference_mode`` as collect does) into a preallocated ``[N, T]`` buffer
+with one ``torch._foreach_copy_`` per step: the least any collection loop can do.
+
+Time is thread CPU time (``time.thread_time``), ``torch.set_num_threads(1)``,
+interleaved rounds in one process, medians.
 
     python benchmarks/bench_overhead.py --json benchmarks/results/overhead.json
 """
@@ -18,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -26,10 +42,44 @@ if __package__ in (None, ""):  # run as a script: our benchmarks package, not to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+from tensordict import TensorDict
 
 import gpu_envs
 from benchmarks.timing import bench_result, format_table, interleave, save_json
 from gpu_envs.envs import CartPoleEnv
+from gpu_envs.rollout import collect
+from gpu_envs.tensordicts import new_td, set_entry
+
+ROW_VIEW_MIN_ENVS = 256  # the floor masks whole [N, 4] rows as single elements from here (as gpu_envs does)
+
+
+def floor_step_fn(n: int, device: torch.device, action: torch.Tensor):
+    """Raw env + placeholder ``where`` + two TensorDicts + the caller's ``td.set``."""
+    env = CartPoleEnv(n, device=device, expose_final_obs=False)
+    obs, _ = env.reset(seed=0)
+    batch = torch.Size([n])
+    false = torch.zeros(n, 1, dtype=torch.bool, device=device)
+    nan = torch.tensor(math.nan, device=device)
+    nan_row = torch.full((1, 4), math.nan, device=device).view(torch.complex128)
+    rows = n >= ROW_VIEW_MIN_ENVS
+    state = {"td": TensorDict({"observation": obs, "done": false, "terminated": false, "truncated": false}, batch)}
+
+    def step() -> None:
+        td = state["td"]
+        td.set("action", action)
+        obs, reward, terminated, truncated, done, _ = env.step_transition(action)
+        if rows:
+            next_obs = torch.where(done, nan_row, obs.view(torch.complex128)).view(torch.float32)
+        else:
+            next_obs = torch.where(done, nan, obs)
+        nxt = {"observation": next_obs, "reward": reward, "done": done, "terminated": terminated}
+        nxt["truncated"] = truncated
+        nxt["final_obs_missing"] = done
+        set_entry(td, "next", new_td(nxt, batch, device))
+        root = {"observation": obs, "done": false, "terminated": false, "truncated": false}
+        state["td"] = new_td(root, batch, device)
+
+    return step
 
 
 def contenders(n: int, device: torch.device) -> dict:
@@ -46,7 +96,7 @@ def contenders(n: int, device: torch.device) -> dict:
         td.set("action", action)
         state["ours"] = ours.step_and_maybe_reset(td)[1]
 
-    out = {"raw": lambda: raw_env.step(action), "gpu_envs": ours_step}
+    out = {"raw": lambda: raw_env.step(action), "floor": floor_step_fn(n, device, action), "gpu_envs": ours_step}
     if importlib.util.find_spec("torchrl") is not None:
         from torchrl.envs import GymWrapper
 
@@ -69,18 +119,84 @@ def contenders(n: int, device: torch.device) -> dict:
     return out
 
 
+def plain_collect_fn(n: int, steps: int, device: torch.device):
+    """The raw env and a hand-written loop storing the same transitions as ``collect``."""
+    env = CartPoleEnv(n, device=device, seed=0)
+    obs, _ = env.reset()
+    generator = torch.Generator(device=device)
+    generator.manual_seed(0)
+    false = torch.zeros(n, 1, dtype=torch.bool, device=device)
+    buf = {
+        "observation": torch.zeros(n, steps, 4, device=device),
+        "action": torch.zeros(n, steps, dtype=torch.int64, device=device),
+        "next_observation": torch.zeros(n, steps, 4, device=device),
+        "reward": torch.zeros(n, steps, 1, device=device),
+        "final_obs_missing": torch.zeros(n, steps, 1, dtype=torch.bool, device=device),
+    }
+    for name in ("done", "terminated", "truncated", "next_done", "next_terminated", "next_truncated"):
+        buf[name] = torch.zeros(n, steps, 1, dtype=torch.bool, device=device)
+    order = list(buf)
+    columns = [[buf[k].select(1, t) for k in order] for t in range(steps)]
+    state = {"obs": obs}
+
+    def run() -> None:
+        obs = state["obs"]
+        with torch.inference_mode():
+            for t in range(steps):
+                action = torch.randint(0, 2, (n,), generator=generator, device=device)
+                next_obs, reward, terminated, truncated, done, final = env.step_transition(action)
+                values = {
+                    "observation": obs,
+                    "action": action,
+                    "next_observation": final,
+                    "reward": reward,
+                    "final_obs_missing": false,
+                    "done": false,
+                    "terminated": false,
+                    "truncated": false,
+                    "next_done": done,
+                    "next_terminated": terminated,
+                    "next_truncated": truncated,
+                }
+                torch._foreach_copy_(columns[t], [values[k] for k in order])
+                obs = next_obs
+        state["obs"] = obs
+
+    return run
+
+
+def collect_contenders(n: int, steps: int, device: torch.device) -> dict:
+    env = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0)
+    collect(env, steps=steps)  # allocates the buffer, validates the first step
+    return {"raw loop": plain_collect_fn(n, steps, device), "gpu_envs collect": lambda: collect(env, steps=steps)}
+
+
 COLUMNS = [
     ("N", "N"),
     ("raw_us", "raw us/step"),
+    ("floor_us", "floor us/step"),
+    ("floor_overhead", "floor overhead"),
     ("gpu_envs_us", "gpu_envs us/step"),
     ("gpu_envs_overhead", "gpu_envs overhead"),
+    ("gpu_envs_vs_floor", "gpu_envs - floor"),
     ("torchrl_us", "torchrl us/step"),
     ("torchrl_overhead", "torchrl overhead"),
 ]
+COLLECT_COLUMNS = [
+    ("N", "N"),
+    ("T", "T"),
+    ("raw_loop_us", "raw loop us/env-step x N"),
+    ("gpu_envs_collect_us", "collect us/env-step x N"),
+    ("gpu_envs_collect_overhead", "collect overhead"),
+]
+
+
+def _overhead(seconds: float, base: float) -> str:
+    return f"{seconds / base - 1:+.1%}"
 
 
 def measure(sizes: list[int], steps: int, rounds: int, device: torch.device, warmup: int = 2) -> list[dict]:
-    """One row per N: us/step of each contender and the overheads over raw."""
+    """One row per N: us/step of each contender, the overheads over raw and the gap to the floor."""
     rows = []
     for n in sizes:
         times = interleave(contenders(n, device), steps=steps, rounds=rounds, warmup=warmup, device=device)
@@ -88,24 +204,47 @@ def measure(sizes: list[int], steps: int, rounds: int, device: torch.device, war
         for name, seconds in times.items():
             row[f"{name}_us"] = round(seconds * 1e6, 1)
             if name != "raw":
-                row[f"{name}_overhead"] = f"{seconds / times['raw'] - 1:+.1%}"
+                row[f"{name}_overhead"] = _overhead(seconds, times["raw"])
+        gap = (times["gpu_envs"] - times["floor"]) / times["raw"]
+        row["gpu_envs_vs_floor"] = f"{gap * 100:+.1f} pts"
         rows.append(row)
     return rows
 
 
-def _result(rows: list[dict], device: torch.device) -> dict:
-    return bench_result(f"bench_overhead: plain torch CartPole (no final obs) on {device}, 1 thread", rows, COLUMNS)
+def measure_collect(sizes: list[int], steps: int, rounds: int, device: torch.device, warmup: int = 2) -> list[dict]:
+    """One row per N: collect vs the plain raw loop, per step of the whole batch."""
+    rows = []
+    for n in sizes:
+        times = interleave(collect_contenders(n, steps, device), steps=1, rounds=rounds, warmup=warmup, device=device)
+        row = {"N": n, "T": steps}
+        row["raw_loop_us"] = round(times["raw loop"] / steps * 1e6, 1)
+        row["gpu_envs_collect_us"] = round(times["gpu_envs collect"] / steps * 1e6, 1)
+        row["gpu_envs_collect_overhead"] = _overhead(times["gpu_envs collect"], times["raw loop"])
+        rows.append(row)
+    return rows
+
+
+def _result(rows: list[dict], collect_rows: list[dict], device: torch.device) -> dict:
+    result = bench_result(f"bench_overhead: plain torch CartPole (no final obs) on {device}, 1 thread", rows, COLUMNS)
+    result["collect"] = bench_result(
+        f"bench_overhead collect: built-in CartPole-v1 collect vs a plain raw loop on {device}, 1 thread",
+        collect_rows,
+        COLLECT_COLUMNS,
+    )
+    return result
 
 
 def run(quick: bool = False) -> dict:
-    """The table for ``gpu-envs bench``: N in {1, 64, 4096} on CPU (quick: N in {1, 64}, few rounds)."""
+    """The tables for ``gpu-envs bench``: N in {1, 64, 4096} on CPU (quick: N in {1, 64}, few rounds)."""
     torch.set_num_threads(1)
     device = torch.device("cpu")
     if quick:
         rows = measure([1, 64], steps=50, rounds=3, device=device, warmup=1)
+        collect_rows = measure_collect([64], steps=16, rounds=3, device=device, warmup=1)
     else:
         rows = measure([1, 64, 4096], steps=200, rounds=15, device=device)
-    return _result(rows, device)
+        collect_rows = measure_collect([64, 4096], steps=64, rounds=15, device=device)
+    return _result(rows, collect_rows, device)
 
 
 def main() -> None:
@@ -113,14 +252,20 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 64, 4096])
     parser.add_argument("--steps", type=int, default=200, help="steps per round")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--collect-sizes", type=int, nargs="*", default=[64, 4096])
+    parser.add_argument("--collect-steps", type=int, default=64, help="T of each collection")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", default=None, help="where to save the numbers")
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = torch.device(args.device)
-    result = _result(measure(args.sizes, args.steps, args.rounds, device), device)
+    rows = measure(args.sizes, args.steps, args.rounds, device)
+    collect_rows = measure_collect(args.collect_sizes, args.collect_steps, args.rounds, device)
+    result = _result(rows, collect_rows, device)
     print(format_table(result["title"], result["rows"], result["columns"]))
-    save_json(args.json, {"benchmark": "overhead", "device": str(device), "rows": result["rows"]})
+    print()
+    print(format_table(result["collect"]["title"], result["collect"]["rows"], result["collect"]["columns"]))
+    save_json(args.json, {"benchmark": "overhead", "device": str(device), "rows": rows, "collect_rows": collect_rows})
 
 
 if __name__ == "__main__":

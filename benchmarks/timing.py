@@ -1,8 +1,11 @@
 """Shared timing helpers for the benchmarks: interleaved runs, medians, a table, JSON.
 
-These machines are noisy, so absolute times are unstable; every benchmark measures
-its contenders side by side in ONE process, interleaving short rounds (A, B, C, A, B,
-C, ...) and comparing medians, and reports ratios.
+These machines are shared and noisy, so absolute times are unstable; every benchmark
+measures its contenders side by side in ONE process, interleaving short rounds (A, B,
+C, A, B, C, ...) and comparing medians, and reports ratios. Time is the CPU time of
+the calling thread (``time.thread_time``), so other processes on the machine do not
+count; with ``torch.set_num_threads(1)`` that is all the work torch does on the CPU.
+On CUDA, where the work is the device's, wall time around a synchronise is used.
 
 Example::
 
@@ -27,6 +30,11 @@ def _sync(device: torch.device | None) -> None:
         torch.cuda.synchronize(device)
 
 
+def clock(device: torch.device | None = None) -> Callable[[], float]:
+    """The clock for ``device``: thread CPU time, or wall time on CUDA (device work)."""
+    return time.perf_counter if device is not None and device.type == "cuda" else time.thread_time
+
+
 def interleave(
     contenders: dict[str, Callable[[], object]],
     steps: int,
@@ -36,15 +44,16 @@ def interleave(
 ) -> dict[str, float]:
     """Median seconds per call of each contender, measured in interleaved rounds."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}
+    now = clock(device)
     for r in range(warmup + rounds):
         for name, fn in contenders.items():
             _sync(device)
-            start = time.perf_counter()
+            start = now()
             for _ in range(steps):
                 fn()
             _sync(device)
             if r >= warmup:
-                samples[name].append((time.perf_counter() - start) / steps)
+                samples[name].append((now() - start) / steps)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

@@ -10,10 +10,17 @@ import pytest
 import torch
 
 import gpu_envs
+import gpu_envs.tensordicts as tds
+from gpu_envs.envs import CartPoleEnv
+from gpu_envs.rollout import collect
 from tests.fakes import CountingTorchVectorEnv
 from tests.sync_guard import SyncError, SyncGuard, no_sync
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+class _PlainCartPole(CartPoleEnv):
+    step_transition = None
 
 
 def _builders(device):
@@ -23,6 +30,11 @@ def _builders(device):
         "CartPole-no-final-obs": lambda: gpu_envs.make(
             "CartPole-v1", num_envs=16, device=device, seed=0, expose_final_obs=False
         ),
+        "Pendulum-no-final-obs": lambda: gpu_envs.make(
+            "Pendulum-v1", num_envs=16, device=device, seed=0, expose_final_obs=False
+        ),
+        # the plain gymnasium-shaped step of a built-in env (no step_transition fast path)
+        "CartPole-plain-step": lambda: gpu_envs.wrap(_PlainCartPole(16, device=device, seed=0)),
         "user-env-final-obs": lambda: gpu_envs.wrap(CountingTorchVectorEnv(16, device, final_obs="info")),
         "user-env-masked-final-obs": lambda: gpu_envs.wrap(CountingTorchVectorEnv(16, device, final_obs="masked")),
         "user-env-no-final-obs": lambda: gpu_envs.wrap(CountingTorchVectorEnv(16, device, final_obs="none")),
@@ -73,3 +85,33 @@ def test_torchrl_style_step_then_masked_reset_never_syncs(device, name):
             ended += nxt["done"].sum()
             td = env.reset(td=nxt.exclude("reward").set("_reset", nxt["done"]))
     assert ended.item() > 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(_builders("cpu")))
+def test_collect_never_syncs(device, name):
+    """collect's loop (inference mode in the middle, no_grad at its ends, buffer writes) is sync-free."""
+    env = _builders(device)[name]()
+    net = torch.nn.Linear(env.observation_spec["observation"].shape[-1], 1).to(device)
+
+    def policy(td):
+        td["value"] = net(td["observation"].float())
+        td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+        return td
+
+    collect(env, policy, steps=12)  # lays the buffer out, validates the first step
+    with no_sync():
+        for _ in range(3):
+            traj = collect(env, policy, steps=12)
+    assert traj["value"].shape == (16, 12, 1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_public_tensordict_path_never_syncs(device, monkeypatch):
+    """The path other tensordict versions take (public constructor) is sync-free too."""
+    monkeypatch.setattr(tds, "DIRECT", False)
+    env = _builders(device)["user-env-masked-final-obs"]()
+    env.rollout(3)
+    with no_sync():
+        traj = env.rollout(30, reset=False)
+    assert traj["next", "final_obs_missing"].any()

@@ -1,0 +1,191 @@
+"""The fast step path keeps the contract bit for bit.
+
+* The built-in envs' ``step_transition`` (TensorDict layout, no swap) gives exactly the
+  transitions of their plain gymnasium-shaped ``step``.
+* A subclass that overrides ``step`` is stepped through it (the fast path never bypasses it).
+* TensorDicts built directly equal those of the public constructor, and the public
+  path (any other tensordict version) gives the same transitions.
+* A step interrupted by an exception leaves the env marked; ``reset()`` recovers it.
+* A backend's TensorDict layout is validated on the first step.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+import gpu_envs
+import gpu_envs.tensordicts as tds
+from gpu_envs.backends.base import RawStep
+from gpu_envs.backends.torch import TorchVectorBackend, transition_of
+from gpu_envs.env import BatchedEnv
+from gpu_envs.envs import CartPoleEnv, PendulumEnv
+from tests.fakes import CountingTorchVectorEnv
+
+
+def _plain(cls):
+    """The same env class without ``step_transition``: the backend uses the plain ``step``."""
+
+    class Plain(cls):
+        step_transition = None
+
+    return Plain
+
+
+def _assert_same(a: TensorDict, b: TensorDict) -> None:
+    keys_a = set(a.keys(include_nested=True, leaves_only=True))
+    assert keys_a == set(b.keys(include_nested=True, leaves_only=True))
+    for key in keys_a:
+        x, y = a.get(key), b.get(key)
+        assert x.shape == y.shape and x.dtype == y.dtype, key
+        assert torch.equal(x.isnan(), y.isnan()) if x.is_floating_point() else True, key
+        assert torch.equal(x.nan_to_num(123.0), y.nan_to_num(123.0)) if x.is_floating_point() else torch.equal(x, y), key
+
+
+@pytest.mark.parametrize("cls", [CartPoleEnv, PendulumEnv])
+@pytest.mark.parametrize("expose_final_obs", [True, False])
+@pytest.mark.parametrize("n", [3, 600])  # 600: CartPole's whole-row views
+def test_step_transition_equals_plain_step(cls, expose_final_obs, n):
+    fast = gpu_envs.wrap(cls(n, seed=3, expose_final_obs=expose_final_obs))
+    slow = gpu_envs.wrap(_plain(cls)(n, seed=3, expose_final_obs=expose_final_obs))
+    assert fast.backend._transition is not None and slow.backend._transition is None
+    a, b = fast.rollout(250), slow.rollout(250)  # CartPole and Pendulum episodes end within it
+    assert a["next", "done"].any()
+    _assert_same(a, b)
+    _assert_same(fast.root(), slow.root())
+
+
+def test_fast_path_transitions_are_not_rewritten_later():
+    env = gpu_envs.make("CartPole-v1", num_envs=8, seed=0)
+    td = env.reset()
+    kept = []
+    for _ in range(60):
+        td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+        td, root = env.step_and_maybe_reset(td)
+        kept.append((td, td.clone(), root, root.clone()))
+        td = root
+    for td, copy, root, root_copy in kept:
+        _assert_same(td.select(*copy.keys(True, True)), copy)  # the next step sets action/next on a root
+        _assert_same(root.select(*root_copy.keys(True, True)), root_copy)
+
+
+class OverridingCartPole(CartPoleEnv):
+    """A user subclass changing what a step returns: doubled rewards."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward * 2, terminated, truncated, info
+
+
+def test_a_subclass_overriding_step_is_stepped_through_it():
+    env = gpu_envs.wrap(OverridingCartPole(4, seed=0))
+    assert env.backend._transition is None
+    traj = env.rollout(5)
+    assert torch.equal(traj["next", "reward"], torch.full((4, 5, 1), 2.0))
+    raw = CartPoleEnv(4, seed=0)
+    raw.step = raw.step  # an instance attribute replacing step: plain path too
+    assert transition_of(raw) is None
+    assert transition_of(CartPoleEnv(4)) is not None
+
+
+def test_direct_tensordicts_equal_the_public_constructor():
+    obs, done = torch.randn(5, 4), torch.zeros(5, 1, dtype=torch.bool)
+    batch, device = torch.Size([5]), torch.device("cpu")
+    direct = tds._direct({"observation": obs, "done": done, "group": {"x": obs}}, batch, device)
+    public = TensorDict({"observation": obs, "done": done, "group": {"x": obs}}, batch_size=batch, device=device)
+    assert direct["observation"] is obs and direct["group", "x"] is obs
+    assert direct.batch_size == public.batch_size and direct.device == public.device
+    assert (direct == public).all()
+    assert direct.clone()["done"].shape == (5, 1)
+    direct["new"] = obs  # an ordinary TensorDict afterwards
+    assert set(direct.keys()) == {"observation", "done", "group", "new"}
+
+
+@pytest.mark.parametrize(
+    ("installed", "direct"),
+    [("0.14.3", True), ("0.14.0", True), ("0.15.0", False), ("0.9.2", False), ("nonsense", False), (None, False)],
+)
+def test_direct_construction_only_on_known_tensordict_versions(installed, direct):
+    assert tds.direct_supported(installed) is direct
+
+
+@pytest.mark.parametrize("final_obs", ["info", "masked", "none"])
+def test_public_tensordict_path_gives_the_same_transitions(monkeypatch, final_obs):
+    """What a user on another tensordict version gets: the same data, built the public way."""
+    fast = gpu_envs.wrap(CountingTorchVectorEnv(6, final_obs=final_obs)).rollout(20)
+    monkeypatch.setattr(tds, "DIRECT", False)
+    env = gpu_envs.wrap(CountingTorchVectorEnv(6, final_obs=final_obs))
+    slow = env.rollout(20)
+    _assert_same(fast, slow)
+    nested = gpu_envs.make("CartPole-v1", num_envs=4, seed=1).rollout(30)
+    monkeypatch.setattr(tds, "DIRECT", True)
+    _assert_same(nested, gpu_envs.make("CartPole-v1", num_envs=4, seed=1).rollout(30))
+
+
+class ExplodingEnv(CountingTorchVectorEnv):
+    """Raises in its third step (a simulator fault, or a KeyboardInterrupt)."""
+
+    def __init__(self, *args, error: BaseException, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls, self.error = 0, error
+
+    def step(self, action):
+        self.calls += 1
+        if self.calls == 3:
+            raise self.error
+        return super().step(action)
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_an_interrupted_step_marks_the_env_until_a_reset(error):
+    env = gpu_envs.wrap(ExplodingEnv(4, error=error))
+    td = env.reset()
+    for _ in range(2):
+        td["action"] = torch.zeros(4, dtype=torch.int64)
+        td, td = env.step_and_maybe_reset(td)
+    td["action"] = torch.zeros(4, dtype=torch.int64)
+    with pytest.raises(type(error)):
+        env.step(td)
+    for call in (env.step, env.step_and_maybe_reset):
+        with pytest.raises(gpu_envs.InterruptedStepError, match="interrupted mid-step"):
+            call(td)
+    # a partial reset cannot repair a half-stepped env: it resets every row
+    root = env.reset(td=TensorDict({"_reset": torch.zeros(4, 1, dtype=torch.bool)}, [4]))
+    assert torch.equal(root["observation"][:, 2], torch.zeros(4))  # step counters restarted
+    td = root.set("action", torch.zeros(4, dtype=torch.int64))
+    assert env.step(td)["next", "observation"].shape == (4, 3)
+
+
+def test_a_bad_action_does_not_mark_the_env():
+    env = gpu_envs.make("CartPole-v1", num_envs=4, seed=0)
+    td = env.reset()
+    td["action"] = torch.zeros(4, dtype=torch.float32)
+    with pytest.raises(gpu_envs.ActionError):
+        env.step(td)
+    td["action"] = torch.zeros(4, dtype=torch.int64)
+    env.step(td)
+
+
+class LayoutBackend(TorchVectorBackend):
+    """Returns the TensorDict layout with one entry of the wrong shape."""
+
+    def __init__(self, bad: str) -> None:
+        super().__init__(CountingTorchVectorEnv(4))
+        self.bad = bad
+
+    def step(self, action):
+        raw = super().step(action)
+        flags = {name: getattr(raw, name).view(4, 1) for name in ("reward", "terminated", "truncated")}
+        flags["done"] = flags["terminated"] | flags["truncated"]
+        flags[self.bad] = flags[self.bad].view(4)
+        return RawStep(raw.obs, final_obs=raw.final_obs, **flags)
+
+
+@pytest.mark.parametrize("bad", ["reward", "done", "truncated"])
+def test_tensordict_layout_is_checked_on_the_first_step(bad):
+    env = BatchedEnv(LayoutBackend(bad))
+    td = env.reset()
+    td["action"] = torch.zeros(4, dtype=torch.int64)
+    with pytest.raises(gpu_envs.BackendError, match=rf"{bad} .*shape \(4, 1\)"):
+        env.step(td)

@@ -12,9 +12,15 @@ CartPole-v1 in a gymnasium ``SyncVectorEnv`` with SAME_STEP auto-reset, at N in 
     when torchrl is installed;
 (d) gym_lean: the raw loop on a vector env built the way ``gpu_envs.make`` builds its
     own (``copy=False``, no ``PassiveEnvChecker`` layer), to show how much of (b) is
-    the construction and how much the wrapper.
+    the construction and how much the wrapper;
+(e) floor: that lean vector env plus ONLY the work the contract needs, in the same
+    run: the action as numpy, the final observations of ended rows swapped into a copy
+    of the observations (numpy), one ``from_numpy`` per leaf (root and next
+    observations, reward as float32 ``[N, 1]``, the three flags ``[N, 1]``), the two
+    TensorDicts and the caller's ``td.set``: the limit of any wrapper over this env.
 
-Interleaved rounds in one process, ``torch.set_num_threads(1)``.
+Time is thread CPU time, ``torch.set_num_threads(1)``, interleaved rounds in one
+process, medians.
 
     python -m benchmarks.bench_gymnasium --json benchmarks/results/gymnasium.json
 """
@@ -36,13 +42,17 @@ import torch
 
 import gpu_envs
 from benchmarks.timing import interleave, sizes_main
+from gpu_envs.tensordicts import new_td, set_entry
 
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 COLUMNS = [
     ("N", "N"),
     ("raw_us", "raw us/step"),
+    ("floor_us", "floor us/step"),
+    ("floor_overhead", "floor overhead"),
     ("gpu_envs_us", "gpu_envs us/step"),
     ("gpu_envs_overhead", "gpu_envs overhead"),
+    ("gpu_envs_vs_floor", "gpu_envs - floor"),
     ("torchrl_us", "torchrl us/step"),
     ("torchrl_overhead", "torchrl overhead"),
     ("gym_lean_us", "raw, gpu_envs' build us/step"),
@@ -54,6 +64,40 @@ def _raw_venv(n: int, lean: bool = False) -> gym.vector.VectorEnv:
     vector_kwargs = {"autoreset_mode": SAME_STEP, **({"copy": False} if lean else {})}
     extra = {"disable_env_checker": True} if lean else {}
     return gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync", vector_kwargs=vector_kwargs, **extra)
+
+
+def floor_step_fn(n: int, action: torch.Tensor) -> tuple:
+    """The lean vector env + numpy final-obs swap + one from_numpy per leaf + two TensorDicts + td.set."""
+    venv = _raw_venv(n, lean=True)
+    obs, _ = venv.reset(seed=0)
+    batch, device = torch.Size([n]), torch.device("cpu")
+    false = torch.zeros(n, 1, dtype=torch.bool)
+    root = {"observation": torch.from_numpy(obs.copy()), "done": false, "terminated": false, "truncated": false}
+    state = {"td": new_td(root, batch, device)}
+
+    def step() -> None:
+        td = state["td"]
+        td.set("action", action)
+        obs, reward, terminated, truncated, info = venv.step(action.numpy())
+        done = np.logical_or(terminated, truncated)
+        root_obs = torch.from_numpy(obs.copy())
+        next_obs = root_obs
+        if "final_obs" in info:
+            swapped = obs.copy()
+            final = info["final_obs"]
+            for i in np.flatnonzero(info["_final_obs"]).tolist():
+                swapped[i] = final[i]
+            next_obs = torch.from_numpy(swapped)
+        nxt = {"observation": next_obs, "reward": torch.from_numpy(reward.astype(np.float32).reshape(n, 1))}
+        nxt["done"] = torch.from_numpy(done.reshape(n, 1))
+        nxt["terminated"] = torch.from_numpy(terminated.reshape(n, 1))
+        nxt["truncated"] = torch.from_numpy(truncated.reshape(n, 1))
+        nxt["final_obs_missing"] = false
+        set_entry(td, "next", new_td(nxt, batch, device))
+        root = {"observation": root_obs, "done": false, "terminated": false, "truncated": false}
+        state["td"] = new_td(root, batch, device)
+
+    return step, venv
 
 
 def contenders(n: int) -> tuple[dict, list]:
@@ -74,8 +118,14 @@ def contenders(n: int) -> tuple[dict, list]:
 
     lean = _raw_venv(n, lean=True)
     lean.reset(seed=0)
-    out = {"raw": lambda: raw.step(action_np), "gpu_envs": ours_step, "gym_lean": lambda: lean.step(action_np)}
-    envs = [raw, ours, lean]
+    floor, floor_venv = floor_step_fn(n, action)
+    out = {
+        "raw": lambda: raw.step(action_np),
+        "floor": floor,
+        "gpu_envs": ours_step,
+        "gym_lean": lambda: lean.step(action_np),
+    }
+    envs = [raw, ours, lean, floor_venv]
     if importlib.util.find_spec("torchrl") is not None:
         from torchrl.envs import GymWrapper
 
@@ -101,11 +151,11 @@ def run(
     torch.set_num_threads(1)
     rows = []
     for n in sizes:
-        per_round = steps or (max(20, 4000 // n) if quick else max(50, 20000 // n))
+        per_round = steps or (max(20, 4000 // n) if quick else max(50, 40000 // n))
         fns, envs = contenders(n)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            times = interleave(fns, steps=per_round, rounds=rounds or (5 if quick else 15))
+            times = interleave(fns, steps=per_round, rounds=rounds or (5 if quick else 21))
         for env in envs:
             env.close()
         row: dict = {"N": n}
@@ -113,6 +163,7 @@ def run(
             row[f"{name}_us"] = round(seconds * 1e6, 1)
             if name != "raw":
                 row[f"{name}_overhead"] = f"{seconds / times['raw'] - 1:+.1%}"
+        row["gpu_envs_vs_floor"] = f"{(times['gpu_envs'] - times['floor']) / times['raw'] * 100:+.1f} pts"
         rows.append(row)
     columns = [c for c in COLUMNS if any(c[0] in r for r in rows)]
     return {

@@ -212,12 +212,20 @@ class HostStaging:
         ]
         self._event = torch.cuda.Event() if self.device.type == "cuda" else None
 
-    def publish(self, values: Sequence[Any]) -> list[torch.Tensor | None]:
-        """Tensors on the device for ``values`` (host arrays, one per field; ``None`` skips a field)."""
+    def publish(self, values: Sequence[Any], owned: Sequence[bool] | None = None) -> list[torch.Tensor | None]:
+        """Tensors on the device for ``values`` (host arrays, one per field; ``None`` skips a field).
+
+        ``owned[i]`` True says value ``i`` is a fresh array of the field's dtype that the
+        caller gives away: on the CPU it is shared (``from_numpy``) instead of copied.
+        """
         if not self.packed:
+            if owned is None:
+                owned = [False] * len(values)
             return [
-                None if value is None else torch.from_numpy(np.array(value, dtype=np_dtype))
-                for value, np_dtype in zip(values, self._np_dtypes, strict=True)
+                None
+                if value is None
+                else torch.from_numpy(value if give else np.array(value, dtype=np_dtype))
+                for value, np_dtype, give in zip(values, self._np_dtypes, owned, strict=True)
             ]
         if self._event is not None:
             self._event.synchronize()  # the previous transfer has finished reading the buffer

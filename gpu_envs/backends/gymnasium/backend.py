@@ -163,7 +163,7 @@ class GymnasiumBackend(Backend):
         ]
         self._reset_stage = HostStaging(self._obs_fields, self.device, self.staging_packed)
         self._stage: HostStaging | None = None  # built at the first step, once the info fields are known
-        self._final_scratch = [
+        self._final_scratch = [  # final observations of a vector env that withholds some
             np.zeros(shape, dtype) for (shape, _), dtype in zip(self._obs_fields, self._layout.dtypes, strict=True)
         ]
         self._info_keys: list = []
@@ -238,36 +238,72 @@ class GymnasiumBackend(Backend):
         obs, reward, terminated, truncated, info = self._call("step", self.env.step, self._codec.to_numpy(action))
         if self._stage is None:
             self._build_step_stage(info)
+        n, k = self.num_envs, len(self._keys)
         leaves = self._layout.read(obs)
+        done = np.logical_or(terminated, truncated)  # a fresh array
+        next_leaves: list | None = None  # the transition's next observations; None: the same as `leaves`
         final, final_mask = None, None
         if self._same_step:
             if "final_obs" in info:
-                final, final_mask = self._same_step_final(info, terminated, truncated)
-        elif terminated.any() or truncated.any():
-            final = [
-                np.copyto(dst, src, casting="same_kind") or dst
-                for dst, src in zip(self._final_scratch, leaves, strict=True)
-            ]
-            done = np.logical_or(terminated, truncated)
+                if self._final_for_every_end:
+                    next_leaves = self._swap_in_final(info["final_obs"], info.get("_final_obs"), leaves, done)
+                else:
+                    final, final_mask = self._same_step_final(info, terminated, truncated)
+        elif done.any():  # the step's observation IS the final one; reset the ended rows
+            next_leaves = [np.array(leaf, dtype) for leaf, dtype in zip(leaves, self._layout.dtypes, strict=True)]
             obs, _ = self._call("reset", self.env.reset, options={"reset_mask": done})
             leaves = self._layout.read(obs)
-        values = [*leaves, reward, terminated, truncated, final_mask]
-        values += final if final is not None else self._no_final
+        values = [*leaves, reward.reshape(self._reward_shape), terminated.reshape(n, 1), truncated.reshape(n, 1)]
+        values.append(done.reshape(n, 1))
+        values += next_leaves if next_leaves is not None else self._no_obs
+        values.append(final_mask)
+        values += final if final is not None else self._no_obs
         if self._info_keys:
             values += self._info.read(info, self._same_step, terminated, truncated)
         elif info:
-            self._info.read(info, self._same_step, terminated, truncated)  # warns about dropped entries once
-        out = self._stage.publish(values)
-        k = len(self._keys)
+            self._info.warn_new_keys(info)  # warns about dropped entries once
+        out = self._stage.publish(values, owned=self._owned)
+        root = dict(zip(self._keys, out[:k], strict=True))
+        if final is not None:  # a vector env that withholds some final observations: merged (with placeholders) above
+            next_obs = None
+        else:
+            next_obs = root if next_leaves is None else dict(zip(self._keys, out[k + 4 : 2 * k + 4], strict=True))
         return RawStep(
-            obs=dict(zip(self._keys, out[:k], strict=True)),
+            obs=root,
             reward=out[k],
             terminated=out[k + 1],
             truncated=out[k + 2],
-            final_obs=None if final is None else dict(zip(self._keys, out[k + 4 : 2 * k + 4], strict=True)),
-            final_mask=out[k + 3],
-            info=dict(zip(self._info_keys, out[2 * k + 4 :], strict=True)) if self._info_keys else {},
+            final_obs=None if final is None else dict(zip(self._keys, out[2 * k + 5 : 3 * k + 5], strict=True)),
+            final_mask=out[2 * k + 4],
+            info=dict(zip(self._info_keys, out[3 * k + 5 :], strict=True)) if self._info_keys else {},
+            done=out[k + 3],
+            next_obs=next_obs,
         )
+
+    def _swap_in_final(self, final: Any, rows: Any, leaves: list, done: np.ndarray) -> list:
+        """Fresh copies of ``leaves`` with the final observation on the rows that ended.
+
+        gymnasium's own vector envs give ``info["final_obs"]`` (an object array, one
+        observation per ended row) for exactly the ended rows, so the swap is a copy plus
+        one row write per ended row, done in numpy before anything becomes a tensor.
+        """
+        out = [np.array(leaf, dtype) for leaf, dtype in zip(leaves, self._layout.dtypes, strict=True)]
+        if not (isinstance(final, np.ndarray) and final.dtype == object):  # already batched by the env
+            mask = done if rows is None else np.asarray(rows, bool) & done
+            for dst, src in zip(out, self._layout.read(final), strict=True):
+                dst[mask] = src[mask]
+            return out
+        if rows is None:
+            rows = np.fromiter((o is not None for o in final), bool, len(final))
+        if self._layout.single_leaf:
+            dst = out[0]
+            for i in np.flatnonzero(rows).tolist():
+                dst[i] = final[i]
+        else:
+            for i in np.flatnonzero(rows).tolist():
+                for dst, leaf in zip(out, self._layout.read(final[i]), strict=True):
+                    dst[i] = leaf
+        return out
 
     def _same_step_final(self, info: dict, terminated: np.ndarray, truncated: np.ndarray) -> tuple[list | None, Any]:
         """The final observations of ``info["final_obs"]`` (ended rows only) and a validity mask.
@@ -300,14 +336,23 @@ class GymnasiumBackend(Backend):
         return self._final_scratch, mask
 
     def _build_step_stage(self, info: dict) -> None:
-        n = self.num_envs
+        n, k = self.num_envs, len(self._keys)
         info_fields = self._info.discover(info or {})
-        reward = (n,) if self.reward_spec is None else (n, *self.reward_spec.shape)
-        flags = [(reward, torch.float32), ((n,), torch.bool), ((n,), torch.bool), ((n,), torch.bool)]
-        fields = self._obs_fields + flags + self._obs_fields + list(info_fields.values())
+        # root obs, reward and flags in the TensorDict layout ([N, 1], a vector reward [N, *shape]),
+        # next obs, final-obs mask [N], final obs, info
+        self._reward_shape = (n, 1) if self.reward_spec is None else (n, *self.reward_spec.shape)
+        flags = [(self._reward_shape, torch.float32), ((n, 1), torch.bool), ((n, 1), torch.bool), ((n, 1), torch.bool)]
+        mask = [((n,), torch.bool)]
+        fields = self._obs_fields + flags + self._obs_fields + mask + self._obs_fields + list(info_fields.values())
         self._stage = HostStaging(fields, self.device, self.staging_packed)
         self._info_keys = list(info_fields)
-        self._no_final = [None] * len(self._keys)
+        self._no_obs = [None] * k
+        # fresh arrays in the fields' dtypes, given away: shared, not copied, on the CPU. Besides
+        # the ones this backend makes (done, next obs), gymnasium's own vector envs return
+        # fresh terminated/truncated arrays (np.copy) each step.
+        fresh_flags = self._final_for_every_end
+        flags_owned = [False, fresh_flags, fresh_flags, True]
+        self._owned = [False] * k + flags_owned + [True] * k + [False] * (k + 1 + len(info_fields))
 
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:

@@ -191,6 +191,15 @@ class InfoReader:
                 stacklevel=5,
             )
 
+    def warn_new_keys(self, info: Mapping) -> None:
+        """Warn about entries that are not kept, once per new key set of ``info`` (cheap otherwise)."""
+        signature = _signature(info)
+        if signature not in self._seen:  # a new key set: look for entries to warn about (rare)
+            if len(self._seen) > 64:
+                self._seen.clear()
+            self._seen.add(signature)
+            self._warn_dropped(info)
+
     def read(self, info: Mapping, same_step: bool, terminated: np.ndarray, truncated: np.ndarray) -> list[np.ndarray]:
         """This step's value of every field, in :attr:`paths` order (reused scratch arrays).
 
@@ -199,12 +208,7 @@ class InfoReader:
         """
         final = info.get("final_info") if same_step else None
         if info:
-            signature = _signature(info)
-            if signature not in self._seen:  # a new key set: look for entries to warn about (rare)
-                if len(self._seen) > 64:
-                    self._seen.clear()
-                self._seen.add(signature)
-                self._warn_dropped(info)
+            self.warn_new_keys(info)
         ended = None
         for path, dst in zip(self.paths, self._scratch, strict=True):
             dst.fill(0)

@@ -2,7 +2,7 @@
 # Create (or reuse) .venv at the repository root and install gpu_envs into it, editable,
 # with the versions CI pins (constraints-ci.txt). Usage: scripts/setup_venv.sh [EXTRAS]
 #   scripts/setup_venv.sh              -> runtime only (enough for `gpu-envs rollout`)
-#   scripts/setup_venv.sh test,jax,torchrl
+#   scripts/setup_venv.sh test,jax,torchrl,plot
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 extras="${1:-}"

@@ -63,7 +63,7 @@ def test_every_subcommand_has_complete_help(capsys):
     flags = {
         "rollout": ("--num-envs", "--steps", "--device", "--seed", "--backend", "ENV_ID"),
         "check": ("--num-envs", "--steps", "--device", "--seed", "--backend", "ENV_ID", "exit code"),
-        "bench": ("--quick", "--json", "--only", "overhead", "gymnasium", "device", "rollout"),
+        "bench": ("--quick", "--json", "--plot", "--only", "overhead", "gymnasium", "device", "rollout"),
         "list": ("backend",),
     }
     for argv in [["--help"]] + [[command, "--help"] for command in flags]:
@@ -95,14 +95,69 @@ def test_bench_quick_overhead_prints_one_ratio_table_and_saves_json(tmp_path):
     path = tmp_path / "bench.json"
     out = run("bench", "--quick", "--only", "overhead", "--json", str(path))
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    lines = [line.split() for line in out.stdout.splitlines()]
     assert "speed vs raw env" in out.stdout and "speed vs torchrl" in out.stdout
-    assert [line.split()[:3] for line in lines if line.startswith("overhead")] == [
+    assert [line[:3] for line in lines if line[:1] == ["overhead"]] == [
         ["overhead", "N=1", "gpu_envs"],
         ["overhead", "N=64", "gpu_envs"],
+        ["overhead", "collect", "N=64"],  # collect vs the plain raw loop
     ]
     saved = json.loads(path.read_text())
-    assert saved["results"]["overhead"]["rows"][0]["N"] == 1 and len(saved["table"]) == 2
+    assert saved["results"]["overhead"]["rows"][0]["N"] == 1 and len(saved["table"]) == 3
+    assert "floor_us" in saved["results"]["overhead"]["rows"][0]
+
+
+@pytest.mark.slow
+def test_bench_plot_draws_a_valid_png(tmp_path):
+    pytest.importorskip("matplotlib")  # the plot extra: CI installs it
+    from matplotlib.image import imread
+
+    path = tmp_path / "bench.png"
+    out = run("bench", "--quick", "--only", "overhead", "--plot", str(path))
+    assert out.returncode == 0, out.stderr
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = imread(path)
+    assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 400
+    assert image[..., :3].std() > 0.05  # something was drawn
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--plot", "/no/such/folder/b.png"], "does not exist"),
+        (["--plot", "bench.txt"], "suffix"),
+        (["--json", "."], "is a directory"),
+        (["--json", "/no/such/folder/b.json"], "does not exist"),
+    ],
+)
+def test_bench_refuses_bad_output_paths_before_running(args, message, capsys, monkeypatch):
+    import gpu_envs.cli.cmd_bench as cmd_bench
+
+    monkeypatch.setattr(cmd_bench, "benchmarks_dir", lambda: pytest.fail("ran before checking the paths"))
+    assert main(["bench", "--quick", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+
+
+def test_bench_plot_series_follow_the_tables():
+    from gpu_envs.cli.bench_plot import collection_series, overhead_series
+
+    overhead = {"rows": [{"N": 1, "raw_us": 10.0, "floor_us": 12.0, "gpu_envs_us": 13.0}, {"N": 64, "raw_us": 20.0, "gpu_envs_us": 22.0, "torchrl_us": 200.0}]}
+    series = overhead_series(overhead)
+    assert series["gpu_envs"] == [(1, 1.3), (64, 1.1)]
+    assert series["floor (raw env + contract)"] == [(1, 1.2)] and series["torchrl"] == [(64, 10.0)]
+    rollout = {
+        "rows": [
+            {"contender": "gpu_envs collect N=4096", "env_steps_per_s": 4e6},
+            {"contender": "gpu_envs collect N=8", "env_steps_per_s": 2e4},
+            {"contender": "gymnasium SyncVectorEnv N=8", "env_steps_per_s": 1e5},
+            {"contender": "memory: 100 collections N=8 T=8", "note": "RSS ..."},
+        ]
+    }
+    assert collection_series(rollout) == {
+        "gpu_envs collect": [(8, 2e4), (4096, 4e6)],
+        "gymnasium SyncVectorEnv": [(8, 1e5)],
+    }
 
 
 def test_bench_ratio_lines_from_times_rates_and_explicit_ratios():

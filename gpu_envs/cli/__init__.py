@@ -5,7 +5,7 @@ Examples::
     gpu-envs rollout                               # built-in CartPole-v1, 64 envs
     gpu-envs rollout Pendulum-v1 --num-envs 4096 --steps 200 --device cpu --seed 1
     gpu-envs check CartPole-v1 --backend gymnasium # specs, determinism, final observations
-    gpu-envs bench --quick --only overhead --json results.json
+    gpu-envs bench --quick --only overhead --json results.json --plot bench.png
     gpu-envs list
 
 Each subcommand lives in its own module (``cmd_rollout``, ``cmd_check``, ``cmd_bench``,

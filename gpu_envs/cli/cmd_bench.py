@@ -62,6 +62,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer sizes, steps and rounds (a smoke run, noisy numbers)")
     parser.add_argument("--json", default=None, metavar="PATH", help="also save every benchmark's rows and the table as JSON")
     parser.add_argument(
+        "--plot",
+        default=None,
+        metavar="PATH.png",
+        help="also draw the overhead and collection results as a picture (png, svg or pdf; needs matplotlib)",
+    )
+    parser.add_argument(
         "--only",
         default=",".join(NAMES),
         metavar="NAMES",
@@ -84,6 +90,46 @@ def benchmarks_dir() -> Path:
             "`pip install -e .`, then run `gpu-envs bench` again."
         )
     return directory
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_output_path(path: str | None, option: str, suffixes: tuple[str, ...] = ()) -> None:
+    """Refuse an output path that cannot be written, before any benchmark runs."""
+    from gpu_envs.errors import InvalidArgumentError
+
+    if path is None:
+        return
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise InvalidArgumentError(f"{option} {path} is a directory; give a file name, e.g. {option} {target / 'bench'}{suffixes[0] if suffixes else '.json'}.")
+    if suffixes and target.suffix.lower() not in suffixes:
+        raise InvalidArgumentError(f"{option} {path}: the picture's type comes from its suffix; use one of {', '.join(suffixes)}.")
+    if not parent.is_dir():
+        raise InvalidArgumentError(f"{option} {path}: the folder {parent} does not exist; create it first.")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise InvalidArgumentError(f"{option} {path} cannot be written (no permission); choose another path.")
+
+
+def check_plotting() -> None:
+    """Refuse ``--plot`` without matplotlib, before any benchmark runs."""
+    import importlib.util
+
+    from gpu_envs.errors import MissingComponentError
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise MissingComponentError("--plot needs matplotlib: pip install 'gpu-envs[plot]' (or matplotlib), then run again.")
+
+
+def machine_label() -> str:
+    """What the numbers were measured on, for the picture's title (``CPU, 2-core machine``)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return f"CPU, {os.cpu_count()}-core machine"
 
 
 def parse_only(text: str) -> list[str]:
@@ -234,8 +280,27 @@ def ratio_rows(name: str, result: dict) -> list[dict]:
     return out
 
 
+def print_table(title: str, lines: list[dict]) -> None:
+    """The combined table, rendered with rich like the rest of the CLI."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    for key, header in COLUMNS:
+        table.add_column(header, justify="right" if key in ("value", "vs_raw", "vs_torchrl") else "left")
+    for line in lines:
+        table.add_row(*(str(line.get(key, "")) for key, _ in COLUMNS))
+    # a pipe or a file gets the whole table, not one squeezed to 80 columns
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+
+
 def run(args: argparse.Namespace) -> int:
     names = parse_only(args.only)
+    check_output_path(args.json, "--json")
+    check_output_path(args.plot, "--plot", PLOT_SUFFIXES)
+    if args.plot:
+        check_plotting()
     directory = benchmarks_dir()
     # torchrl logs INFO lines to stdout, which would interleave with the table
     os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
@@ -258,13 +323,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name} done in {time.perf_counter() - start:.1f} s", file=sys.stderr)
         results[name] = result
         lines += ratio_rows(name, result)
-    from benchmarks.timing import format_table, save_json
+        for part, sub in result.items():  # a second table of the same benchmark (bench_overhead's collect rows)
+            if isinstance(sub, dict) and "rows" in sub:
+                lines += ratio_rows(f"{name} {part}", sub)
+    from benchmarks.timing import save_json
 
     if lines:
-        print(format_table(f"gpu-envs bench{' --quick' if args.quick else ''}: speed of gpu_envs vs the raw envs and torchrl", lines, COLUMNS))
+        print_table(f"gpu-envs bench{' --quick' if args.quick else ''}: speed of gpu_envs vs the raw envs and torchrl", lines)
     else:
         print("no benchmark ran.")
     if args.json:
         save_json(args.json, {"benchmark": "suite", "quick": args.quick, "results": results, "table": lines})
         print(f"saved {args.json}", file=sys.stderr)
+    if args.plot:
+        from gpu_envs.cli.bench_plot import plot_results
+
+        plot_results(results, args.plot, machine_label())
+        print(f"saved {args.plot}", file=sys.stderr)
     return 1 if failed or not lines else 0

@@ -29,6 +29,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.devices import normalize_device
 from gpu_envs.errors import InvalidArgumentError, ResetNeededError, RolloutError
+from gpu_envs.tensordicts import entries
 
 __all__ = ["DONE_KEYS", "Policy", "RolloutBuffer", "check_steps", "make_step", "rollout", "run_loop", "start"]
 
@@ -45,6 +46,16 @@ def check_steps(steps: Any) -> int:
 
 def _key(key: Any) -> tuple:
     return key if isinstance(key, tuple) else (key,)
+
+
+def _node(td: TensorDictBase, path: tuple) -> Any:
+    """The entries (``.get(name, None)``) of the sub-TensorDict at ``path``, or None if there is none."""
+    node: Any = td
+    for part in path:
+        node = entries(node).get(part, None)
+        if not isinstance(node, TensorDictBase):
+            return None
+    return entries(node)
 
 
 def _spec_layout(env: Any) -> dict:
@@ -109,6 +120,8 @@ class RolloutBuffer:
         for key, (shape, dtype) in _spec_layout(env).items():
             self.data.set(key, self._alloc(shape, dtype))
         self._layout: list[tuple[Any, torch.Size, torch.dtype]] | None = None
+        self._parents: list[tuple] = []
+        self._where: list[tuple[int, str]] = []
         self._columns: list[list[torch.Tensor]] = []
 
     def _alloc(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
@@ -144,9 +157,11 @@ class RolloutBuffer:
                     f"the transition has keys {sorted(extra)} that this RolloutBuffer was not laid out for (its layout "
                     "comes from the first transition it received). Use a new RolloutBuffer (or buffer=None) for this policy/env."
                 )
+        nodes = [_node(td, path) for path in self._parents]
         sources = []
-        for key, shape, dtype in self._layout:  # type: ignore[union-attr]
-            value = td.get(key, None)
+        for (key, shape, dtype), (parent, name) in zip(self._layout, self._where, strict=True):  # type: ignore[arg-type]
+            node = nodes[parent]
+            value = None if node is None else node.get(name, None)
             if not isinstance(value, torch.Tensor) or value.shape != shape or value.dtype != dtype:
                 raise self._mismatch(key, value, shape, dtype)
             if check_keys and value.device != self.device:
@@ -192,6 +207,9 @@ class RolloutBuffer:
             if _key(key) not in wanted:
                 self.data.del_(key)
         self._layout = layout
+        # each key as (index of its parent TensorDict, leaf name): one walk per parent per write
+        self._parents = sorted({_key(key)[:-1] for key, _, _ in layout}, key=len)
+        self._where = [(self._parents.index(_key(key)[:-1]), _key(key)[-1]) for key, _, _ in layout]
         storage = [self.data.get(key) for key, _, _ in layout]
         self._columns = [[x.select(nb, t) for x in storage] for t in range(self.steps)]
 

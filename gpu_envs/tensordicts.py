@@ -26,7 +26,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["DIRECT", "DIRECT_VERSIONS", "direct_supported", "get_entry", "new_td", "set_entry"]
+__all__ = ["DIRECT", "DIRECT_VERSIONS", "direct_supported", "entries", "get_entry", "new_td", "set_entry"]
 
 # Versions whose TensorDict instance is exactly {_tensordict (a plain dict of str keys),
 # _batch_size, _device, _td_dim_names} and whose _set_str(key, value, validated=True,
@@ -83,6 +83,13 @@ def get_entry(td: TensorDictBase, key: str) -> Any:
     if DIRECT and type(td) is TensorDict:
         return td._tensordict.get(key)
     return td.get(key, None)
+
+
+def entries(td: TensorDictBase) -> Any:
+    """Something with ``.get(str_key, None)`` over ``td``'s top-level entries: its own dict when allowed."""
+    if DIRECT and type(td) is TensorDict:
+        return td._tensordict
+    return td
 
 
 def set_entry(td: TensorDictBase, key: str, value: TensorDictBase) -> None:

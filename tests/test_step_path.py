@@ -61,7 +61,7 @@ def test_fast_path_transitions_are_not_rewritten_later():
     td = env.reset()
     kept = []
     for _ in range(60):
-        td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+        td["action"] = env.action_spec.rand(generator=env.generator)
         td, root = env.step_and_maybe_reset(td)
         kept.append((td, td.clone(), root, root.clone()))
         td = root

@@ -96,7 +96,7 @@ def test_collect_never_syncs(device, name):
 
     def policy(td):
         td["value"] = net(td["observation"].float())
-        td["action"] = env.action_spec.rand(env.batch_size, generator=env.generator)
+        td["action"] = env.action_spec.rand(generator=env.generator)
         return td
 
     collect(env, policy, steps=12)  # lays the buffer out, validates the first step

@@ -17,6 +17,7 @@ import torch
 
 from gpu_envs.devices import default_device
 from gpu_envs.env import BatchedEnv
+from gpu_envs.envs.gymnasium_ids import register_gymnasium_ids
 from gpu_envs.errors import (
     ActionError,
     AutoresetModeError,
@@ -38,6 +39,9 @@ from gpu_envs.errors import (
 from gpu_envs.registry import MAKE_ORDER, WRAP_ORDER, get_plugin, plugins
 
 __version__ = "0.1.0"
+
+# gymnasium.make_vec("gpu_envs/CartPole-v1", ...) builds the built-in envs once gpu_envs is imported
+register_gymnasium_ids()
 
 # Keyword arguments consumed by BatchedEnv itself; the rest go to the backend.
 _ENV_KWARGS = ("missing_obs_value", "validate")

@@ -21,8 +21,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import gymnasium
+import numpy as np
 import torch
 
+from gpu_envs.arrays import to_torch
 from gpu_envs.errors import ClosedEnvError, InvalidArgumentError, ResetMaskError, ResetNeededError
 
 
@@ -126,6 +128,20 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
             )
         return mask
 
+    # ----------------------------------------------------------------- action
+    def _as_action(self, action: Any) -> torch.Tensor:
+        """The action as a tensor on ``device``: gymnasium's conventions at the boundary.
+
+        A tensor already on ``device`` passes through (no copy, no sync); a numpy array
+        (``env.action_space.sample()``, a CleanRL ``action.cpu().numpy()``), a list or a
+        tensor on another device is copied once to ``device``.
+        """
+        if isinstance(action, torch.Tensor) and action.device == self.device:
+            return action
+        if not isinstance(action, torch.Tensor) and not hasattr(action, "__dlpack__"):
+            action = np.asarray(action)
+        return to_torch(action, self.device)
+
     # ------------------------------------------------------------------ step
     def _advance(self, action: torch.Tensor) -> tuple:
         """One step of the physics and the same-step auto-reset (subclasses).
@@ -137,13 +153,16 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         """
         raise NotImplementedError
 
-    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+    def step(self, action: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         """gymnasium's ``(obs, reward [N], terminated [N], truncated [N], info)``.
+
+        ``action`` may be a tensor on ``device`` (used as is) or, as gymnasium's envs take
+        it, a numpy array (``env.action_space.sample()``) or a tensor elsewhere (copied).
 
         ``info`` is ``{"final_obs": pre-reset obs, "_final_obs": done [N]}`` when
         ``expose_final_obs``, else ``{}``; ``obs`` is post-reset on ended rows.
         """
-        obs, reward, terminated, truncated, done, _, final = self._advance(action)
+        obs, reward, terminated, truncated, done, _, final = self._advance(self._as_action(action))
         if not self.expose_final_obs:
             return obs, reward, terminated, truncated, {}
         return obs, reward, terminated, truncated, {"final_obs": final, "_final_obs": done}

@@ -72,6 +72,16 @@ class CartPoleEnv(BatchedTorchEnv):
         obs, _ = env.reset()
         obs, rew, term, trunc, info = env.step(torch.ones(8, dtype=torch.long))
         final = torch.where((term | trunc)[:, None], info["final_obs"], obs)
+        env.step(env.action_space.sample())             # numpy actions work too (copied once)
+
+    Gymnasium: ``gymnasium.make_vec("gpu_envs/CartPole-v1", num_envs=8)`` builds it
+    (after ``import gpu_envs``). torchrl: ``torchrl.envs.GymWrapper(CartPoleEnv(8))``
+    takes it as it is: batch size ``[8]``, the true final observations in ``("next",
+    "observation")`` (torchrl's ``VecGymEnvTransform`` reads ``info["final_obs"]``) and
+    one-hot actions (torchrl's default for ``Discrete``). Pass
+    ``categorical_action_encoding=True`` for integer actions as in gymnasium, and
+    ``convert_actions_to_numpy=False`` to hand the action tensor over without a numpy
+    round trip (on a GPU, the default copies each action to the host and back).
     """
 
     state_size = 4

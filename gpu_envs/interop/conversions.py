@@ -1,0 +1,121 @@
+"""What every adapter does at its boundary with another library.
+
+* :func:`check_env`: the object has the BatchedEnv API (``make``/``wrap``'s result, or a
+  ``TransformedEnv``), else a clear error;
+* :class:`ObservationLayout`: a TensorDict's observation keys as the value a gymnasium
+  space describes (one array for a lone ``"observation"`` key, else a dict, nested, or a
+  tuple, mirroring the observation Composite), and those spaces;
+* :func:`host_copy`: one device -> host copy of a tensor as a numpy array the caller owns;
+* :func:`action_tensor`: numpy (or torch, on any device) actions as a tensor of the
+  action spec's dtype on the env's device, passing through what already is one.
+
+Example::
+
+    layout = ObservationLayout(env.single_observation_spec)
+    obs = layout.build(lambda key: host_copy(root[key]))      # numpy, gymnasium's layout
+    td["action"] = action_tensor(actions, env.action_spec, env.device)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+
+from gpu_envs.arrays import to_torch
+from gpu_envs.devices import same_device
+from gpu_envs.errors import NotAnEnvError
+from gpu_envs.specs import Composite, Spec
+
+# what an adapter uses of an env: BatchedEnv's API, which TransformedEnv shares
+ENV_API = ("reset", "step_and_maybe_reset", "single_observation_spec", "single_action_spec", "num_envs", "device")
+
+Key = str | tuple[str, ...]
+
+
+def check_env(env: Any, consumer: str) -> None:
+    """Refuse anything without the BatchedEnv API, naming what to build instead."""
+    missing = [name for name in ENV_API if not hasattr(env, name)]
+    if missing:
+        raise NotAnEnvError(
+            f"{consumer} takes a gpu_envs env (gpu_envs.make(...), gpu_envs.wrap(...) or a TransformedEnv); "
+            f"got a {type(env).__module__}.{type(env).__name__} without {', '.join(missing)}. "
+            f"Wrap it first: {consumer}(gpu_envs.wrap(your_env))."
+        )
+
+
+class ObservationLayout:
+    """How an env's observation keys become the value its gymnasium space describes.
+
+    A lone ``"observation"`` key is one array (a ``Box`` space); several keys (Isaac Lab's
+    ``"policy"``/``"critic"`` groups, a gymnasium ``Dict``) are a dict, nested like the
+    Composite, or a tuple for a ``tuple_like`` one.
+
+    Attributes:
+        keys: the TensorDict keys of the observation leaves.
+        single_space: one env's gymnasium space; ``batched_space`` the whole batch's.
+    """
+
+    def __init__(self, single_spec: Composite, batched_spec: Composite) -> None:
+        self.spec = single_spec
+        self.keys: list[Key] = list(single_spec.keys(include_nested=True, leaves_only=True))
+        self.lone = self.keys == ["observation"]
+        self.single_space = (single_spec["observation"] if self.lone else single_spec).to_gym()
+        self.batched_space = (batched_spec["observation"] if self.lone else batched_spec).to_gym()
+
+    def build(self, leaf: Callable[[Key], Any]) -> Any:
+        """The observation value, with ``leaf(key)`` at each leaf (an array, or one row of one)."""
+        if self.lone:
+            return leaf("observation")
+        return self._node(self.spec, (), leaf)
+
+    def _node(self, spec: Composite, prefix: tuple[str, ...], leaf: Callable[[Key], Any]) -> Any:
+        items = {}
+        for name, child in spec.items():
+            path = (*prefix, name)
+            if isinstance(child, Composite):
+                items[name] = self._node(child, path, leaf)
+            else:
+                items[name] = leaf(path if prefix else name)
+        if spec.tuple_like:
+            return tuple(items[str(i)] for i in range(len(items)))
+        return items
+
+
+def host_copy(tensor: torch.Tensor) -> np.ndarray:
+    """``tensor`` copied once to the host, as a numpy array the caller may keep or modify."""
+    if tensor.device.type == "cpu":
+        return tensor.detach().numpy().copy()
+    return tensor.detach().cpu().numpy()
+
+
+def action_tensor(actions: Any, spec: Spec, device: torch.device) -> torch.Tensor:
+    """``actions`` as a tensor on ``device`` with ``spec``'s dtype (within the same kind).
+
+    A tensor already on ``device`` with the spec's dtype passes through (no copy, no
+    sync). Numpy arrays (``action_space.sample()``, a learner's ``.cpu().numpy()``),
+    lists, and tensors elsewhere are copied to ``device`` once. Floats become the spec's
+    float dtype and integers its integer dtype (``np.float64`` torques, ``np.int32``
+    indices); a float action for an integer spec is left as it is, so the env's own
+    check names the dtype mismatch instead of truncating values silently.
+    """
+    if isinstance(actions, torch.Tensor):
+        tensor = actions
+    else:
+        if not hasattr(actions, "__dlpack__"):
+            actions = np.asarray(actions)
+        tensor = to_torch(actions)
+    dtype = spec.dtype
+    if tensor.dtype != dtype and tensor.dtype.is_floating_point == dtype.is_floating_point:
+        tensor = tensor.to(dtype)
+    if not same_device(tensor.device, device):
+        tensor = tensor.to(device)
+    return tensor
+
+
+def gym_action_spaces(env: Any) -> tuple[gymnasium.spaces.Space, gymnasium.spaces.Space]:
+    """``(single, batched)`` gymnasium action spaces of ``env``."""
+    return env.single_action_spec.to_gym(), env.action_spec.to_gym()

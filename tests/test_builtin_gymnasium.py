@@ -71,15 +71,17 @@ def test_actions_on_another_device_are_moved_to_the_env():
     assert obs.device.type == "cuda"
 
 
-@pytest.mark.parametrize(("env_id", "cls", "limit"), [("CartPole-v1", CartPoleEnv, 500), ("Pendulum-v1", PendulumEnv, 200)])
+@pytest.mark.parametrize(
+    ("env_id", "cls", "limit"), [("CartPole-v1", CartPoleEnv, 500), ("Pendulum-v1", PendulumEnv, 200)]
+)
 def test_gymnasium_make_vec_builds_the_builtin_env(env_id, cls, limit):
     envs = gymnasium.make_vec(f"gpu_envs/{env_id}", num_envs=8, vectorization_mode="vector_entry_point", seed=5)
     assert type(envs) is cls and envs.num_envs == 8 and envs.device == torch.device("cpu")
     assert envs.spec.id == f"gpu_envs/{env_id}" and envs.max_episode_steps == limit
     assert envs.metadata["autoreset_mode"] == gymnasium.vector.AutoresetMode.SAME_STEP
     obs, _ = envs.reset(seed=0)
-    obs, reward, terminated, truncated, _ = envs.step(envs.action_space.sample())
-    assert obs.shape == (8, *envs.single_observation_space.shape) and reward.shape == (8,)
+    obs, reward, terminated, _, _ = envs.step(envs.action_space.sample())
+    assert obs.shape == (8, *envs.single_observation_space.shape) and reward.shape == terminated.shape == (8,)
     # the default vectorization mode is the vector entry point too (the ids have no single-env entry point)
     assert type(gymnasium.make_vec(f"gpu_envs/{env_id}", num_envs=2)) is cls
     assert register_gymnasium_ids() == ["gpu_envs/CartPole-v1", "gpu_envs/Pendulum-v1"]  # idempotent
@@ -121,7 +123,9 @@ def test_torchrl_gym_wrapper_takes_cartpole_as_documented(kwargs, action_shape, 
     assert terminated.sum() > 20
     final = traj["next", "observation"][terminated]
     # the TRUE final observations: the cart or the pole is out of bounds
-    assert ((final[:, 0].abs() > CartPoleEnv.x_threshold) | (final[:, 2].abs() > CartPoleEnv.theta_threshold_radians)).all()
+    assert (
+        (final[:, 0].abs() > CartPoleEnv.x_threshold) | (final[:, 2].abs() > CartPoleEnv.theta_threshold_radians)
+    ).all()
     # and the next step starts from a reset state
     assert (traj["observation"][:, 1:][terminated[:, :-1]].abs() <= CartPoleEnv.reset_high).all()
 

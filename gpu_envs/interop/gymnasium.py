@@ -1,0 +1,286 @@
+"""``to_gymnasium``: any gpu_envs env as a real ``gymnasium.vector.VectorEnv``.
+
+For gymnasium-style training loops (CleanRL's) and gymnasium's vector wrappers
+(``RecordEpisodeStatistics``, ``NormalizeObservation``, ``NormalizeReward``,
+``ClipAction``, ``DictInfoToList``...): swap the env line and nothing else changes.
+
+* ``arrays="numpy"``: observations, rewards and flags are numpy arrays on the host (one
+  device -> host copy per step and leaf), as gymnasium's own vector envs return them;
+  ``"torch"``: tensors on ``env.device``, not copied (for a torch learner on a GPU).
+  Actions may be numpy arrays or tensors in both modes (a tensor on the env's device
+  with the spec's dtype is used as it is).
+* ``autoreset_mode="next_step"`` (gymnasium's default, what CleanRL expects): a step
+  where an episode ends returns its final observation and flags; the NEXT step returns
+  a reset observation for that row, reward 0 and no flags, and ignores that row's
+  action. The env below resets ended rows within the step, so here that row's step is
+  discarded and the row reset again (``env.reset`` with a ``"_reset"`` mask): what the
+  learner sees follows gymnasium exactly, and the env must accept masked resets.
+* ``autoreset_mode="same_step"``: the step where an episode ends returns the reset
+  observation, and ``info["final_obs"]`` / ``info["_final_obs"]`` hold the true final
+  observations and the rows that have one, ``info["final_info"]`` /
+  ``info["_final_info"]`` that step's info entries, as gymnasium's ``SyncVectorEnv``
+  lays them out (numpy: an object array of per-row observations, ``None`` elsewhere;
+  torch: the batched tensors, valid where the mask is True). Rows whose final
+  observation the backend could not give (``("next", "final_obs_missing")``) are left
+  out of ``_final_obs``.
+
+The env's info entries (``env.info_spec``, e.g. ``EpisodeStats``' ``episode_return``)
+appear in ``info`` with gymnasium's ``"_<key>"`` masks. Reset infos are empty.
+
+Example::
+
+    envs = to_gymnasium(gpu_envs.make("CartPole-v1", num_envs=8))   # was: gymnasium.make_vec(...)
+    envs = gymnasium.wrappers.vector.RecordEpisodeStatistics(envs)
+    obs, _ = envs.reset(seed=1)
+    obs, reward, terminated, truncated, info = envs.step(envs.action_space.sample())
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from gpu_envs.errors import AutoresetModeError, InvalidArgumentError, ResetMaskError, ResetNeededError
+from gpu_envs.interop.conversions import (
+    Key,
+    ObservationLayout,
+    action_tensor,
+    check_env,
+    gym_action_spaces,
+    host_copy,
+)
+
+AutoresetMode = gymnasium.vector.AutoresetMode
+MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP}
+ARRAYS = ("numpy", "torch")
+
+
+def to_gymnasium(
+    env: Any, arrays: str = "numpy", autoreset_mode: str | AutoresetMode = "next_step"
+) -> GymnasiumVectorEnv:
+    """``env`` (a BatchedEnv or TransformedEnv) as a ``gymnasium.vector.VectorEnv``.
+
+    Args:
+        env: the gpu_envs env; closing the vector env closes it.
+        arrays: ``"numpy"`` (host arrays, gymnasium's convention) or ``"torch"``
+            (tensors on ``env.device``, no copies).
+        autoreset_mode: ``"next_step"`` or ``"same_step"`` (or the ``AutoresetMode``),
+            exposed as ``metadata["autoreset_mode"]`` (module docstring).
+
+    Example::
+
+        envs = to_gymnasium(gpu_envs.make("Pendulum-v1", num_envs=16), autoreset_mode="same_step")
+    """
+    return GymnasiumVectorEnv(env, arrays=arrays, autoreset_mode=autoreset_mode)
+
+
+def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
+    """``"next_step"`` / ``"same_step"`` (any case, or the enum) -> the ``AutoresetMode``."""
+    if isinstance(mode, AutoresetMode):
+        found = mode
+    else:
+        text = str(mode).replace("_", "").lower()
+        found = next((m for m in AutoresetMode if text in (m.value.lower(), m.name.replace("_", "").lower())), None)
+    if found not in MODES.values():
+        raise AutoresetModeError(
+            f"autoreset_mode={mode!r} is not available: choose 'next_step' (gymnasium's default) or 'same_step'. "
+            "gpu_envs envs reset ended rows themselves, so there is no DISABLED mode."
+        )
+    return found
+
+
+def can_reset_rows(env: Any) -> bool:
+    """Whether ``env.reset`` accepts a ``"_reset"`` mask of some rows (NEXT_STEP needs it)."""
+    backend = getattr(env, "backend", None)
+    return bool(getattr(backend, "supports_partial_reset", True))
+
+
+def nest_info(entries: dict[Key, Any], mask: Any) -> dict[str, Any]:
+    """Info entries keyed by TensorDict keys -> gymnasium's nested dict with ``"_<key>"`` masks."""
+    out: dict[str, Any] = {}
+    for key, value in entries.items():
+        path = key if isinstance(key, tuple) else (key,)
+        node = out
+        for part in path[:-1]:
+            node[f"_{part}"] = mask
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+        node[f"_{path[-1]}"] = mask
+    return out
+
+
+class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
+    """A gpu_envs env behind gymnasium's ``VectorEnv`` API; build it with :func:`to_gymnasium`.
+
+    Attributes:
+        env: the wrapped gpu_envs env (``unwrapped`` is this vector env, as in gymnasium).
+        device: ``env.device``.
+        arrays: ``"numpy"`` or ``"torch"``.
+    """
+
+    def __init__(self, env: Any, *, arrays: str = "numpy", autoreset_mode: str | AutoresetMode = "next_step") -> None:
+        check_env(env, "to_gymnasium")
+        if arrays not in ARRAYS:
+            raise InvalidArgumentError(f"arrays must be 'numpy' or 'torch', got {arrays!r}.")
+        mode = parse_autoreset_mode(autoreset_mode)
+        if mode == AutoresetMode.NEXT_STEP and not can_reset_rows(env):
+            raise AutoresetModeError(
+                f"autoreset_mode='next_step' resets single rows after their episodes end, but {env!r} cannot reset a "
+                "subset of its envs. Use to_gymnasium(env, autoreset_mode='same_step') (final observations in "
+                "info['final_obs'])."
+            )
+        self.env = env
+        self.arrays = arrays
+        self.num_envs = env.num_envs
+        self.device = env.device
+        self.metadata = {"autoreset_mode": mode, "render_modes": []}
+        self._layout = ObservationLayout(env.single_observation_spec, env.observation_spec)
+        self.single_observation_space = self._layout.single_space
+        self.observation_space = self._layout.batched_space
+        self.single_action_space, self.action_space = gym_action_spaces(env)
+        self._numpy = arrays == "numpy"
+        self._next_step = mode == AutoresetMode.NEXT_STEP
+        self._batch_size = torch.Size([self.num_envs])
+        self._root: TensorDictBase | None = None
+        self._info_keys: list[Key] | None = None  # read after the first step (backends may add keys then)
+        n, device = self.num_envs, self.device
+        # NEXT_STEP: rows whose episode ended on the last step, on the device and (numpy) on the host
+        self._no_rows = torch.zeros(n, dtype=torch.bool, device=device)
+        self._pending = self._no_rows
+        self._pending_host = np.zeros(n, dtype=bool)
+        self._all_rows = torch.ones(n, dtype=torch.bool, device=device)  # torch info masks (read-only)
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset every row, or the rows of ``options["reset_mask"]`` (``[N]`` bool); returns ``(obs, {})``."""
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise InvalidArgumentError(
+                f"seed must be one int (gpu_envs seeds the whole batch from it) or None; got {seed!r}."
+            )
+        super().reset(seed=None if seed is None else int(seed))
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if options:
+            raise InvalidArgumentError(
+                f"reset options {sorted(options)} are not supported: gpu_envs envs take only 'reset_mask'. "
+                "Pass per-env settings when building the env (gpu_envs.make(..., **kwargs))."
+            )
+        if mask is None or self._root is None:
+            root = self.env.reset(seed=seed)
+            self._pending, self._pending_host = self._no_rows, np.zeros(self.num_envs, dtype=bool)
+        else:
+            rows = self._reset_mask(mask)
+            root = self.env.reset(seed=seed, td=TensorDict({"_reset": rows}, batch_size=self._batch_size))
+            self._pending = self._pending & ~rows
+            self._pending_host = self._pending_host & ~rows.cpu().numpy()
+        self._root = root
+        return self._layout.build(self._leaf_reader(root)), {}
+
+    def _reset_mask(self, mask: Any) -> torch.Tensor:
+        rows = torch.as_tensor(mask, device=self.device)
+        if rows.dtype != torch.bool or tuple(rows.shape) != (self.num_envs,):
+            raise ResetMaskError(
+                f"options['reset_mask'] must be a bool array of shape ({self.num_envs},); got {rows.dtype} "
+                f"{tuple(rows.shape)}. Build it like np.zeros({self.num_envs}, dtype=bool)."
+            )
+        return rows
+
+    # ------------------------------------------------------------------- step
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """One step of every row: ``(obs, reward, terminated, truncated, info)``, gymnasium's layout."""
+        td = self._root
+        if td is None:
+            raise ResetNeededError(
+                "step() was called before reset(): call envs.reset() first, as with any gymnasium vector env."
+            )
+        td["action"] = action_tensor(actions, self.env.action_spec, self.device)
+        td, root = self.env.step_and_maybe_reset(td)
+        nxt = td["next"]
+        if self._info_keys is None:
+            spec = getattr(self.env, "single_info_spec", None)
+            self._info_keys = [] if spec is None else list(spec.keys(include_nested=True, leaves_only=True))
+        if self._next_step:
+            return self._next_step_results(nxt, root)
+        return self._same_step_results(nxt, root)
+
+    def _next_step_results(self, nxt: TensorDictBase, root: TensorDictBase) -> tuple:
+        pending = self._pending
+        if not self._numpy or self._pending_host.any():
+            # rows that ended last step: their step just now is discarded and they start afresh
+            # (a no-op for an all-False mask, so torch arrays need no host sync to decide)
+            root = self.env.reset(td=TensorDict({"_reset": pending}, batch_size=self._batch_size))
+        self._root = root
+        n = self.num_envs
+        flat = pending.view(n)
+
+        def observation(key: Key) -> Any:
+            fresh, stepped = root[key], nxt[key]
+            value = torch.where(flat.view((n,) + (1,) * (stepped.dim() - 1)), fresh, stepped)
+            return host_copy(value) if self._numpy else value
+
+        obs = self._layout.build(observation)
+        reward = nxt["reward"].view(n).masked_fill(flat, 0.0)
+        terminated = nxt["terminated"].view(n) & ~flat
+        truncated = nxt["truncated"].view(n) & ~flat
+        self._pending = terminated | truncated
+        if self._numpy:
+            was_pending = self._pending_host
+            reward, terminated, truncated = host_copy(reward), host_copy(terminated), host_copy(truncated)
+            self._pending_host = terminated | truncated
+            stepped_rows = ~was_pending
+        else:
+            stepped_rows = ~flat
+        info = nest_info(self._info_entries(nxt), stepped_rows) if self._info_keys else {}
+        return obs, reward, terminated, truncated, info
+
+    def _same_step_results(self, nxt: TensorDictBase, root: TensorDictBase) -> tuple:
+        self._root = root
+        n = self.num_envs
+        obs = self._layout.build(self._leaf_reader(root))
+        reward = nxt["reward"].view(n)
+        terminated = nxt["terminated"].view(n)
+        truncated = nxt["truncated"].view(n)
+        missing = nxt.get("final_obs_missing", None)
+        entries = self._info_entries(nxt) if self._info_keys else {}
+        info = nest_info(entries, np.ones(n, dtype=bool) if self._numpy else self._all_rows) if entries else {}
+        if not self._numpy:
+            done = terminated | truncated
+            info["final_obs"] = self._layout.build(nxt.get)
+            info["_final_obs"] = done if missing is None else done & ~missing.view(n)
+            info["final_info"] = nest_info(entries, done)
+            info["_final_info"] = done
+            return obs, reward, terminated, truncated, info
+        reward, terminated, truncated = host_copy(reward), host_copy(terminated), host_copy(truncated)
+        done = terminated | truncated
+        if done.any():  # gymnasium adds these only on steps where some row ended
+            valid = done if missing is None else done & ~host_copy(missing.view(n))
+            final = {key: host_copy(nxt[key]) for key in self._layout.keys}
+            rows = np.full(n, None, dtype=object)
+            for i in np.flatnonzero(valid):
+                rows[i] = self._layout.build(lambda key, i=i: final[key][i])
+            info["final_obs"], info["_final_obs"] = rows, valid
+            info["final_info"], info["_final_info"] = nest_info(entries, done), done
+        return obs, reward, terminated, truncated, info
+
+    def _info_entries(self, nxt: TensorDictBase) -> dict[Key, Any]:
+        if self._numpy:
+            return {key: host_copy(nxt[key]) for key in self._info_keys or ()}
+        return {key: nxt[key] for key in self._info_keys or ()}
+
+    def _leaf_reader(self, td: TensorDictBase) -> Any:
+        if self._numpy:
+            return lambda key: host_copy(td[key])
+        return td.get
+
+    # -------------------------------------------------------------- lifecycle
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close the wrapped gpu_envs env (``close()`` calls this once)."""
+        self.env.close()
+
+    def __repr__(self) -> str:
+        mode = self.metadata.get("autoreset_mode")
+        return f"GymnasiumVectorEnv({getattr(self, 'env', None)!r}, arrays={getattr(self, 'arrays', None)!r}, autoreset_mode={mode})"

@@ -1,0 +1,173 @@
+"""``to_sb3``: any gpu_envs env as a Stable-Baselines3 ``VecEnv``.
+
+SB3's algorithms (PPO, A2C, SAC, ...) take it directly: numpy at the boundary (one
+device -> host copy per step and observation leaf), the reset observation on rows that
+ended, and, as SB3's own ``DummyVecEnv`` gives them,
+
+* ``infos[i]["terminal_observation"]``: the TRUE final observation of a row that ended
+  (SB3 bootstraps truncated episodes from it);
+* ``infos[i]["TimeLimit.truncated"]``: True where the episode was truncated and not
+  terminated, on every row;
+* the env's info entries (``env.info_spec``) on every row, and
+  ``infos[i]["final_obs_missing"] = True`` where the backend could not give a final
+  observation (the terminal observation is then its placeholder).
+
+The batch is ONE env for gpu_envs: ``get_attr``, ``set_attr`` and ``env_method`` act on
+it once (results are repeated per index; a subset of indices is refused), ``seed(s)``
+seeds the next ``reset`` with ``s``, and ``env_is_wrapped(cls)`` tells whether a
+``TransformedEnv`` holds a ``cls`` transform. For SB3's episode statistics
+(``rollout/ep_rew_mean``), wrap it in SB3's ``VecMonitor``.
+
+Example::
+
+    from stable_baselines3 import PPO
+
+    model = PPO("MlpPolicy", to_sb3(gpu_envs.make("CartPole-v1", num_envs=8, device="cpu")))
+    model.learn(20_000)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tensordict import TensorDictBase
+
+from gpu_envs.errors import InvalidArgumentError, ResetNeededError
+from gpu_envs.interop.conversions import Key, ObservationLayout, action_tensor, check_env, host_copy
+from gpu_envs.interop.libraries import require
+
+vec_env = require("stable_baselines3.common.vec_env", package="stable-baselines3", extra="sb3", consumer="to_sb3")
+
+
+def to_sb3(env: Any) -> SB3VecEnv:
+    """``env`` (a BatchedEnv or TransformedEnv) as a Stable-Baselines3 ``VecEnv``; closing it closes ``env``.
+
+    Example::
+
+        venv = to_sb3(gpu_envs.make("Pendulum-v1", num_envs=16, device="cpu"))
+        obs = venv.reset()                                     # numpy [16, 3]
+        obs, rewards, dones, infos = venv.step(np.zeros((16, 1), np.float32))
+    """
+    return SB3VecEnv(env)
+
+
+class SB3VecEnv(vec_env.VecEnv):
+    """A gpu_envs env behind SB3's ``VecEnv`` API; build it with :func:`to_sb3`.
+
+    Attributes:
+        env: the wrapped gpu_envs env.
+    """
+
+    def __init__(self, env: Any) -> None:
+        check_env(env, "to_sb3")
+        self.env = env
+        self._layout = ObservationLayout(env.single_observation_spec, env.observation_spec)
+        self._root: TensorDictBase | None = None
+        self._actions: Any = None
+        self._info_keys: list[Key] | None = None  # read after the first step (backends may add keys then)
+        super().__init__(env.num_envs, self._layout.single_space, env.single_action_spec.to_gym())
+
+    # ------------------------------------------------------------ reset/step
+    def reset(self) -> Any:
+        """Reset every row (with the seed of the last ``seed()``, if any); returns the observations."""
+        if any(self._options):
+            raise InvalidArgumentError(
+                f"reset options {self._options[0]!r} are not supported by gpu_envs envs; pass settings when "
+                "building the env (gpu_envs.make(..., **kwargs))."
+            )
+        root = self.env.reset(seed=self._seeds[0])  # SB3 gives env i seed + i: gpu_envs seeds the batch from one
+        self._reset_seeds()
+        self._reset_options()
+        self._root = root
+        return self._layout.build(lambda key: host_copy(root[key]))
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = actions
+
+    def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """``(obs, rewards, dones, infos)`` of the step with the actions of ``step_async``."""
+        td = self._root
+        if td is None:
+            raise ResetNeededError("step() was called before reset(): call venv.reset() first.")
+        td["action"] = action_tensor(self._actions, self.env.action_spec, self.env.device)
+        td, root = self.env.step_and_maybe_reset(td)
+        self._root = root
+        nxt = td["next"]
+        n = self.num_envs
+        obs = self._layout.build(lambda key: host_copy(root[key]))
+        rewards = host_copy(nxt["reward"].view(n))
+        terminated, truncated = host_copy(nxt["terminated"].view(n)), host_copy(nxt["truncated"].view(n))
+        dones = terminated | truncated
+        infos = [{"TimeLimit.truncated": cut} for cut in (truncated & ~terminated).tolist()]
+        if self._info_keys is None:
+            spec = getattr(self.env, "single_info_spec", None)
+            self._info_keys = [] if spec is None else list(spec.keys(include_nested=True, leaves_only=True))
+        for key in self._info_keys:
+            self._add_info(infos, key, host_copy(nxt[key]))
+        if dones.any():
+            final = {key: host_copy(nxt[key]) for key in self._layout.keys}
+            missing = nxt.get("final_obs_missing", None)
+            missing = np.zeros(n, dtype=bool) if missing is None else host_copy(missing.view(n))
+            for i in np.flatnonzero(dones):
+                infos[i]["terminal_observation"] = self._layout.build(lambda key, i=i: final[key][i])
+                if missing[i]:
+                    infos[i]["final_obs_missing"] = True
+        return obs, rewards, dones, infos
+
+    @staticmethod
+    def _add_info(infos: list[dict[str, Any]], key: Key, values: np.ndarray) -> None:
+        path = key if isinstance(key, tuple) else (key,)
+        for info, value in zip(infos, values, strict=True):
+            node = info
+            for part in path[:-1]:
+                node = node.setdefault(part, {})
+            node[path[-1]] = value
+
+    def close(self) -> None:
+        self.env.close()
+
+    # --------------------------------------------------- attributes, methods
+    def _indices(self, indices: Any) -> list[int]:
+        wanted = list(self._get_indices(indices))
+        outside = [i for i in wanted if not 0 <= i < self.num_envs]
+        if outside:
+            raise InvalidArgumentError(f"indices {outside} are outside the {self.num_envs} envs of this VecEnv.")
+        return wanted
+
+    def _whole_batch(self, indices: Any, what: str) -> int:
+        """How many indices were asked for, refusing a subset: the batch is one gpu_envs env."""
+        wanted = self._indices(indices)
+        if sorted(wanted) != list(range(self.num_envs)):
+            raise InvalidArgumentError(
+                f"{what} with indices={indices!r}: a gpu_envs env is one object for all {self.num_envs} rows, so "
+                f"{what} acts on all of them at once; call it without indices."
+            )
+        return len(wanted)
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        """The env's attribute, once per requested index (SB3 asks for ``render_mode``: None)."""
+        count = len(self._indices(indices))
+        if attr_name == "render_mode" and not hasattr(self.env, attr_name):
+            return [None] * count  # gpu_envs envs do not render
+        return [getattr(self.env, attr_name)] * count
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        """Set the attribute on the env (all rows at once)."""
+        self._whole_batch(indices, "set_attr")
+        setattr(self.env, attr_name, value)
+
+    def env_method(self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any) -> list[Any]:
+        """Call the env's method once; its result is repeated per index."""
+        count = self._whole_batch(indices, "env_method")
+        return [getattr(self.env, method_name)(*method_args, **method_kwargs)] * count
+
+    def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
+        """Whether the env is a ``TransformedEnv`` with a ``wrapper_class`` transform (never a gymnasium wrapper)."""
+        transforms: Sequence[Any] = getattr(self.env, "transforms", ())
+        wrapped = any(isinstance(t, wrapper_class) for t in transforms)
+        return [wrapped] * len(self._indices(indices))
+
+    def __repr__(self) -> str:
+        return f"SB3VecEnv({self.env!r})"

@@ -17,6 +17,7 @@ import gpu_envs
 from gpu_envs.errors import InvalidArgumentError, ResetNeededError
 from gpu_envs.interop import to_sb3
 from gpu_envs.transforms import EpisodeStats, TransformedEnv
+from tests.example_files import load_example
 from tests.fakes import CountingEnv, CountingTorchVectorEnv
 from tests.gym_fakes import counting_vector_env
 
@@ -126,17 +127,10 @@ def one_thread():
 
 @pytest.mark.slow
 def test_sb3_ppo_learns_cartpole(one_thread):
-    from stable_baselines3 import PPO
-
-    torch.manual_seed(0)
-    venv = VecMonitor(to_sb3(gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0)))
-    model = PPO(
-        "MlpPolicy", venv, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
-        learning_rate=1e-3, ent_coef=0.0, seed=0, device="cpu",
-    )  # fmt: skip
+    """examples/train_sb3.py: SB3's PPO on to_sb3(make("CartPole-v1", num_envs=8)), briefly."""
     evaluation = to_sb3(gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=1))
     random = _mean_return(None, evaluation)
-    model.learn(total_timesteps=20_000)
+    model = load_example("train_sb3").train(total_steps=20_000)
     trained = _mean_return(model, evaluation)
     assert len(model.ep_info_buffer) > 0  # VecMonitor's episode statistics reach SB3's logger
     assert random < 30 and trained > 150, (random, trained)

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ppo_cartpole.py"
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("ppo_cartpole", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.example_files import load_example
 
 
 @pytest.mark.slow
 def test_short_ppo_run_learns_cartpole():
-    ppo = load_example()
+    ppo = load_example("ppo_cartpole")
     result = ppo.main(["--quick", "--quiet", "--seed", "1", "--eval-episodes", "32"])
     history = [ret for _, ret in result["history"]]
     assert result["env_steps"] >= 90_000

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor
 
 import gpu_envs
@@ -114,15 +113,6 @@ def _mean_return(model, venv, episodes: int = 40) -> float:
         returns += running[dones].tolist()
         running[dones] = 0
     return float(np.mean(returns))
-
-
-@pytest.fixture
-def one_thread():
-    """Training on this shared 2-core machine: more torch threads only thrash."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow

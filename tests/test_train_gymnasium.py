@@ -6,17 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from tests.example_files import load_example
-
-
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow

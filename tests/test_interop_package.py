@@ -59,3 +59,18 @@ def test_importing_the_package_imports_no_training_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split("\n")[:2] == ["[]", "[]"]
+
+
+@pytest.mark.slow
+def test_bench_interop_measures_each_library_against_its_own_env():
+    from benchmarks import bench_interop
+
+    result = bench_interop.run(quick=True, sizes=(8,), rounds=1)
+    by_library = {row["library"]: row for row in result["rows"]}
+    assert set(by_library) == {"gymnasium", "stable-baselines3"}
+    assert (
+        by_library["gymnasium"]["gymnasium_sync_steps_per_s"] > 0
+        and by_library["gymnasium"]["gpu_envs_steps_per_s"] > 0
+    )
+    assert by_library["stable-baselines3"]["sb3_dummy_steps_per_s"] > 0
+    assert all(row["speedup"].endswith("x") for row in result["rows"])

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-NAMES = ("overhead", "gymnasium", "device", "rollout", "inbound")
+NAMES = ("overhead", "gymnasium", "device", "rollout", "inbound", "interop")
 TIME_SUFFIXES = (("_us", 1e-6), ("_ms", 1e-3), ("_s", 1.0))
 RATE_SUFFIXES = ("_steps_per_s", "_per_s", "_sps")
 _CASE = re.compile(r"\s+(N=\d+)$")
@@ -55,7 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="run the benchmark suite and print one table of speed ratios",
         description=(
             "Run the benchmarks of the source checkout (benchmarks/bench_*.py: overhead, gymnasium, "
-            "device, rollout, inbound) and print ONE table: for each case, gpu_envs' number and its speed "
+            "device, rollout, inbound, interop) and print ONE table: for each case, gpu_envs' number and its speed "
             "relative to the raw env and to torchrl (when installed). Needs a source checkout."
         ),
     )

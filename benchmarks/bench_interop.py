@@ -1,0 +1,112 @@
+"""Throughput of gpu_envs' built-in CartPole through the interop adapters vs each library's own envs.
+
+* gymnasium: ``to_gymnasium(gpu_envs.make("CartPole-v1", num_envs=N), arrays="numpy")``
+  vs gymnasium's own ``SyncVectorEnv`` of ``CartPole-v1`` (``make_vec(...,
+  vectorization_mode="sync")``), both in NEXT_STEP mode (gymnasium's default), at N = 8
+  and 256 (issue 9's target: ours at least 5x at N = 256);
+* Stable-Baselines3: ``to_sb3(gpu_envs.make("CartPole-v1", num_envs=8))`` vs SB3's
+  ``DummyVecEnv`` of gymnasium ``CartPole-v1``, at N = 8 (when SB3 is installed).
+
+Each contender steps with fixed numpy actions (what a learner hands a numpy env) and
+returns numpy; env-steps/s = N / time per step. Interleaved rounds in one process,
+thread CPU time, ``torch.set_num_threads(1)``, medians (see ``benchmarks/timing.py``).
+
+    python -m benchmarks.bench_interop --json benchmarks/results/interop.json
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+if __package__ in (None, ""):  # run as a script: our benchmarks package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+import gpu_envs
+from benchmarks.timing import bench_result, interleave, sizes_main
+from gpu_envs.interop import to_gymnasium
+
+COLUMNS = [
+    ("library", "library"),
+    ("N", "N"),
+    ("gymnasium_sync_steps_per_s", "gymnasium SyncVectorEnv steps/s"),
+    ("sb3_dummy_steps_per_s", "SB3 DummyVecEnv steps/s"),
+    ("gpu_envs_steps_per_s", "gpu_envs adapter steps/s"),
+    ("speedup", "gpu_envs speedup"),
+]
+
+
+def gymnasium_contenders(n: int) -> tuple[dict[str, Callable[[], object]], list]:
+    actions = (np.arange(n) % 2).astype(np.int64)
+    theirs = gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync")
+    ours = to_gymnasium(gpu_envs.make("CartPole-v1", num_envs=n, device="cpu", seed=0), arrays="numpy")
+    theirs.reset(seed=0)
+    ours.reset(seed=0)
+    fns = {"gymnasium_sync": lambda: theirs.step(actions), "gpu_envs": lambda: ours.step(actions)}
+    return fns, [theirs, ours]
+
+
+def sb3_contenders(n: int) -> tuple[dict[str, Callable[[], object]], list]:
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from gpu_envs.interop import to_sb3
+
+    actions = (np.arange(n) % 2).astype(np.int64)
+    theirs = DummyVecEnv([lambda: gym.make("CartPole-v1")] * n)
+    ours = to_sb3(gpu_envs.make("CartPole-v1", num_envs=n, device="cpu", seed=0))
+    theirs.reset()
+    ours.reset()
+    return {"sb3_dummy": lambda: theirs.step(actions), "gpu_envs": lambda: ours.step(actions)}, [theirs, ours]
+
+
+def measure(library: str, n: int, make: Callable, quick: bool, steps: int | None, rounds: int | None) -> dict:
+    fns, envs = make(n)
+    steps = steps or (max(10, 2000 // n) if quick else max(30, 12000 // n))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        seconds = interleave(fns, steps=steps, rounds=rounds or (5 if quick else 15))
+    for env in envs:
+        env.close()
+    row: dict = {"library": library, "N": n}
+    for name, per_step in seconds.items():
+        row[f"{name}_steps_per_s"] = round(n / per_step)
+    theirs = next(name for name in seconds if name != "gpu_envs")
+    row["speedup"] = f"{seconds[theirs] / seconds['gpu_envs']:.2f}x"
+    return row
+
+
+def gymnasium_rows(quick: bool, sizes: tuple[int, ...], steps: int | None, rounds: int | None) -> list[dict]:
+    """to_gymnasium vs gymnasium's SyncVectorEnv, one row per N."""
+    return [measure("gymnasium", n, gymnasium_contenders, quick, steps, rounds) for n in sizes]
+
+
+def sb3_rows(quick: bool, steps: int | None, rounds: int | None) -> list[dict]:
+    """to_sb3 vs SB3's DummyVecEnv at N = 8 (no row without SB3)."""
+    if importlib.util.find_spec("stable_baselines3") is None:
+        return []
+    return [measure("stable-baselines3", 8, sb3_contenders, quick, steps, rounds)]
+
+
+def run(
+    quick: bool = False, sizes: tuple[int, ...] = (8, 256), steps: int | None = None, rounds: int | None = None
+) -> dict:
+    """Every row of the table (the ``gpu-envs bench`` interface); ``sizes`` are the gymnasium rows' N."""
+    torch.set_num_threads(1)
+    rows = gymnasium_rows(quick, sizes, steps, rounds) + sb3_rows(quick, steps, rounds)
+    return bench_result("bench_interop: CartPole-v1 through the interop adapters on cpu, 1 thread", rows, COLUMNS)
+
+
+def main() -> None:
+    sizes_main(__doc__, run, "interop", [8, 256])
+
+
+if __name__ == "__main__":
+    main()

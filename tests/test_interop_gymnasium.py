@@ -400,3 +400,19 @@ def test_clip_action_clips_actions_before_the_env():
     actions = np.array([[5.0, -0.5], [-3.0, 0.25], [0.0, 1.5]], np.float32)
     received = venv.step(actions)[0]
     np.testing.assert_array_equal(received, np.clip(actions, -1, 1))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("arrays", ["numpy", "torch"])
+def test_cuda_env_gives_host_arrays_or_device_tensors(arrays):
+    ours = to_gymnasium(gpu_envs.make("CartPole-v1", num_envs=8, device="cuda", seed=0), arrays=arrays)
+    ours.reset(seed=0)
+    for _ in range(30):  # numpy actions from the action space cross to the device
+        obs, reward, terminated, truncated, _ = ours.step(ours.action_space.sample())
+    outputs = (obs, reward, terminated, truncated)
+    if arrays == "numpy":
+        assert all(isinstance(x, np.ndarray) for x in outputs)
+    else:
+        assert all(x.device.type == "cuda" for x in outputs)
+        action = torch.ones(8, dtype=torch.long, device="cuda")
+        assert ours.step(action)[0].device.type == "cuda"

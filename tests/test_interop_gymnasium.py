@@ -416,3 +416,43 @@ def test_cuda_env_gives_host_arrays_or_device_tensors(arrays):
         assert all(x.device.type == "cuda" for x in outputs)
         action = torch.ones(8, dtype=torch.long, device="cuda")
         assert ours.step(action)[0].device.type == "cuda"
+
+
+class MOCountingEnv(CountingEnv):
+    """CountingEnv with mo-gymnasium's vector reward: (counting reward, -step)."""
+
+    def __init__(self, index: int = 0) -> None:
+        super().__init__(index)
+        self.reward_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, np.array([reward, -self.t], dtype=np.float32), terminated, truncated, info
+
+
+@pytest.mark.parametrize("mode", ["same_step", "next_step"])
+def test_vector_rewards_of_multi_objective_envs_stay_n_by_k(mode):
+    mo_vector = pytest.importorskip("mo_gymnasium.wrappers.vector")
+    actions = random_actions(40, seed=5)
+    ours = to_gymnasium(
+        gpu_envs.wrap(mo_vector.MOSyncVectorEnv([lambda i=i: MOCountingEnv(i) for i in range(N)])), autoreset_mode=mode
+    )
+    ours.reset()
+    if mode == "same_step":
+        ref = gymnasium_same_step_reference()
+        ref.reset()
+        wants = [ref.step(a)[1] for a in actions]
+    else:
+        wants = [step[1] for step in next_step_reference(actions)[1]]
+    for action, want in zip(actions, wants, strict=True):
+        obs, reward, *_ = ours.step(action)
+        assert reward.shape == (N, 2)
+        np.testing.assert_array_equal(reward[:, 0], want.astype(np.float32))
+        if mode == "next_step":  # -step count: the returned obs' own (0 on reset rows, whose reward is all 0)
+            np.testing.assert_array_equal(reward[:, 1], -obs[:, 2])
+        else:  # every row stepped (the obs of ended rows is already the reset one)
+            assert (reward[:, 1] <= -1).all()
+    with pytest.raises(gpu_envs.SpecError, match="to_sb3"):
+        from gpu_envs.interop import to_sb3
+
+        to_sb3(ours.env)

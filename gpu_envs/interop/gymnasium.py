@@ -24,8 +24,10 @@ For gymnasium-style training loops (CleanRL's) and gymnasium's vector wrappers
   observation the backend could not give (``("next", "final_obs_missing")``) are left
   out of ``_final_obs``.
 
-The env's info entries (``env.info_spec``, e.g. ``EpisodeStats``' ``episode_return``)
-appear in ``info`` with gymnasium's ``"_<key>"`` masks. Reset infos are empty.
+Rewards are ``[N]``, or ``[N, K]`` for a multi-objective env (as mo-gymnasium's vector
+envs give them). The env's info entries (``env.info_spec``, e.g. ``EpisodeStats``'
+``episode_return``) appear in ``info`` with gymnasium's ``"_<key>"`` masks, on every
+row (ended rows: the final step's, in ``final_info`` too). Reset infos are empty.
 
 Example::
 
@@ -145,6 +147,10 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
         self._numpy = arrays == "numpy"
         self._next_step = mode == AutoresetMode.NEXT_STEP
         self._batch_size = torch.Size([self.num_envs])
+        # a scalar reward is [N]; a vector one (multi-objective envs) stays [N, K], as mo-gymnasium gives it
+        reward_spec = getattr(env, "single_reward_spec", None)
+        per_env = (1,) if reward_spec is None else tuple(reward_spec.shape)
+        self._reward_shape = (self.num_envs,) if per_env in ((), (1,)) else (self.num_envs, *per_env)
         self._root: TensorDictBase | None = None
         self._info_keys: list[Key] | None = None  # read after the first step (backends may add keys then)
         n, device = self.num_envs, self.device
@@ -223,7 +229,8 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
             return host_copy(value) if self._numpy else value
 
         obs = self._layout.build(observation)
-        reward = nxt["reward"].view(n).masked_fill(flat, 0.0)
+        reward = nxt["reward"].view(self._reward_shape)
+        reward = reward.masked_fill(flat.view((n,) + (1,) * (reward.dim() - 1)), 0.0)
         terminated = nxt["terminated"].view(n) & ~flat
         truncated = nxt["truncated"].view(n) & ~flat
         self._pending = terminated | truncated
@@ -241,7 +248,7 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
         self._root = root
         n = self.num_envs
         obs = self._layout.build(self._leaf_reader(root))
-        reward = nxt["reward"].view(n)
+        reward = nxt["reward"].view(self._reward_shape)
         terminated = nxt["terminated"].view(n)
         truncated = nxt["truncated"].view(n)
         missing = nxt.get("final_obs_missing", None)

@@ -167,7 +167,8 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
             raise InvalidArgumentError(
                 f"seed must be one int (gpu_envs seeds the whole batch from it) or None; got {seed!r}."
             )
-        super().reset(seed=None if seed is None else int(seed))
+        seed = None if seed is None else int(seed)
+        super().reset(seed=seed)
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
         if options:

@@ -1,0 +1,157 @@
+"""``to_skrl(env)``: any gpu_envs env as an skrl env wrapper (skrl 2.x, torch), for its agents and trainers.
+
+skrl's trainers talk to a subclass of ``skrl.envs.wrappers.torch.Wrapper``: ``reset()``
+once, then ``step(actions)`` -> ``(observations, rewards, terminated, truncated,
+infos)``, all torch tensors on the env's device, and ``state()`` for a critic's own
+input. This adapter follows skrl's Isaac Lab wrapper, which is how skrl trains
+vectorised, auto-resetting envs:
+
+* ``observation_space`` / ``action_space`` are ONE env's gymnasium spaces (skrl builds
+  its models from them); observations come flattened ``[N, size]`` (a Box keeps its
+  values, a Discrete becomes ``[N, 1]``), actions are read back from skrl's flat
+  ``[N, size]`` layout.
+* Observation groups: a lone ``"observation"`` key is the observation; Isaac Lab's
+  ``"policy"`` group is the observation and its ``"critic"`` group the ``state()``;
+  any other set of keys is one gymnasium ``Dict`` (skrl flattens it key by key, sorted).
+* ``step`` returns the observations the NEXT step acts on: post-reset where an episode
+  ended (as skrl's vectorised wrappers do; skrl has no slot for the true final
+  observation, which the gpu_envs env itself keeps in ``("next", ...)``). Rewards,
+  terminated and truncated are ``[N, 1]``; ``infos["log"]`` carries Isaac Lab's
+  episode metrics when the backend reports them.
+* ``reset()`` resets the env the first time (with the seed the env was made with) and
+  afterwards returns the current observations: the episodes keep running, as skrl
+  expects from an auto-resetting vector env.
+
+Example::
+
+    from skrl.trainers.torch import SequentialTrainer
+    from gpu_envs.interop import to_skrl
+
+    env = to_skrl(gpu_envs.make("CartPole-v1", num_envs=64))
+    agent = PPO(models=..., memory=RandomMemory(memory_size=32, num_envs=env.num_envs),
+                observation_space=env.observation_space, action_space=env.action_space, device=env.device)
+    SequentialTrainer(cfg=SequentialTrainerCfg(timesteps=10_000), env=env, agents=agent).train()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import torch
+from tensordict import TensorDictBase
+
+from gpu_envs.interop.conversions import action_tensor, check_env
+from gpu_envs.interop.libraries import require
+from gpu_envs.specs import Composite
+
+skrl_wrappers = require("skrl.envs.wrappers.torch", package="skrl", extra="skrl", consumer="to_skrl")
+skrl_spaces = require("skrl.utils.spaces.torch", package="skrl", extra="skrl", consumer="to_skrl")
+
+__all__ = ["SkrlEnv", "to_skrl"]
+
+
+
+def _observation_layout(spec: Composite) -> tuple[Any, gymnasium.Space, Any, gymnasium.Space | None]:
+    """``(observation key(s), observation space, state key, state space)`` as skrl sees the groups."""
+    keys = list(spec.keys())
+    if keys == ["observation"]:
+        return "observation", spec["observation"].to_gym(), None, None
+    if "policy" in keys:
+        state = "critic" if "critic" in keys else None
+        return "policy", spec["policy"].to_gym(), state, None if state is None else spec["critic"].to_gym()
+    return tuple(keys), spec.to_gym(), None, None
+
+
+class SkrlEnv(skrl_wrappers.Wrapper):
+    """A gpu_envs env as skrl's (single-agent, torch) env wrapper: build it with :func:`to_skrl`."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self.env = env
+        self._obs_key, self._observation_space, self._state_key, self._state_space = _observation_layout(
+            env.single_observation_spec
+        )
+        self._action_space = env.single_action_spec.to_gym()
+        self._action_shape = env.action_spec.shape
+        self._n = int(env.num_envs)
+        self._root: TensorDictBase | None = None
+        self._observations: torch.Tensor | None = None
+        self._states: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ spaces
+    @property
+    def observation_space(self) -> gymnasium.Space:
+        """One env's observation space (the ``"policy"`` group's for Isaac Lab envs)."""
+        return self._observation_space
+
+    @property
+    def state_space(self) -> gymnasium.Space | None:
+        """One env's ``"critic"`` group space, for envs that have one (else None)."""
+        return self._state_space
+
+    @property
+    def action_space(self) -> gymnasium.Space:
+        """One env's action space."""
+        return self._action_space
+
+    @property
+    def num_envs(self) -> int:
+        return self._n
+
+    # ----------------------------------------------------------------- skrl API
+    def reset(self) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Reset every env on the first call; later calls return the current observations."""
+        if self._root is None:
+            self._read(self.env.reset())
+        return self._observations, {}
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+        """Step every env; returns the next observations (post-reset where an episode ended) and ``[N, 1]`` signals."""
+        if self._root is None:
+            self.reset()
+        td = self._root.set("action", action_tensor(actions.reshape(self._action_shape), self.env.action_spec, self.device))
+        td, root = self.env.step_and_maybe_reset(td)
+        self._read(root)
+        nxt = td.get("next")
+        infos: dict[str, Any] = {}
+        log = getattr(getattr(self.env, "backend", None), "episode_log", None)
+        if log:
+            infos["log"] = log
+        n = self._n
+        return self._observations, nxt.get("reward").view(n, -1), nxt.get("terminated").view(n, 1), nxt.get("truncated").view(n, 1), infos
+
+    def state(self) -> torch.Tensor | None:
+        """The ``"critic"`` group, flattened ``[N, size]``, for envs that have one; else None."""
+        return self._states
+
+    def render(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to draw: gpu_envs envs do not render."""
+        return None
+
+    def close(self) -> None:
+        self.env.close()
+
+    # ------------------------------------------------------------------ helpers
+    def _read(self, root: TensorDictBase) -> None:
+        self._root = root
+        self._observations = self._flat(self._observation_space, self._obs_key, root)
+        if self._state_key is not None:
+            self._states = self._flat(self._state_space, self._state_key, root)
+
+    @staticmethod
+    def _flat(space: gymnasium.Space, key: Any, root: TensorDictBase) -> torch.Tensor:
+        value = {k: root.get(k) for k in key} if isinstance(key, tuple) else root.get(key)
+        return skrl_spaces.flatten_tensorized_space(skrl_spaces.tensorize_space(space, value))
+
+
+def to_skrl(env: Any) -> SkrlEnv:
+    """``env`` (any :class:`~gpu_envs.BatchedEnv`, transformed or not) as an skrl torch env wrapper.
+
+    Example::
+
+        env = to_skrl(gpu_envs.make("Pendulum-v1", num_envs=256))
+        env.observation_space, env.action_space    # Box(3,), Box(1,): one env's spaces
+    """
+    check_env(env, "to_skrl")
+    return SkrlEnv(env)

@@ -1,0 +1,152 @@
+"""``to_skrl``: skrl's wrapper contract, exact against the sequential oracle, and a real skrl PPO run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+pytest.importorskip("skrl")
+
+from skrl.envs.wrappers.torch import Wrapper
+
+import gpu_envs
+from gpu_envs.interop import to_skrl
+from tests.fakes import reference_rollout
+from tests.isaac_fakes import FakeIsaacDirectEnv, FakeIsaacManagerEnv
+
+N, T = 6, 40
+
+
+def test_spaces_are_one_envs_and_signals_are_columns():
+    env = to_skrl(gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0))
+    assert isinstance(env, Wrapper)
+    assert isinstance(env.observation_space, spaces.Box) and env.observation_space.shape == (4,)
+    assert env.action_space == spaces.Discrete(2) and env.state_space is None
+    assert (env.num_envs, env.device) == (4, torch.device("cpu"))
+    obs, info = env.reset()
+    assert obs.shape == (4, 4) and info == {} and env.state() is None
+    obs, reward, terminated, truncated, _ = env.step(torch.ones(4, 1, dtype=torch.int64))  # skrl's categorical layout
+    assert obs.shape == (4, 4) and reward.shape == terminated.shape == truncated.shape == (4, 1)
+    assert terminated.dtype == truncated.dtype == torch.bool
+
+
+def test_steps_match_the_sequential_reference():
+    """Observations (post-reset: what skrl acts on next), rewards, terminated and truncated, step by step."""
+    actions = np.random.default_rng(0).integers(0, 2, size=(N, T))
+    expected = reference_rollout(N, actions)
+    env = to_skrl(gpu_envs.wrap(FakeIsaacDirectEnv(N, compute_final_obs=True)))
+    obs, _ = env.reset()
+    np.testing.assert_array_equal(obs.numpy(), expected["observation"][:, 0])
+    for t in range(T):
+        action = torch.as_tensor(actions[:, t], dtype=torch.float32).unsqueeze(-1)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        np.testing.assert_array_equal(obs.numpy(), expected["root"][:, t], err_msg=f"obs, step {t}")
+        np.testing.assert_array_equal(reward.squeeze(-1).numpy(), expected["reward"][:, t].astype(np.float32))
+        np.testing.assert_array_equal(terminated.squeeze(-1).numpy(), expected["terminated"][:, t])
+        np.testing.assert_array_equal(truncated.squeeze(-1).numpy(), expected["truncated"][:, t])
+    ended = expected["terminated"] | expected["truncated"]
+    assert ended.all(axis=0).any() and expected["truncated"].any() and expected["terminated"].any()
+
+
+def test_a_later_reset_keeps_the_episodes_running():
+    env = to_skrl(gpu_envs.wrap(FakeIsaacDirectEnv(N)))
+    env.reset()
+    stepped, *_ = env.step(torch.zeros(N, 1))
+    again, _ = env.reset()  # skrl's trainers call reset() at every train()/eval()
+    assert torch.equal(again, stepped) and again[:, 2].tolist() == [1.0] * N
+
+
+def test_isaac_groups_become_observation_and_state():
+    direct = to_skrl(gpu_envs.wrap(FakeIsaacDirectEnv(N, state=True)))
+    assert direct.observation_space.shape == (3,) and direct.state_space.shape == (3,)
+    obs, _ = direct.reset()
+    assert torch.equal(direct.state(), 2 * obs)
+    manager = to_skrl(gpu_envs.wrap(FakeIsaacManagerEnv(N)))
+    assert isinstance(manager.state_space, spaces.Dict)
+    manager.reset()
+    for _ in range(3):  # every first episode ends at step 3: Isaac's metrics come along
+        obs, _, terminated, truncated, infos = manager.step(torch.zeros(N, 1))
+    assert (terminated | truncated).all() and "Episode_Termination/time_out" in infos["log"]
+    # skrl flattens a Dict group key by key, sorted: ("counts" [3], "progress" [1])
+    assert torch.equal(manager.state()[:, :3], obs) and torch.equal(manager.state()[:, 3], obs[:, 2] / 7)
+
+
+def test_refuses_what_is_not_a_gpu_envs_env():
+    with pytest.raises(gpu_envs.NotAnEnvError, match="to_skrl"):
+        to_skrl(object())
+
+
+@pytest.fixture
+def one_thread():
+    """Small networks train fastest on one thread, and the machine is shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _episode_length(env, agent, steps: int = 300) -> float:
+    """Mean length of the episodes that end within ``steps`` steps of the current policy."""
+    obs, _ = env.reset()
+    running = torch.zeros(env.num_envs)
+    lengths = []
+    with torch.no_grad():
+        for _ in range(steps):
+            action, _ = agent.act(obs, None, timestep=0, timesteps=1)
+            obs, _, terminated, truncated, _ = env.step(action)
+            done = (terminated | truncated).view(-1)
+            running += 1
+            lengths += running[done].tolist()
+            running[done] = 0
+    return sum(lengths) / max(len(lengths), 1)
+
+
+@pytest.mark.slow
+def test_skrl_ppo_learns_cartpole(one_thread):
+    from skrl.agents.torch.ppo import PPO, PPO_CFG
+    from skrl.memories.torch import RandomMemory
+    from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model
+    from skrl.trainers.torch import SequentialTrainer, SequentialTrainerCfg
+
+    class Policy(CategoricalMixin, Model):
+        def __init__(self, env):
+            Model.__init__(self, observation_space=env.observation_space, action_space=env.action_space, device=env.device)
+            CategoricalMixin.__init__(self)
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2))
+
+        def compute(self, inputs, role):
+            return self.net(inputs["observations"]), {}
+
+    class Value(DeterministicMixin, Model):
+        def __init__(self, env):
+            Model.__init__(self, observation_space=env.observation_space, action_space=env.action_space, device=env.device)
+            DeterministicMixin.__init__(self)
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+
+        def compute(self, inputs, role):
+            return self.net(inputs["observations"]), {}
+
+    torch.manual_seed(0)
+    env = to_skrl(gpu_envs.make("CartPole-v1", num_envs=64, device="cpu", seed=0))
+    cfg = PPO_CFG(rollouts=32, learning_epochs=4, mini_batches=4, learning_rate=3e-3)
+    cfg.experiment.write_interval = 0
+    cfg.experiment.checkpoint_interval = 0
+    agent = PPO(
+        models={"policy": Policy(env), "value": Value(env)},
+        memory=RandomMemory(memory_size=32, num_envs=env.num_envs, device=env.device),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        device=env.device,
+        cfg=cfg,
+    )
+    before = _episode_length(env, agent)
+    trainer_cfg = SequentialTrainerCfg(
+        timesteps=800, headless=True, disable_progressbar=True, close_environment_at_exit=False
+    )
+    SequentialTrainer(cfg=trainer_cfg, env=env, agents=agent).train()
+    after = _episode_length(env, agent)
+    # a random policy keeps the pole up ~22 steps
+    assert before < 35
+    assert after > 2.5 * before, (before, after)

@@ -14,6 +14,7 @@ Example (also used by ``benchmarks/bench_device.py``)::
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +95,15 @@ def _manager_env(cfg: Any) -> Any:
 
 def build(case: str) -> gpu_envs.BatchedEnv:
     """Close the live env (one simulation per process), then build ``case``."""
-    close_live()
     if "Isaac-Cartpole" not in gym.registry:
         import isaaclab_tasks  # noqa: F401  (registers Isaac-Cartpole and friends)
-    env = CASES[case]()
+    return adopt(CASES[case])
+
+
+def adopt(make: Callable[[], gpu_envs.BatchedEnv]) -> gpu_envs.BatchedEnv:
+    """Close the live env (one simulation per process), then build one with ``make()`` and keep it live."""
+    close_live()
+    env = make()
     _live.append(env)
     return env
 

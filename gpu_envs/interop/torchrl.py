@@ -44,7 +44,7 @@ import warnings
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.errors import SpecError
 from gpu_envs.interop.conversions import check_env
@@ -128,6 +128,7 @@ class TorchRLEnv(torchrl_envs.EnvBase):
         for key, leaf in self._extras_spec.items(include_nested=True, leaves_only=True):
             observation[key] = torchrl_spec(leaf)
         self._reset_extras = self._extras_spec.zero()
+        self._reset_extras_items = dict(self._reset_extras.items())
 
     def _sync_info_spec(self, root: TensorDictBase) -> None:
         """Info entries a backend discovers at its first step join the observation spec then.
@@ -178,13 +179,19 @@ class TorchRLEnv(torchrl_envs.EnvBase):
             tensordict = tensordict.to(self.device)
         if "_step" in tensordict:  # partial steps: torchrl's generic path says what it supports
             return super()._step_and_maybe_reset(tensordict)
-        tensordict, env_root = self.env.step_and_maybe_reset(tensordict)
+        tensordict, root = self.env.step_and_maybe_reset(tensordict)
         if not self._info_known:
             self._sync_info_spec(tensordict)
         self._last_done = None
-        root = self._step_mdp(tensordict)  # torchrl's carry-over of the policy's own keys
-        root.update(env_root)
-        root.update(self._reset_extras)
+        # torchrl's step_mdp, given the env's root: its observations and flags, the extras as
+        # False/zeros, and every other root entry of this step (the action, the policy's own keys)
+        carried = {key: value for key, value in tensordict.items() if key != "next" and key not in root}
+        carried.update(self._reset_extras_items)
+        if type(root) is TensorDict:  # the env just built it: skip update()'s re-validation
+            for key, value in carried.items():
+                root._set_str(key, value, validated=True, inplace=False)
+        else:
+            root.update(carried)
         return tensordict, root
 
     def _set_seed(self, seed: int | None) -> None:

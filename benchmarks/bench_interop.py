@@ -5,10 +5,16 @@
   vectorization_mode="sync")``), both in NEXT_STEP mode (gymnasium's default), at N = 8
   and 256 (issue 9's target: ours at least 5x at N = 256);
 * Stable-Baselines3: ``to_sb3(gpu_envs.make("CartPole-v1", num_envs=8))`` vs SB3's
-  ``DummyVecEnv`` of gymnasium ``CartPole-v1``, at N = 8 (when SB3 is installed).
+  ``DummyVecEnv`` of gymnasium ``CartPole-v1``, at N = 8 (when SB3 is installed);
+* torchrl: ``to_torchrl(gpu_envs.make("CartPole-v1", num_envs=N))`` vs torchrl's own
+  ``GymWrapper`` over the same built-in env, in its fastest form for it
+  (``convert_actions_to_numpy=False, categorical_action_encoding=True``, as
+  ``CartPoleEnv``'s docstring says), both through ``step_and_maybe_reset`` (what
+  torchrl's collectors call), at N = 64 and 4096 (target: ours at least 2x; when
+  torchrl is installed).
 
-Each contender steps with fixed numpy actions (what a learner hands a numpy env) and
-returns numpy; env-steps/s = N / time per step. Interleaved rounds in one process,
+Each contender steps with fixed actions (numpy for the numpy libraries, a tensor drawn
+once from the action spec for torchrl); env-steps/s = N / time per step. Interleaved rounds in one process,
 thread CPU time, ``torch.set_num_threads(1)``, medians (see ``benchmarks/timing.py``).
 
     python -m benchmarks.bench_interop --json benchmarks/results/interop.json
@@ -34,11 +40,15 @@ import gpu_envs
 from benchmarks.timing import bench_result, interleave, sizes_main
 from gpu_envs.interop import to_gymnasium
 
+TORCHRL_SIZES = (64, 4096)
+# torchrl's GymWrapper in its fastest form for the built-in envs: actions stay index tensors
+GYM_WRAPPER_FASTEST = {"convert_actions_to_numpy": False, "categorical_action_encoding": True}
 COLUMNS = [
     ("library", "library"),
     ("N", "N"),
     ("gymnasium_sync_steps_per_s", "gymnasium SyncVectorEnv steps/s"),
     ("sb3_dummy_steps_per_s", "SB3 DummyVecEnv steps/s"),
+    ("torchrl_gymwrapper_steps_per_s", "torchrl GymWrapper steps/s"),
     ("gpu_envs_steps_per_s", "gpu_envs adapter steps/s"),
     ("speedup", "gpu_envs speedup"),
 ]
@@ -65,6 +75,29 @@ def sb3_contenders(n: int) -> tuple[dict[str, Callable[[], object]], list]:
     theirs.reset()
     ours.reset()
     return {"sb3_dummy": lambda: theirs.step(actions), "gpu_envs": lambda: ours.step(actions)}, [theirs, ours]
+
+
+def torchrl_contenders(n: int) -> tuple[dict[str, Callable[[], object]], list]:
+    from torchrl.envs import GymWrapper
+
+    from gpu_envs.envs import CartPoleEnv
+    from gpu_envs.interop import to_torchrl
+
+    theirs = GymWrapper(CartPoleEnv(num_envs=n, device="cpu", seed=0), **GYM_WRAPPER_FASTEST)
+    ours = to_torchrl(gpu_envs.make("CartPole-v1", num_envs=n, device="cpu", seed=0))
+    return {"torchrl_gymwrapper": _torchrl_stepper(theirs), "gpu_envs": _torchrl_stepper(ours)}, [theirs, ours]
+
+
+def _torchrl_stepper(env) -> Callable[[], None]:
+    """A step with a fixed action (drawn once) on the current root, advancing it like a collector."""
+    action = env.action_spec.rand()
+    state = {"td": env.reset()}
+
+    def step() -> None:
+        td = state["td"].set("action", action)
+        state["td"] = env.step_and_maybe_reset(td)[1]
+
+    return step
 
 
 def measure(library: str, n: int, make: Callable, quick: bool, steps: int | None, rounds: int | None) -> dict:
@@ -95,12 +128,19 @@ def sb3_rows(quick: bool, steps: int | None, rounds: int | None) -> list[dict]:
     return [measure("stable-baselines3", 8, sb3_contenders, quick, steps, rounds)]
 
 
+def torchrl_rows(quick: bool, steps: int | None, rounds: int | None) -> list[dict]:
+    """to_torchrl vs torchrl's GymWrapper at N = 64 and 4096 (no row without torchrl)."""
+    if importlib.util.find_spec("torchrl") is None:
+        return []
+    return [measure("torchrl", n, torchrl_contenders, quick, steps, rounds) for n in TORCHRL_SIZES]
+
+
 def run(
     quick: bool = False, sizes: tuple[int, ...] = (8, 256), steps: int | None = None, rounds: int | None = None
 ) -> dict:
     """Every row of the table (the ``gpu-envs bench`` interface); ``sizes`` are the gymnasium rows' N."""
     torch.set_num_threads(1)
-    rows = gymnasium_rows(quick, sizes, steps, rounds) + sb3_rows(quick, steps, rounds)
+    rows = gymnasium_rows(quick, sizes, steps, rounds) + sb3_rows(quick, steps, rounds) + torchrl_rows(quick, steps, rounds)
     return bench_result("bench_interop: CartPole-v1 through the interop adapters on cpu, 1 thread", rows, COLUMNS)
 
 

@@ -67,10 +67,13 @@ def test_bench_interop_measures_each_library_against_its_own_env():
 
     result = bench_interop.run(quick=True, sizes=(8,), rounds=1)
     by_library = {row["library"]: row for row in result["rows"]}
-    assert set(by_library) == {"gymnasium", "stable-baselines3"}
+    assert set(by_library) == {"gymnasium", "stable-baselines3", "torchrl"}
     assert (
         by_library["gymnasium"]["gymnasium_sync_steps_per_s"] > 0
         and by_library["gymnasium"]["gpu_envs_steps_per_s"] > 0
     )
     assert by_library["stable-baselines3"]["sb3_dummy_steps_per_s"] > 0
+    torchrl_rows = [row for row in result["rows"] if row["library"] == "torchrl"]
+    assert [row["N"] for row in torchrl_rows] == [64, 4096]  # issue 9's sizes, whatever the gymnasium rows' N
+    assert all(row["torchrl_gymwrapper_steps_per_s"] > 0 and row["gpu_envs_steps_per_s"] > 0 for row in torchrl_rows)
     assert all(row["speedup"].endswith("x") for row in result["rows"])

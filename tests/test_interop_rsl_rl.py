@@ -1,9 +1,10 @@
-"""``to_rsl_rl``: rsl_rl's VecEnv contract, exact against the sequential oracle, and a real OnPolicyRunner run."""
+"""``to_rsl_rl``: rsl_rl's VecEnv contract, exact against the sequential oracle.
+
+The real OnPolicyRunner training run is examples/train_rsl_rl.py (tests/test_train_examples.py).
+"""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import warnings
 
 import numpy as np
@@ -126,53 +127,3 @@ def test_transformed_envs_and_reset():
     assert env.episode_length_buf.tolist() == [1, 1]  # read through the transformed env
     obs, extras = env.reset()
     assert env.episode_length_buf.tolist() == [0, 0] and obs["policy"].shape == (2, 3) and extras == {}
-
-
-def _train_cfg() -> dict:
-    return {
-        "num_steps_per_env": 32,
-        "save_interval": 1000,
-        "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
-        "algorithm": {"class_name": "PPO", "learning_rate": 1e-3, "gamma": 0.95, "lam": 0.95, "entropy_coef": 0.0},
-        "actor": {
-            "class_name": "MLPModel",
-            "hidden_dims": [64, 64],
-            "obs_normalization": True,
-            "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0},
-        },
-        "critic": {"class_name": "MLPModel", "hidden_dims": [64, 64], "obs_normalization": True},
-    }
-
-
-def _mean_step_reward(env, policy, steps: int = 200) -> float:
-    obs, total = env.get_observations(), 0.0
-    with torch.inference_mode():
-        for _ in range(steps):
-            obs, rewards, _, _ = env.step(policy(obs))
-            total += rewards.mean().item()
-    return total / steps
-
-
-@pytest.fixture
-def one_thread():
-    """Small networks train fastest on one thread, and the machine is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.mark.slow
-def test_on_policy_runner_ppo_learns_pendulum(one_thread):
-    from rsl_rl.runners import OnPolicyRunner
-
-    torch.manual_seed(0)
-    env = to_rsl_rl(gpu_envs.make("Pendulum-v1", num_envs=256, device="cpu", seed=0))
-    with contextlib.redirect_stdout(io.StringIO()):
-        runner = OnPolicyRunner(env, _train_cfg(), log_dir=None, device="cpu")
-        before = _mean_step_reward(env, runner.get_inference_policy())
-        runner.learn(num_learning_iterations=60, init_at_random_ep_len=True)
-    after = _mean_step_reward(env, runner.get_inference_policy())
-    # a random policy scores about -6 per step; a swung-up pendulum is near 0
-    assert before < -4.0
-    assert after > before + 2.5, (before, after)

@@ -1,4 +1,7 @@
-"""``to_skrl``: skrl's wrapper contract, exact against the sequential oracle, and a real skrl PPO run."""
+"""``to_skrl``: skrl's wrapper contract, exact against the sequential oracle.
+
+The real skrl PPO training run is examples/train_skrl.py (tests/test_train_examples.py).
+"""
 
 from __future__ import annotations
 
@@ -76,77 +79,3 @@ def test_isaac_groups_become_observation_and_state():
 def test_refuses_what_is_not_a_gpu_envs_env():
     with pytest.raises(gpu_envs.NotAnEnvError, match="to_skrl"):
         to_skrl(object())
-
-
-@pytest.fixture
-def one_thread():
-    """Small networks train fastest on one thread, and the machine is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _episode_length(env, agent, steps: int = 300) -> float:
-    """Mean length of the episodes that end within ``steps`` steps of the current policy."""
-    obs, _ = env.reset()
-    running = torch.zeros(env.num_envs)
-    lengths = []
-    with torch.no_grad():
-        for _ in range(steps):
-            action, _ = agent.act(obs, None, timestep=0, timesteps=1)
-            obs, _, terminated, truncated, _ = env.step(action)
-            done = (terminated | truncated).view(-1)
-            running += 1
-            lengths += running[done].tolist()
-            running[done] = 0
-    return sum(lengths) / max(len(lengths), 1)
-
-
-@pytest.mark.slow
-def test_skrl_ppo_learns_cartpole(one_thread):
-    from skrl.agents.torch.ppo import PPO, PPO_CFG
-    from skrl.memories.torch import RandomMemory
-    from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model
-    from skrl.trainers.torch import SequentialTrainer, SequentialTrainerCfg
-
-    class Policy(CategoricalMixin, Model):
-        def __init__(self, env):
-            Model.__init__(self, observation_space=env.observation_space, action_space=env.action_space, device=env.device)
-            CategoricalMixin.__init__(self)
-            self.net = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2))
-
-        def compute(self, inputs, role):
-            return self.net(inputs["observations"]), {}
-
-    class Value(DeterministicMixin, Model):
-        def __init__(self, env):
-            Model.__init__(self, observation_space=env.observation_space, action_space=env.action_space, device=env.device)
-            DeterministicMixin.__init__(self)
-            self.net = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
-
-        def compute(self, inputs, role):
-            return self.net(inputs["observations"]), {}
-
-    torch.manual_seed(0)
-    env = to_skrl(gpu_envs.make("CartPole-v1", num_envs=64, device="cpu", seed=0))
-    cfg = PPO_CFG(rollouts=32, learning_epochs=4, mini_batches=4, learning_rate=3e-3)
-    cfg.experiment.write_interval = 0
-    cfg.experiment.checkpoint_interval = 0
-    agent = PPO(
-        models={"policy": Policy(env), "value": Value(env)},
-        memory=RandomMemory(memory_size=32, num_envs=env.num_envs, device=env.device),
-        observation_space=env.observation_space,
-        action_space=env.action_space,
-        device=env.device,
-        cfg=cfg,
-    )
-    before = _episode_length(env, agent)
-    trainer_cfg = SequentialTrainerCfg(
-        timesteps=800, headless=True, disable_progressbar=True, close_environment_at_exit=False
-    )
-    SequentialTrainer(cfg=trainer_cfg, env=env, agents=agent).train()
-    after = _episode_length(env, agent)
-    # a random policy keeps the pole up ~22 steps
-    assert before < 35
-    assert after > 2.5 * before, (before, after)

@@ -1,0 +1,41 @@
+"""The training examples of torchrl, rsl_rl and skrl learn through their gpu_envs adapter.
+
+Each example is that library's own training loop (torchrl's Collector + GAE +
+ClipPPOLoss, rsl_rl's OnPolicyRunner, skrl's PPO + SequentialTrainer) on a built-in
+env, with ``to_<library>(env)`` as the only gpu_envs line; a short run must end clearly
+above a random policy.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from tests.example_files import load_example
+
+
+@pytest.mark.slow
+def test_torchrl_ppo_learns_cartpole(one_thread):
+    pytest.importorskip("torchrl")
+    lengths = load_example("train_torchrl").main(["--batches", "15"])["lengths"]
+    # a random policy keeps the pole up ~22 steps
+    assert lengths[0] < 40
+    assert statistics.mean(lengths[-5:]) > 3 * lengths[0], lengths
+
+
+@pytest.mark.slow
+def test_rsl_rl_on_policy_runner_learns_pendulum(one_thread):
+    pytest.importorskip("rsl_rl")
+    result = load_example("train_rsl_rl").main(["--quiet"])
+    # about -6 per step at random; a swung-up pendulum is near 0
+    assert result["before"] < -4.0
+    assert result["after"] > result["before"] + 2.5, result
+
+
+@pytest.mark.slow
+def test_skrl_ppo_learns_cartpole(one_thread):
+    pytest.importorskip("skrl")
+    result = load_example("train_skrl").main([])
+    assert result["before"] < 35
+    assert result["after"] > 2.5 * result["before"], result

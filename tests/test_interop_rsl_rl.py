@@ -17,7 +17,7 @@ from rsl_rl.env import VecEnv
 
 import gpu_envs
 from gpu_envs.interop import to_rsl_rl
-from gpu_envs.transforms import RewardScale, TransformedEnv
+from gpu_envs.transforms import RewardScale, ScalarizeReward, TransformedEnv
 from tests.fakes import reference_rollout
 from tests.isaac_fakes import FakeIsaacDirectEnv, FakeIsaacManagerEnv
 
@@ -127,3 +127,17 @@ def test_transformed_envs_and_reset():
     assert env.episode_length_buf.tolist() == [1, 1]  # read through the transformed env
     obs, extras = env.reset()
     assert env.episode_length_buf.tolist() == [0, 0] and obs["policy"].shape == (2, 3) and extras == {}
+
+
+def test_vector_rewards_are_refused_until_scalarised():
+    pytest.importorskip("mo_gymnasium")
+    import mo_gymnasium  # noqa: F401  (registers the mo- ids)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = gpu_envs.make("mo-mountaincarcontinuous-v0", num_envs=3, device="cpu", seed=0)
+    with pytest.raises(gpu_envs.SpecError, match="ScalarizeReward"):
+        to_rsl_rl(env)
+    vec_env = to_rsl_rl(TransformedEnv(env, ScalarizeReward([1.0, 0.5])), max_episode_length=999)
+    _, rewards, _, _ = vec_env.step(torch.zeros(3, 1))
+    assert rewards.shape == (3,)

@@ -76,6 +76,15 @@ def test_isaac_groups_become_observation_and_state():
     assert torch.equal(manager.state()[:, :3], obs) and torch.equal(manager.state()[:, 3], obs[:, 2] / 7)
 
 
+def test_vector_rewards_are_refused():
+    pytest.importorskip("mo_gymnasium")
+    import mo_gymnasium  # noqa: F401  (registers the mo- ids)
+
+    env = gpu_envs.make("mo-mountaincarcontinuous-v0", num_envs=2, device="cpu")
+    with pytest.raises(gpu_envs.SpecError, match="ScalarizeReward"):
+        to_skrl(env)
+
+
 def test_refuses_what_is_not_a_gpu_envs_env():
     with pytest.raises(gpu_envs.NotAnEnvError, match="to_skrl"):
         to_skrl(object())

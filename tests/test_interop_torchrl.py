@@ -102,6 +102,18 @@ def test_check_env_specs_passes_on_jax_backends(name):
     check_env_specs(to_torchrl(JAX_BACKENDS[name]()), seed=0)
 
 
+def test_vector_rewards_of_multi_objective_envs_keep_their_shape():
+    pytest.importorskip("mo_gymnasium")
+    import mo_gymnasium  # noqa: F401  (registers the mo- ids)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = to_torchrl(gpu_envs.make("mo-mountaincarcontinuous-v0", num_envs=3, device="cpu", seed=0))
+    assert env.reward_spec.shape == (3, 2)
+    check_env_specs(env)
+    assert env.rollout(4, break_when_any_done=False)["next", "reward"].shape == (3, 4, 2)
+
+
 def test_specs_are_batched_torchrl_specs():
     env = to_torchrl(gpu_envs.make("CartPole-v1", num_envs=8, device="cpu"))
     assert isinstance(env.action_spec, Categorical) and env.action_spec.shape == (8,)

@@ -46,6 +46,7 @@ from gpu_envs.errors import InvalidArgumentError
 from gpu_envs.interop.conversions import action_tensor, check_env
 from gpu_envs.interop.libraries import require
 from gpu_envs.specs import Box, Composite
+from gpu_envs.specs.env_specs import require_scalar_reward
 
 rsl_rl_env = require("rsl_rl.env", package="rsl-rl-lib", extra="rsl_rl", consumer="to_rsl_rl")
 
@@ -117,12 +118,7 @@ class RslRlVecEnv(rsl_rl_env.VecEnv):
                 "Use an env with a float Box action space (e.g. gpu_envs.make('Pendulum-v1')), or train a discrete "
                 "env with another library (gpu_envs.interop.to_torchrl, to_skrl, to_sb3)."
             )
-        reward = env.single_reward_spec
-        if tuple(reward.shape) != (1,):
-            raise InvalidArgumentError(
-                f"rsl_rl needs one scalar reward per env, but this env's reward has shape {tuple(reward.shape)}; "
-                "reduce it to one value first (e.g. a weighted sum in a transform)."
-            )
+        require_scalar_reward(env.single_reward_spec.shape, "to_rsl_rl")
         self.env = env
         self.num_envs = int(env.num_envs)
         self.device = env.device

@@ -44,6 +44,7 @@ from tensordict import TensorDictBase
 from gpu_envs.interop.conversions import action_tensor, check_env
 from gpu_envs.interop.libraries import require
 from gpu_envs.specs import Composite
+from gpu_envs.specs.env_specs import require_scalar_reward
 
 skrl_wrappers = require("skrl.envs.wrappers.torch", package="skrl", extra="skrl", consumer="to_skrl")
 skrl_spaces = require("skrl.utils.spaces.torch", package="skrl", extra="skrl", consumer="to_skrl")
@@ -67,6 +68,7 @@ class SkrlEnv(skrl_wrappers.Wrapper):
     """A gpu_envs env as skrl's (single-agent, torch) env wrapper: build it with :func:`to_skrl`."""
 
     def __init__(self, env: Any) -> None:
+        require_scalar_reward(env.single_reward_spec.shape, "to_skrl")
         super().__init__(env)
         self.env = env
         self._obs_key, self._observation_space, self._state_key, self._state_space = _observation_layout(
@@ -119,7 +121,8 @@ class SkrlEnv(skrl_wrappers.Wrapper):
         if log:
             infos["log"] = log
         n = self._n
-        return self._observations, nxt.get("reward").view(n, -1), nxt.get("terminated").view(n, 1), nxt.get("truncated").view(n, 1), infos
+        reward, terminated, truncated = (nxt.get(key).view(n, 1) for key in ("reward", "terminated", "truncated"))
+        return self._observations, reward, terminated, truncated, infos
 
     def state(self) -> torch.Tensor | None:
         """The ``"critic"`` group, flattened ``[N, size]``, for envs that have one; else None."""

@@ -153,3 +153,24 @@ def reference_rollout(num_envs: int, actions: np.ndarray, final_obs: str = "info
         for k in out:
             out[k].append(np.stack(rows[k]))
     return {k: np.stack(v, axis=1) for k, v in out.items()}
+
+
+def assert_trajectory_matches(traj, expected: dict) -> None:
+    """A trajectory TensorDict ``[N, T]`` equals :func:`reference_rollout`'s arrays, key by key.
+
+    Compares the root observation and action, ``("next", "observation")`` (NaN
+    placeholders included), the reward, the end flags and ``final_obs_missing``, and
+    checks ``done == terminated | truncated``.
+    """
+    got = {
+        "observation": traj["observation"],
+        "action": traj["action"],
+        "next_observation": traj["next", "observation"],
+        "reward": traj["next", "reward"].squeeze(-1),
+        "terminated": traj["next", "terminated"].squeeze(-1),
+        "truncated": traj["next", "truncated"].squeeze(-1),
+        "final_obs_missing": traj["next", "final_obs_missing"].squeeze(-1),
+    }
+    for key, have in got.items():
+        np.testing.assert_array_equal(have.numpy(), expected[key].astype(have.numpy().dtype), err_msg=key)
+    np.testing.assert_array_equal(traj["next", "done"].squeeze(-1).numpy(), expected["terminated"] | expected["truncated"])

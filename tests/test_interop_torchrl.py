@@ -31,7 +31,7 @@ from gpu_envs import specs
 from gpu_envs.interop import to_torchrl
 from gpu_envs.interop.torchrl import TorchRLEnv, torchrl_spec
 from gpu_envs.transforms import EpisodeStats, TransformedEnv
-from tests.fakes import CountingTorchVectorEnv, reference_rollout
+from tests.fakes import CountingTorchVectorEnv, assert_trajectory_matches, reference_rollout
 from tests.gym_fakes import InfoEnv
 from tests.isaac_fakes import FakeIsaacDirectEnv, FakeIsaacManagerEnv
 from tests.sync_guard import no_sync
@@ -137,24 +137,6 @@ def test_probabilistic_actor_accepts_the_action_spec_and_acts():
     assert env.action_spec.is_in(data["action"][:, 0]) and data["action_log_prob"].shape == (8, 10)
 
 
-def test_missing_library_error_names_the_extra(monkeypatch):
-    import importlib
-
-    from gpu_envs.errors import MissingComponentError
-    from gpu_envs.interop.libraries import require
-
-    real = importlib.import_module
-
-    def fake_import(name, *args, **kwargs):
-        if name == "torchrl_is_not_here":
-            raise ImportError("No module named 'torchrl_is_not_here'")
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(importlib, "import_module", fake_import)
-    with pytest.raises(MissingComponentError, match=r'pip install "gpu-envs\[torchrl\]"'):
-        require("torchrl_is_not_here", package="torchrl", extra="torchrl", consumer="to_torchrl")
-
-
 def test_refuses_what_is_not_a_gpu_envs_env():
     with pytest.raises(gpu_envs.NotAnEnvError, match=r"gpu_envs\.wrap"):
         to_torchrl(gym.make("CartPole-v1"))
@@ -173,18 +155,7 @@ def _reference(final_obs: str) -> dict:
 
 
 def _assert_matches(data: TensorDict, expected: dict, step_count: bool = False) -> None:
-    got = {
-        "observation": data["observation"],
-        "action": data["action"],
-        "next_observation": data["next", "observation"],
-        "reward": data["next", "reward"].squeeze(-1),
-        "terminated": data["next", "terminated"].squeeze(-1),
-        "truncated": data["next", "truncated"].squeeze(-1),
-        "final_obs_missing": data["next", "final_obs_missing"].squeeze(-1),
-    }
-    for key, have in got.items():
-        np.testing.assert_array_equal(have.numpy(), expected[key].astype(have.numpy().dtype), err_msg=key)
-    np.testing.assert_array_equal(data["next", "done"].squeeze(-1).numpy(), expected["terminated"] | expected["truncated"])
+    assert_trajectory_matches(data, expected)
     if step_count:  # torchrl's StepCounter restarted exactly where the counting env did
         np.testing.assert_array_equal(data["step_count"].squeeze(-1).numpy(), expected["observation"][..., 2])
     ended = expected["terminated"] | expected["truncated"]

@@ -11,7 +11,7 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 import gpu_envs
 from gpu_envs.errors import InvalidArgumentError, RolloutError
 from gpu_envs.rollout import DEFAULT_STEPS, RolloutBuffer, collect
-from tests.fakes import CountingTorchVectorEnv, reference_rollout
+from tests.fakes import CountingTorchVectorEnv, assert_trajectory_matches, reference_rollout
 from tests.sync_guard import no_sync
 
 N = 5
@@ -38,19 +38,7 @@ def test_collections_continue_episodes_and_match_the_oracle(final_obs):
     policy = ScriptedPolicy(actions)
     parts = [collect(env, policy, steps=steps).clone() for _ in range(calls)]
     traj = torch.cat(parts, dim=1)
-    want = reference_rollout(N, actions, final_obs=final_obs)
-    got = {
-        "observation": traj["observation"],
-        "action": traj["action"],
-        "next_observation": traj["next", "observation"],
-        "reward": traj["next", "reward"].squeeze(-1),
-        "terminated": traj["next", "terminated"].squeeze(-1),
-        "truncated": traj["next", "truncated"].squeeze(-1),
-        "final_obs_missing": traj["next", "final_obs_missing"].squeeze(-1),
-    }
-    for key, have in got.items():
-        np.testing.assert_array_equal(have.numpy(), want[key].astype(have.numpy().dtype), err_msg=key)
-    assert torch.equal(traj["next", "done"], traj["next", "terminated"] | traj["next", "truncated"])
+    assert_trajectory_matches(traj, reference_rollout(N, actions, final_obs=final_obs))
     assert not traj["done"].any()
     # episodes crossed the collection boundaries (an episode ran over from one call to the next)
     step_in_episode = traj["observation"][:, :, 2]

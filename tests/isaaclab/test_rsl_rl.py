@@ -17,6 +17,7 @@ import torch
 
 import gpu_envs
 from gpu_envs.interop import to_rsl_rl
+from tests.example_files import load_example
 from tests.isaaclab.cartpoles import adopt, close_live, direct_cfg
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")  # Isaac Lab's own
@@ -53,20 +54,13 @@ def test_contract_reads_and_writes_isaac_labs_own_buffers(vec_env):
     assert "Metrics/success_rate" in extras["log"]
 
 
-def _mean_step_reward(vec_env, policy, steps: int = 60) -> float:
-    obs, total = vec_env.get_observations(), 0.0
-    with torch.inference_mode():
-        for _ in range(steps):
-            obs, rewards, _, _ = vec_env.step(policy(obs))
-            total += rewards.mean().item()
-    return total / steps
-
-
 @pytest.mark.slow
 def test_on_policy_runner_trains_the_direct_cartpole(vec_env):
     from isaaclab_rl.rsl_rl import handle_deprecated_rsl_rl_cfg
     from isaaclab_tasks.core.cartpole.agents.rsl_rl_ppo_cfg import CartpoleDirectPPORunnerCfg
     from rsl_rl.runners import OnPolicyRunner
+
+    mean_step_reward = load_example("train_rsl_rl").mean_step_reward
 
     agent_cfg = handle_deprecated_rsl_rl_cfg(CartpoleDirectPPORunnerCfg(), importlib.metadata.version("rsl-rl-lib"))
     threads = torch.get_num_threads()
@@ -75,9 +69,9 @@ def test_on_policy_runner_trains_the_direct_cartpole(vec_env):
         torch.manual_seed(0)
         with contextlib.redirect_stdout(io.StringIO()):
             runner = OnPolicyRunner(vec_env, agent_cfg.to_dict(), log_dir=None, device="cpu")
-            before = _mean_step_reward(vec_env, runner.get_inference_policy())
+            before = mean_step_reward(vec_env, runner.get_inference_policy(), steps=60)
             runner.learn(num_learning_iterations=12, init_at_random_ep_len=True)
-        after = _mean_step_reward(vec_env, runner.get_inference_policy())
+        after = mean_step_reward(vec_env, runner.get_inference_policy(), steps=60)
     finally:
         torch.set_num_threads(threads)
     # per step: +1/60 for staying alive, minus the pole-angle and velocity penalties

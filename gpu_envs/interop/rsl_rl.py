@@ -86,7 +86,8 @@ class _EpisodeClock:
         value = torch.as_tensor(value, device=current.device)
         if value.shape != current.shape:
             raise InvalidArgumentError(
-                f"episode_length_buf must have shape {tuple(current.shape)} (one step count per env), got {tuple(value.shape)}."
+                f"episode_length_buf must have shape {tuple(current.shape)} (one step count per env), "
+                f"got {tuple(value.shape)}."
             )
         value = value.to(current.dtype)
         if self.attr is None:

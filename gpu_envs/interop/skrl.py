@@ -112,7 +112,8 @@ class SkrlEnv(skrl_wrappers.Wrapper):
         """Step every env; returns the next observations (post-reset where an episode ended) and ``[N, 1]`` signals."""
         if self._root is None:
             self.reset()
-        td = self._root.set("action", action_tensor(actions.reshape(self._action_shape), self.env.action_spec, self.device))
+        actions = action_tensor(actions.reshape(self._action_shape), self.env.action_spec, self.device)
+        td = self._root.set("action", actions)
         td, root = self.env.step_and_maybe_reset(td)
         self._read(root)
         nxt = td.get("next")

@@ -81,9 +81,8 @@ def torchrl_spec(spec: Spec) -> Any:
         return torchrl_data.Bounded(spec.start, spec.start + spec.n - 1, shape=shape, device=device, dtype=dtype)
     if isinstance(spec, MultiDiscrete):
         if bool((spec.start == 0).all()):
-            return torchrl_data.MultiCategorical(spec.nvec, shape=shape, device=device, dtype=dtype, remove_singleton=False)
-        low = spec.start
-        return torchrl_data.Bounded(low, low + spec.nvec - 1, shape=shape, device=device, dtype=dtype)
+            return torchrl_data.MultiCategorical(spec.nvec, shape, device, dtype, remove_singleton=False)
+        return torchrl_data.Bounded(spec.start, spec.start + spec.nvec - 1, shape=shape, device=device, dtype=dtype)
     if isinstance(spec, OneHot):  # before Binary, its base class
         return torchrl_data.OneHot(spec.n, shape=shape, device=device, dtype=dtype)
     if isinstance(spec, Binary):
@@ -92,8 +91,10 @@ def torchrl_spec(spec: Spec) -> Any:
 
 
 def _done_spec(batch_size: torch.Size, device: torch.device) -> Any:
-    flag = torchrl_data.Categorical(2, shape=(*batch_size, 1), device=device, dtype=torch.bool)
-    return torchrl_data.Composite({key: flag.clone() for key in ("done", "terminated", "truncated")}, shape=batch_size, device=device)
+    """done, terminated, truncated: ``Categorical(2, bool)``, shape ``[*batch, 1]``, as in torchrl's own envs."""
+    shape = (*batch_size, 1)
+    flags = {key: torchrl_data.Categorical(2, shape, device, torch.bool) for key in ("done", "terminated", "truncated")}
+    return torchrl_data.Composite(flags, shape=batch_size, device=device)
 
 
 class TorchRLEnv(torchrl_envs.EnvBase):
@@ -108,7 +109,8 @@ class TorchRLEnv(torchrl_envs.EnvBase):
         super().__init__(device=env.device, batch_size=env.batch_size)
         self.env = env
         observation = torchrl_spec(env.observation_spec)
-        self._extras_spec = Composite({MISSING_KEY: Binary(1, device=env.device)}, device=env.device).expand(*env.batch_size)
+        extras = Composite({MISSING_KEY: Binary(1, device=env.device)}, device=env.device)
+        self._extras_spec = extras.expand(*env.batch_size)
         self._add_extras(observation, env.info_spec)
         self.observation_spec = observation
         self.action_spec = torchrl_spec(env.action_spec)
@@ -160,10 +162,12 @@ class TorchRLEnv(torchrl_envs.EnvBase):
         seed, self._seed = self._seed, None
         mask = None if tensordict is None else tensordict.get("_reset", None)
         last_done, self._last_done = self._last_done, None
-        if mask is not None and last_done is not None and seed is None and not bool((mask.view_as(last_done) & ~last_done).any()):
-            root = self.env.root()  # every masked row ended in the last step: already reset, served from cache
-        else:
-            root = self.env.reset(seed=seed, td=tensordict)
+        if mask is not None and last_done is not None and seed is None:
+            # torchrl's maybe_reset after a step: the rows that ended are already reset
+            already = not bool((mask.view_as(last_done) & ~last_done).any())
+            if already:
+                return self.env.root().update(self._reset_extras)
+        root = self.env.reset(seed=seed, td=tensordict)
         return root.update(self._reset_extras)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:

@@ -20,8 +20,10 @@ from gpu_envs.interop import to_rsl_rl
 from gpu_envs.transforms import RewardScale, ScalarizeReward, TransformedEnv
 from tests.fakes import reference_rollout
 from tests.isaac_fakes import FakeIsaacDirectEnv, FakeIsaacManagerEnv
+from tests.sync_guard import no_sync
 
 N, T = 6, 40
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def _actions(seed: int = 0) -> np.ndarray:
@@ -141,3 +143,15 @@ def test_vector_rewards_are_refused_until_scalarised():
     vec_env = to_rsl_rl(TransformedEnv(env, ScalarizeReward([1.0, 0.5])), max_episode_length=999)
     _, rewards, _, _ = vec_env.step(torch.zeros(3, 1))
     assert rewards.shape == (3,)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_never_syncs(device):
+    env = to_rsl_rl(gpu_envs.make("Pendulum-v1", num_envs=16, device=device, seed=0, max_episode_steps=20))
+    env.step(torch.zeros(16, 1, device=device))  # the first step validates (allowed to sync)
+    time_outs = torch.zeros((), device=device)
+    with no_sync():
+        for _ in range(50):
+            _, _, _, extras = env.step(torch.rand(16, 1, device=device) * 4 - 2)
+            time_outs += extras["time_outs"].sum()
+    assert time_outs.item() > 0, "the guarded steps covered auto-resets"

@@ -18,8 +18,10 @@ import gpu_envs
 from gpu_envs.interop import to_skrl
 from tests.fakes import reference_rollout
 from tests.isaac_fakes import FakeIsaacDirectEnv, FakeIsaacManagerEnv
+from tests.sync_guard import no_sync
 
 N, T = 6, 40
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def test_spaces_are_one_envs_and_signals_are_columns():
@@ -88,3 +90,16 @@ def test_vector_rewards_are_refused():
 def test_refuses_what_is_not_a_gpu_envs_env():
     with pytest.raises(gpu_envs.NotAnEnvError, match="to_skrl"):
         to_skrl(object())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_never_syncs(device):
+    env = to_skrl(gpu_envs.make("CartPole-v1", num_envs=16, device=device, seed=0))
+    env.reset()
+    env.step(torch.zeros(16, 1, dtype=torch.int64, device=device))  # the first step validates (allowed to sync)
+    ended = torch.zeros((), device=device)
+    with no_sync():
+        for _ in range(100):
+            _, _, terminated, truncated, _ = env.step(torch.randint(0, 2, (16, 1), device=device))
+            ended += (terminated | truncated).sum()
+    assert ended.item() > 0, "the guarded steps covered auto-resets"

@@ -37,6 +37,7 @@ from tests.isaac_fakes import FakeIsaacDirectEnv, FakeIsaacManagerEnv
 from tests.sync_guard import no_sync
 
 N, T = 6, 60
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 BACKENDS = {
     "builtin-CartPole": lambda: gpu_envs.make("CartPole-v1", num_envs=5, device="cpu", seed=0),
@@ -211,11 +212,12 @@ def test_set_seed_makes_rollouts_reproducible():
     assert torch.equal(runs[0]["next", "observation"], runs[1]["next", "observation"])
 
 
-def test_step_and_maybe_reset_never_syncs():
-    env = to_torchrl(gpu_envs.make("CartPole-v1", num_envs=16, device="cpu", seed=0))
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_and_maybe_reset_never_syncs(device):
+    env = to_torchrl(gpu_envs.make("CartPole-v1", num_envs=16, device=device, seed=0))
     td = env.rand_action(env.reset())
     _, root = env.step_and_maybe_reset(td)  # the first step validates (allowed to sync)
-    ended = torch.zeros(())
+    ended = torch.zeros((), device=device)
     with no_sync():
         for _ in range(100):
             td, root = env.step_and_maybe_reset(env.rand_action(root))

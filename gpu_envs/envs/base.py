@@ -3,8 +3,18 @@
 A built-in env is a gymnasium ``VectorEnv`` (so gymnasium and torchrl tooling accept it)
 that follows the torch vector env protocol (:mod:`gpu_envs.backends.torch`): torch
 tensors in and out, same-step auto-reset, final observations in ``info["final_obs"]``.
-Subclasses write the physics (``step``) and the initial-state draw; this base owns the
+Subclasses write the physics (``step``) and the initial-state bounds; this base owns the
 rest, so the envs differ only where their dynamics do.
+
+State lives in tensors that are updated IN PLACE and never re-bound (the physical state,
+the step counts, the random generator's keys and counters): a CUDA graph or a compiled
+step reads and writes the same memory every time, and :meth:`BatchedTorchEnv.state_dict`
+/ :meth:`BatchedTorchEnv.load_state_dict` expose and restore all of it.
+
+Randomness comes from a :class:`~gpu_envs.envs.counter_rng.CounterRNG`: row ``i``'s initial
+states depend only on the seed, its global index ``env_index_offset + i`` and how many
+times it was reset -- never on ``N`` or on other rows -- and the draws are plain integer
+ops, so ``torch.compile`` traces them without a graph break.
 
 Example (a subclass)::
 
@@ -12,7 +22,8 @@ Example (a subclass)::
         state_size = 2
         def reset(self, *, seed=None, options=None):
             options = self._begin_reset(seed, options)
-            self._apply_reset(torch.zeros(self.num_envs, 2), options.get("reset_mask"))
+            fresh = self._rng.uniform(self._rng.bounds([-1, -1], [1, 1]))
+            self._apply_reset(fresh, options.get("reset_mask"))
             return self._state.clone(), {}
 """
 
@@ -25,7 +36,10 @@ import numpy as np
 import torch
 
 from gpu_envs.arrays import to_torch
+from gpu_envs.envs.counter_rng import CounterRNG
 from gpu_envs.errors import ClosedEnvError, InvalidArgumentError, ResetMaskError, ResetNeededError
+
+STATE_KEYS = ("state", "elapsed_steps", "rng_key", "rng_counter")
 
 
 class BatchedTorchEnv(gymnasium.vector.VectorEnv):
@@ -38,13 +52,16 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
             auto-reset, "_final_obs": done mask [N]}``; if False, ``info = {}`` (Isaac Lab
             style: the final observation of ended rows is lost).
         max_episode_steps: truncation limit (``truncated = elapsed_steps >= limit``).
-        seed: seeds the env's ``torch.Generator`` (on ``device``), the only source of
-            randomness; ``None`` draws a fresh seed. ``reset(seed=...)`` re-seeds it.
+        seed: keys the env's counter-based generator, the only source of randomness;
+            ``None`` draws a fresh seed. ``reset(seed=...)`` re-keys it.
+        env_index_offset: global index of row 0. Row ``i`` draws what row
+            ``env_index_offset + i`` of a larger env with the same seed draws, so shards
+            built with offsets ``0, N, 2N, ...`` together reproduce one big run exactly.
 
     Attributes:
-        state: ``[N, state_size]`` float32. ``step`` replaces it with a new tensor (never
-            writes into the old one); callers may overwrite it in place or assign one.
-        elapsed_steps: ``[N]`` int64, steps since each row's episode began.
+        state: ``[N, state_size]`` float32, updated in place by ``reset``/``step`` (assigning
+            to it copies into it).
+        elapsed_steps: ``[N]`` int64, steps since each row's episode began (in place too).
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -64,39 +81,83 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         expose_final_obs: bool,
         max_episode_steps: int,
         seed: int | None,
+        env_index_offset: int = 0,
     ) -> None:
         if int(num_envs) < 1:
             raise InvalidArgumentError(f"num_envs must be >= 1, got {num_envs}.")
         if int(max_episode_steps) < 1:
             raise InvalidArgumentError(f"max_episode_steps must be >= 1, got {max_episode_steps}.")
+        if isinstance(env_index_offset, bool) or not isinstance(env_index_offset, int) or env_index_offset < 0:
+            raise InvalidArgumentError(
+                f"env_index_offset must be an int >= 0 (the global index of this env's first row), got {env_index_offset!r}."
+            )
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self.expose_final_obs = bool(expose_final_obs)
         self.max_episode_steps = int(max_episode_steps)
+        self.env_index_offset = env_index_offset
         self._state = torch.zeros(self.num_envs, self.state_size, dtype=torch.float32, device=self.device)
-        self.elapsed_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
-        self._generator = torch.Generator(device=self.device)
-        if seed is None:
-            self._generator.seed()
-        else:
-            self._generator.manual_seed(int(seed))
+        self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self._rng = CounterRNG(self.num_envs, self.state_size, self.device, seed, env_index_offset)
         self._needs_reset = True
         self._closed = False
 
     # ------------------------------------------------------------------ state
     @property
     def state(self) -> torch.Tensor:
-        """``[N, state_size]`` float32; writable in place or assignable."""
+        """``[N, state_size]`` float32, updated in place; assigning copies into it."""
         return self._state
 
     @state.setter
     def state(self, value: torch.Tensor) -> None:
-        value = torch.as_tensor(value, dtype=torch.float32, device=self.device)
-        if tuple(value.shape) != (self.num_envs, self.state_size):
+        self._copy_into(self._state, value, "state")
+
+    @property
+    def elapsed_steps(self) -> torch.Tensor:
+        """``[N]`` int64 steps since each row's episode began, updated in place."""
+        return self._elapsed
+
+    @elapsed_steps.setter
+    def elapsed_steps(self, value: torch.Tensor) -> None:
+        self._copy_into(self._elapsed, value, "elapsed_steps")
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Every tensor a step reads and writes, live (not copies), by name.
+
+        ``state`` ``[N, state_size]`` float32, ``elapsed_steps`` ``[N]`` int64, and the
+        random generator's ``rng_key`` ``[N, 2]`` and ``rng_counter`` ``[N]`` (int64).
+        These tensors are never re-bound, so the dict stays valid for the env's life;
+        ``.clone()`` the values to keep a snapshot.
+        """
+        return {
+            "state": self._state,
+            "elapsed_steps": self._elapsed,
+            "rng_key": self._rng.key,
+            "rng_counter": self._rng.counter,
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Copy a :meth:`state_dict` (this env's or a snapshot of it) into the env, in place.
+
+        The env is then ready to step from exactly that state (same future draws too).
+        """
+        if not isinstance(state, dict) or set(state) != set(STATE_KEYS):
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise InvalidArgumentError(
-                f"state must have shape ({self.num_envs}, {self.state_size}), got {tuple(value.shape)}."
+                f"{type(self).__name__}.load_state_dict expects the keys {list(STATE_KEYS)} of state_dict(), got {got}."
             )
-        self._state = value.contiguous()
+        for name, target in self.state_dict().items():
+            self._copy_into(target, state[name], name)
+        self._needs_reset = False
+
+    def _copy_into(self, target: torch.Tensor, value: Any, name: str) -> None:
+        value = torch.as_tensor(value, device=self.device)
+        if tuple(value.shape) != tuple(target.shape) or value.is_floating_point() != target.is_floating_point():
+            raise InvalidArgumentError(
+                f"{name} must be a {tuple(target.shape)} {target.dtype} tensor, got {tuple(value.shape)} {value.dtype}."
+            )
+        if value is not target:
+            target.copy_(value)
 
     # ------------------------------------------------------------------ reset
     def _begin_reset(self, seed: int | None, options: dict | None) -> dict:
@@ -104,18 +165,23 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         if self._closed:
             raise ClosedEnvError(f"{type(self).__name__} was closed; build a new one.")
         if seed is not None:
-            self._generator.manual_seed(int(seed))
+            self._rng.reseed(int(seed))
         return options or {}
 
     def _apply_reset(self, fresh: torch.Tensor, mask: Any | None) -> None:
-        """Install ``fresh`` initial states on every row, or on the rows of ``mask`` [N]."""
+        """Install ``fresh`` ``[N, state_size]`` on every row, or on the rows of ``mask`` [N].
+
+        Only the rows that take their fresh state count a draw of the generator.
+        """
         if mask is None:
-            self._state = fresh
-            self.elapsed_steps = torch.zeros_like(self.elapsed_steps)
+            self._state.copy_(fresh)
+            self._elapsed.zero_()
+            self._rng.advance()
         else:
             mask = self._check_mask(mask)
-            self._state = torch.where(mask.unsqueeze(1), fresh, self._state)
-            self.elapsed_steps = self.elapsed_steps.masked_fill(mask, 0)
+            self._state.copy_(torch.where(mask.unsqueeze(1), fresh, self._state))
+            self._elapsed.masked_fill_(mask, 0)
+            self._rng.advance(mask)
         self._needs_reset = False
 
     def _check_mask(self, mask: Any) -> torch.Tensor:
@@ -192,4 +258,5 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         self._needs_reset = True
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(num_envs={self.num_envs}, device={self.device})"
+        offset = f", env_index_offset={self.env_index_offset}" if self.env_index_offset else ""
+        return f"{type(self).__name__}(num_envs={self.num_envs}, device={self.device}{offset})"

@@ -52,13 +52,15 @@ class CartPoleEnv(BatchedTorchEnv):
             auto-reset [N, 4], "_final_obs": done mask [N]}``; if False, ``info = {}``
             (Isaac Lab style, the final observation of ended rows is lost).
         max_episode_steps: truncation limit (``truncated = elapsed_steps >= limit``).
-        seed: seeds the env's ``torch.Generator`` (on ``device``), the only source of
-            randomness; ``None`` draws a fresh seed. ``reset(seed=...)`` re-seeds it.
+        seed: keys the env's counter-based generator (see
+            :mod:`gpu_envs.envs.counter_rng`), the only source of randomness; ``None``
+            draws a fresh seed. ``reset(seed=...)`` re-keys it.
+        env_index_offset: global index of row 0 (a shard of a larger run draws exactly
+            what its rows draw there).
 
     Attributes:
-        state: ``[N, 4]`` float32. ``step`` replaces it with a new tensor (never writes
-            into the old one); callers may overwrite it in place or assign a new one.
-        elapsed_steps: ``[N]`` int64, steps since each row's episode began.
+        state: ``[N, 4]`` float32, updated in place by ``reset``/``step``.
+        elapsed_steps: ``[N]`` int64, steps since each row's episode began (in place).
 
     ``step_transition`` (the torch backend's fast path, see :mod:`gpu_envs.backends.torch`)
     returns the same step in the TensorDict layout.
@@ -111,9 +113,15 @@ class CartPoleEnv(BatchedTorchEnv):
         expose_final_obs: bool = True,
         max_episode_steps: int = 500,
         seed: int | None = None,
+        env_index_offset: int = 0,
     ) -> None:
         super().__init__(
-            num_envs, device, expose_final_obs=expose_final_obs, max_episode_steps=max_episode_steps, seed=seed
+            num_envs,
+            device,
+            expose_final_obs=expose_final_obs,
+            max_episode_steps=max_episode_steps,
+            seed=seed,
+            env_index_offset=env_index_offset,
         )
         high = np.array(
             [self.x_threshold * 2, np.inf, self.theta_threshold_radians * 2, np.inf],
@@ -125,13 +133,13 @@ class CartPoleEnv(BatchedTorchEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
         n, dev, f32 = self.num_envs, self.device, torch.float32
-        self._reset_buf = torch.empty(n, 4, dtype=f32, device=dev)
-        # Large batches handle whole [N, 4] rows as single elements: a float32 row is 16
-        # bytes (one complex128) and a bool row 4 bytes (one int32), which avoids slow
+        self._reset_bounds = self._rng.bounds([self.reset_low] * 4, [self.reset_high] * 4)
+        # Large eager batches handle whole [N, 4] rows as single elements: a float32 row is
+        # 16 bytes (one complex128) and a bool row 4 bytes (one int32), which avoids slow
         # per-row loops over 4 columns in `where` and `any`. Small batches pay more for the
-        # extra view ops than they save. (Decided once here; MPS has no complex128.)
+        # extra view ops than they save, and torch.compile fuses the loops anyway (and
+        # cannot lower such views). (Decided once here; MPS has no complex128.)
         self._row_views = n >= self._ROW_VIEWS_MIN_ENVS and dev.type in ("cpu", "cuda")
-        self._reset_rows = self._reset_buf.view(torch.complex128) if self._row_views else self._reset_buf
 
         # Step constants, folded so that one step is a short fixed chain of tensor ops;
         # accelerations are computed divided by g (see step).
@@ -154,25 +162,27 @@ class CartPoleEnv(BatchedTorchEnv):
         )
         self._bounds = bounds.expand(n, 4).contiguous()
         self._one = torch.ones((), dtype=torch.int64, device=dev)
-        self._zero = torch.zeros((), dtype=torch.int64, device=dev)
         self._limit = torch.tensor(self.max_episode_steps, dtype=torch.int64, device=dev)
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
         """Reset all rows, or only ``options["reset_mask"]`` rows; return ``(obs [N, 4], {})``.
 
-        ``seed`` re-seeds the env's generator (bit-for-bit reproducible). ``options`` may
+        ``seed`` re-keys the env's generator (bit-for-bit reproducible). ``options`` may
         hold ``"reset_mask"`` (``[N]`` bool: rows to reset, the others keep their state and
-        step count) and, like gymnasium, ``"low"``/``"high"`` bounds of the uniform
-        initial state for this reset (default ``-0.05``/``0.05``).
+        step count; only they advance their random stream) and, like gymnasium,
+        ``"low"``/``"high"`` bounds of the uniform initial state for this reset (default
+        ``-0.05``/``0.05``; values in ``[low, high)``).
         """
         options = self._begin_reset(seed, options)
         low = float(options.get("low", self.reset_low))
         high = float(options.get("high", self.reset_high))
         if low > high:
             raise ValueError(f"options low ({low}) must be <= high ({high})")
-        fresh = torch.empty_like(self._state).uniform_(low, high, generator=self._generator)
-        self._apply_reset(fresh, options.get("reset_mask"))
+        bounds = self._reset_bounds
+        if (low, high) != (self.reset_low, self.reset_high):
+            bounds = self._rng.bounds([low] * 4, [high] * 4)
+        self._apply_reset(self._rng.uniform(bounds), options.get("reset_mask"))
         return self._state.clone(), {}
 
     # ------------------------------------------------------------------ step
@@ -207,22 +217,26 @@ class CartPoleEnv(BatchedTorchEnv):
         # euler: state += tau * (x_dot, xacc, theta_dot, thetaacc)  (tau * g on xacc)
         new = torch.addcmul(s, torch.stack((x_dot, x_acc, theta_dot, theta_acc), 1), self._tau)
 
+        # (row views: a flag fixed at construction, and whether this is traced; not a data branch)
+        row_views = self._row_views and not torch.compiler.is_compiling()
         # |x| > x_threshold or |theta| > theta_threshold
         out_of_bounds = new.abs() > self._bounds
-        # (self._row_views is fixed at construction: a python flag, not a data branch)
-        terminated = out_of_bounds.view(torch.int32).view(-1).bool() if self._row_views else out_of_bounds.any(1)
-        elapsed = self.elapsed_steps + self._one
+        terminated = out_of_bounds.view(torch.int32).view(-1).bool() if row_views else out_of_bounds.any(1)
+        elapsed = self._elapsed.add_(self._one)
         truncated = elapsed >= self._limit
         done = terminated | truncated
 
-        # Same-step auto-reset: fresh candidates for every row, kept where done.
-        self._reset_buf.uniform_(self.reset_low, self.reset_high, generator=self._generator)
+        # Same-step auto-reset: fresh candidates for every row, kept where done; only the
+        # ended rows count the draw. Everything is written into the env's own tensors.
+        fresh = self._rng.uniform(self._reset_bounds)
         done_rows = done.unsqueeze(1)
-        if self._row_views:
-            post = torch.where(done_rows, self._reset_rows, new.view(torch.complex128))
-            self._state = post.view(torch.float32)
+        if row_views:
+            post = torch.where(done_rows, fresh.view(torch.complex128), new.view(torch.complex128))
+            post = post.view(torch.float32)
         else:
-            self._state = torch.where(done_rows, self._reset_buf, new)
-        self.elapsed_steps = torch.where(done, self._zero, elapsed)
+            post = torch.where(done_rows, fresh, new)
+        s.copy_(post)
+        elapsed.masked_fill_(done, 0)
+        self._rng.advance(done)
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
-        return self._state.clone(), reward, terminated, truncated, done, done_rows, new
+        return post, reward, terminated, truncated, done, done_rows, new

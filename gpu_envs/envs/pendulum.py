@@ -52,13 +52,15 @@ class PendulumEnv(BatchedTorchEnv):
         expose_final_obs: if True, ``step`` returns ``info = {"final_obs": obs before the
             auto-reset [N, 3], "_final_obs": done mask [N]}``; if False, ``info = {}``.
         max_episode_steps: truncation limit (``truncated = elapsed_steps >= limit``).
-        seed: seeds the env's ``torch.Generator`` (on ``device``), the only source of
-            randomness; ``None`` draws a fresh seed. ``reset(seed=...)`` re-seeds it.
+        seed: keys the env's counter-based generator (see
+            :mod:`gpu_envs.envs.counter_rng`), the only source of randomness; ``None``
+            draws a fresh seed. ``reset(seed=...)`` re-keys it.
+        env_index_offset: global index of row 0 (a shard of a larger run draws exactly
+            what its rows draw there).
 
     Attributes:
-        state: ``[N, 2]`` float32. ``step`` replaces it with a new tensor (never writes
-            into the old one); callers may overwrite it in place or assign a new one.
-        elapsed_steps: ``[N]`` int64, steps since each row's episode began.
+        state: ``[N, 2]`` float32, updated in place by ``reset``/``step``.
+        elapsed_steps: ``[N]`` int64, steps since each row's episode began (in place).
 
     Every tensor ``reset``/``step`` return is newly allocated (never the state itself, never
     rewritten later), so callers may keep or modify them.
@@ -100,9 +102,15 @@ class PendulumEnv(BatchedTorchEnv):
         expose_final_obs: bool = True,
         max_episode_steps: int = 200,
         seed: int | None = None,
+        env_index_offset: int = 0,
     ) -> None:
         super().__init__(
-            num_envs, device, expose_final_obs=expose_final_obs, max_episode_steps=max_episode_steps, seed=seed
+            num_envs,
+            device,
+            expose_final_obs=expose_final_obs,
+            max_episode_steps=max_episode_steps,
+            seed=seed,
+            env_index_offset=env_index_offset,
         )
         high = np.array([1.0, 1.0, self.max_speed], dtype=np.float32)
         self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)
@@ -110,36 +118,33 @@ class PendulumEnv(BatchedTorchEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
-        n, dev, f32 = self.num_envs, self.device, torch.float32
-        self._reset_buf = torch.empty(2, n, dtype=f32, device=dev)
-        self._fresh_th, self._fresh_thdot = self._reset_buf  # contiguous row views
+        dev, f32 = self.device, torch.float32
+        self._reset_bounds = self._bounds(self.default_x_init, self.default_y_init)
 
         # thdot' = thdot + (3 g / (2 l) sin th + 3 / (m l^2) u) dt
         self._k_sin = 3 * self.g / (2 * self.l) * self.dt
         self._k_u = 3.0 / (self.m * self.l**2) * self.dt
         self._zero = torch.zeros((), dtype=f32, device=dev)
         self._one_step = torch.ones((), dtype=torch.int64, device=dev)
-        self._zero_steps = torch.zeros((), dtype=torch.int64, device=dev)
         self._limit = torch.tensor(self.max_episode_steps, dtype=torch.int64, device=dev)
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
         """Reset all rows, or only ``options["reset_mask"]`` rows; return ``(obs [N, 3], {})``.
 
-        ``seed`` re-seeds the env's generator (bit-for-bit reproducible). ``options`` may
+        ``seed`` re-keys the env's generator (bit-for-bit reproducible). ``options`` may
         hold ``"reset_mask"`` (``[N]`` bool: rows to reset, the others keep their state and
-        step count) and, like gymnasium, ``"x_init"``/``"y_init"``: the symmetric bounds
-        of the uniform initial ``th``/``thdot`` for this reset (default ``pi``/``1``).
+        step count; only they advance their random stream) and, like gymnasium,
+        ``"x_init"``/``"y_init"``: the symmetric bounds of the uniform initial
+        ``th``/``thdot`` for this reset (default ``pi``/``1``; values in ``[-x, x)``).
         """
         options = self._begin_reset(seed, options)
-        fresh = torch.stack(
-            self._draw(
-                float(options.get("x_init", self.default_x_init)),
-                float(options.get("y_init", self.default_y_init)),
-            ),
-            1,
-        )
-        self._apply_reset(fresh, options.get("reset_mask"))
+        x = float(options.get("x_init", self.default_x_init))
+        y = float(options.get("y_init", self.default_y_init))
+        bounds = self._reset_bounds
+        if (x, y) != (self.default_x_init, self.default_y_init):
+            bounds = self._bounds(x, y)
+        self._apply_reset(self._rng.uniform(bounds), options.get("reset_mask"))
         th, thdot = self._state.unbind(1)
         return torch.stack((torch.cos(th), torch.sin(th), thdot), 1), {}
 
@@ -176,16 +181,18 @@ class PendulumEnv(BatchedTorchEnv):
         new_thdot = torch.add(new_thdot, u, alpha=self._k_u).clamp_(-self.max_speed, self.max_speed)
         new_th = torch.add(th, new_thdot, alpha=self.dt)
 
-        elapsed = self.elapsed_steps + self._one_step
+        elapsed = self._elapsed.add_(self._one_step)
         truncated = elapsed >= self._limit
         terminated = torch.zeros_like(truncated)
 
-        # Same-step auto-reset: fresh candidates for every row, kept where truncated.
-        fresh_th, fresh_thdot = self._draw(self.default_x_init, self.default_y_init)
+        # Same-step auto-reset: fresh candidates for every row, kept where truncated; only
+        # the ended rows count the draw. Everything is written into the env's own tensors.
+        fresh_th, fresh_thdot = self._rng.uniform(self._reset_bounds).unbind(1)
         post_th = torch.where(truncated, fresh_th, new_th)
         post_thdot = torch.where(truncated, fresh_thdot, new_thdot)
-        self._state = torch.stack((post_th, post_thdot), 1)
-        self.elapsed_steps = torch.where(truncated, self._zero_steps, elapsed)
+        self._state.copy_(torch.stack((post_th, post_thdot), 1))
+        elapsed.masked_fill_(truncated, 0)
+        self._rng.advance(truncated)
         obs = torch.stack((torch.cos(post_th), torch.sin(post_th), post_thdot), 1)
         # nothing terminates: done is truncated (its [N, 1] view is left to step_transition)
         if not self.expose_final_obs:
@@ -193,8 +200,6 @@ class PendulumEnv(BatchedTorchEnv):
         final_obs = torch.stack((torch.cos(new_th), torch.sin(new_th), new_thdot), 1)
         return obs, reward, terminated, truncated, truncated, None, final_obs
 
-    def _draw(self, x: float, y: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Initial ``(th, thdot)`` candidates for every row: U[-x, x], U[-y, y] (reused buffers)."""
-        self._fresh_th.uniform_(-x, x, generator=self._generator)
-        self._fresh_thdot.uniform_(-y, y, generator=self._generator)
-        return self._fresh_th, self._fresh_thdot
+    def _bounds(self, x: float, y: float):
+        """Initial ``(th, thdot)`` bounds: ``[-x, x) x [-y, y)``."""
+        return self._rng.bounds([-x, -y], [x, y])

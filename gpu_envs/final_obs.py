@@ -70,8 +70,14 @@ class _KeyPlan:
             self.fill = self._fill_rows_of_one_dim
 
     def rows(self, x: torch.Tensor) -> torch.Tensor | None:
-        """``x`` ``[N, *shape]`` as ``[N, 1]`` whole-row elements, or None if it cannot be viewed so."""
-        if self.row_dtype is None or not x.is_contiguous() or x.storage_offset() % self.ratio:
+        """``x`` ``[N, *shape]`` as ``[N, 1]`` whole-row elements, or None if it cannot be viewed so.
+
+        Eager only: torch.compile fuses the per-row loop anyway, and tracing
+        ``storage_offset()`` would break its graph.
+        """
+        if self.row_dtype is None or torch.compiler.is_compiling():
+            return None
+        if not x.is_contiguous() or x.storage_offset() % self.ratio:
             return None
         return x.view(self.shape[0], -1).view(self.row_dtype)
 

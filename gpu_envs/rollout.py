@@ -11,22 +11,24 @@ with episodes that carry on across iterations. :func:`collect` does that:
 * ``policy`` is any callable TensorDict -> TensorDict that sets ``"action"`` (a
   ``tensordict.nn`` module, an ``nn.Module`` wrapper, a lambda); ``None`` samples the
   action spec with ``env.generator``;
-* ``compile=True`` runs the step function -- ``policy`` + ``env.step_and_maybe_reset``,
-  TensorDict glue, the torch env's own ``step`` and the final-observation swap -- under
-  ``torch.compile``; ``cudagraph=True`` (CUDA only) captures the whole ``T``-step loop,
+* ``compile=True`` runs chunks of ``K`` steps -- ``policy`` + ``env.step_and_maybe_reset``
+  (TensorDict glue, the torch env's own ``step``, the final-observation swap) and the
+  buffer writes -- as one ``torch.compile``'d function (see :mod:`gpu_envs.rollout_compile`);
+  ``cudagraph=True`` (CUDA only) captures the whole ``T``-step loop,
   buffer writes included, in one CUDA graph and replays it (see
   :mod:`gpu_envs.rollout_graph`).
 
 The returned TensorDict IS the buffer: the next collection with the same buffer
 overwrites it (``.clone()`` it to keep it). With ``buffer=None`` one buffer per
 ``(env, steps)`` is allocated on the first call and cached on the env object
-(attribute ``_gpu_envs_collect_cache``), together with compiled step functions and
+(attribute ``_gpu_envs_collect_cache``), together with compiled loops and
 captured graphs, so that a training loop allocates nothing after its first iteration.
 ``env.rollout(...)`` uses the same loop with a fresh buffer each call.
 
 The modules: :mod:`gpu_envs.rollout_loop` (the buffer and the plain loop, below the
 env layer so that ``env.rollout`` can use them), :mod:`gpu_envs.rollout_cache` (what is
-kept per env), :mod:`gpu_envs.rollout_graph` (the CUDA-graph path), :mod:`gpu_envs.gae`.
+kept per env), :mod:`gpu_envs.rollout_compile` (the compiled path),
+:mod:`gpu_envs.rollout_graph` (the CUDA-graph path), :mod:`gpu_envs.gae`.
 
 ``env`` is a :class:`gpu_envs.BatchedEnv` or anything with its API (``reset``,
 ``step_and_maybe_reset``, ``root``, the specs, ``batch_size``, ``device``,
@@ -51,7 +53,8 @@ from tensordict import TensorDictBase
 
 from gpu_envs.errors import InvalidArgumentError
 from gpu_envs.gae import add_gae, gae
-from gpu_envs.rollout_cache import collect_cache, compiled_step
+from gpu_envs.rollout_cache import collect_cache
+from gpu_envs.rollout_compile import compiled_loop
 from gpu_envs.rollout_loop import Policy, RolloutBuffer, check_steps, make_step, run_loop
 
 __all__ = ["DEFAULT_STEPS", "Policy", "RolloutBuffer", "add_gae", "collect", "gae"]
@@ -78,15 +81,15 @@ def collect(
         steps: ``T``; default 64, or the given buffer's length.
         buffer: a :class:`RolloutBuffer` to write into; ``None`` uses the one cached on
             the env for this ``steps`` (allocated on the first call).
-        compile: run the step function (policy + ``env.step_and_maybe_reset``) under
-            ``torch.compile(dynamic=False)``. The first step of the first compiled
-            collection runs eagerly (first-step validation); compiled functions are
-            cached per (env, policy object), so pass the same policy object each time.
-            Random draws that take a ``torch.Generator`` (action sampling, the built-in
-            envs' resets) stay eager ops between compiled regions, so they draw exactly
-            the same numbers as an eager collection. Meant for GPUs: on the CPU the
-            built-in envs run slower compiled than eager (benchmarks/bench_rollout.py
-            says why).
+        compile: run the collection as ``T / K`` calls of one ``torch.compile``'d
+            function of ``K`` steps (policy, ``env.step_and_maybe_reset``, buffer
+            writes; see :mod:`gpu_envs.rollout_compile`). The first ``K`` steps ever run
+            eagerly (first-step validation); compiled functions are cached per (env,
+            policy object, buffer), so pass the same policy object each time. Random
+            actions (``policy=None``) are drawn with ``env.generator`` outside the
+            compiled code, so they are exactly an eager collection's; the built-in envs'
+            resets trace without a graph break. Faster than eager on the CPU too
+            (``benchmarks/bench_rollout.py``).
         cudagraph: CUDA only: capture the whole collection (policy, env steps, buffer
             writes) in one CUDA graph and replay it on later calls; the first call runs
             eagerly (warm-up) and captures. See :mod:`gpu_envs.rollout_graph` for what an
@@ -122,8 +125,4 @@ def collect(
         return graph_collector(env, policy, buffer, compile).collect()
     if not compile:
         return run_loop(env, make_step(env, policy), buffer)
-    step, warmed = compiled_step(env, policy)
-    first = None if warmed[0] else make_step(env, policy)
-    out = run_loop(env, step, buffer, first_step=first)
-    warmed[0] = True
-    return out
+    return compiled_loop(env, policy, buffer).run()

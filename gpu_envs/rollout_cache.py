@@ -1,16 +1,15 @@
-"""What :func:`gpu_envs.rollout.collect` keeps per env: buffers, compiled steps, CUDA graphs.
+"""What :func:`gpu_envs.rollout.collect` keeps per env: buffers, compiled loops, CUDA graphs.
 
 ``collect(env, ..., buffer=None)`` allocates one :class:`~gpu_envs.rollout_loop.RolloutBuffer`
-per ``(env, steps)`` on its first call and reuses it afterwards; compiled step functions
-(per policy object) and captured CUDA graphs are kept the same way. All of it lives in
-one :class:`CollectCache` stored on the env object under :data:`CACHE_ATTR`, so it goes
-away with the env. :mod:`gpu_envs.rollout_graph` reads it too (and skips it when it
-scans the env's state).
+per ``(env, steps)`` on its first call and reuses it afterwards; compiled loops (per
+policy object and buffer) and captured CUDA graphs are kept the same way. All of it lives
+in one :class:`CollectCache` stored on the env object under :data:`CACHE_ATTR`, so it goes
+away with the env.
 
 Example::
 
     cache = collect_cache(env)           # created on first use
-    step, warmed = compiled_step(env, policy)
+    loop = cached(cache.compiled, key, lambda loop: loop.policy is policy, build)
 """
 
 from __future__ import annotations
@@ -18,23 +17,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from gpu_envs.errors import InvalidArgumentError
-from gpu_envs.rollout_loop import Policy, RolloutBuffer, make_step
+from gpu_envs.rollout_loop import RolloutBuffer
 
-__all__ = ["CACHE_ATTR", "CollectCache", "collect_cache", "compiled_step"]
+__all__ = ["CACHE_ATTR", "MAX_CACHED", "CollectCache", "cached", "collect_cache"]
 
 CACHE_ATTR = "_gpu_envs_collect_cache"
-MAX_CACHED_POLICIES = 8
+MAX_CACHED = 8  # compiled loops / graphs kept per env (oldest dropped first)
 
 
 class CollectCache:
-    """Per-env state of :func:`collect`: buffers per ``steps``, compiled steps, graphs."""
+    """Per-env state of :func:`collect`: buffers per ``steps``, compiled loops, graphs."""
 
     def __init__(self) -> None:
         self.buffers: dict[int, RolloutBuffer] = {}
-        self.compiled: dict[int, tuple[Any, Callable, list]] = {}
+        self.compiled: dict[tuple, Any] = {}
         self.graphs: dict[tuple, Any] = {}
 
 
@@ -53,13 +50,17 @@ def collect_cache(env: Any) -> CollectCache:
     return cache
 
 
-def compiled_step(env: Any, policy: Policy | None) -> tuple[Callable, list]:
-    """``torch.compile`` of :func:`make_step`, cached per (env, policy); ``[warmed]`` flag."""
-    entries = collect_cache(env).compiled
-    entry = entries.get(id(policy))
-    if entry is None or entry[0] is not policy:
-        if len(entries) >= MAX_CACHED_POLICIES:
-            entries.pop(next(iter(entries)))
-        entry = (policy, torch.compile(make_step(env, policy), dynamic=False), [False])
-        entries[id(policy)] = entry
-    return entry[1], entry[2]
+def cached(store: dict, key: tuple, still_valid: Callable[[Any], bool], build: Callable[[], Any]) -> Any:
+    """``store[key]`` if ``still_valid`` says so, else a new ``build()`` stored there.
+
+    Keys hold object ids (a policy, a buffer): ``still_valid`` checks the entry still
+    refers to those very objects (an id can be reused once an object is gone). At most
+    :data:`MAX_CACHED` entries are kept.
+    """
+    entry = store.get(key)
+    if entry is None or not still_valid(entry):
+        store.pop(key, None)
+        if len(store) >= MAX_CACHED:
+            store.pop(next(iter(store)))
+        entry = store[key] = build()
+    return entry

@@ -149,14 +149,7 @@ class RolloutBuffer:
         if self._layout is None:
             self._bind(td)
         elif check_keys:
-            extra = {_key(k) for k in td.keys(include_nested=True, leaves_only=True)} - {
-                _key(k) for k, _, _ in self._layout
-            }
-            if extra:
-                raise RolloutError(
-                    f"the transition has keys {sorted(extra)} that this RolloutBuffer was not laid out for (its layout "
-                    "comes from the first transition it received). Use a new RolloutBuffer (or buffer=None) for this policy/env."
-                )
+            self.check_keys(td)
         nodes = [_node(td, path) for path in self._parents]
         sources = []
         for (key, shape, dtype), (parent, name) in zip(self._layout, self._where, strict=True):  # type: ignore[arg-type]
@@ -170,6 +163,24 @@ class RolloutBuffer:
                 )
             sources.append(value)
         torch._foreach_copy_(self._columns[t], sources)
+
+    def check_keys(self, td: TensorDictBase) -> None:
+        """Refuse a transition with keys the (bound) layout lacks: they would be dropped."""
+        extra = {_key(k) for k in td.keys(include_nested=True, leaves_only=True)} - {_key(k) for k in self.keys}
+        if extra:
+            raise RolloutError(
+                f"the transition has keys {sorted(extra)} that this RolloutBuffer was not laid out for (its layout "
+                "comes from the first transition it received). Use a new RolloutBuffer (or buffer=None) for this policy/env."
+            )
+
+    @property
+    def keys(self) -> list:
+        """The transition keys stored, in layout order (empty until :attr:`bound`)."""
+        return [key for key, _, _ in self._layout or ()]
+
+    def storage(self) -> list[torch.Tensor]:
+        """The ``[*B, T, ...]`` tensor of every key of :attr:`keys`, in that order."""
+        return [self.data.get(key) for key in self.keys]
 
     def _mismatch(self, key: Any, value: Any, shape: torch.Size, dtype: torch.dtype) -> RolloutError:
         got = (
@@ -210,8 +221,7 @@ class RolloutBuffer:
         # each key as (index of its parent TensorDict, leaf name): one walk per parent per write
         self._parents = sorted({_key(key)[:-1] for key, _, _ in layout}, key=len)
         self._where = [(self._parents.index(_key(key)[:-1]), _key(key)[-1]) for key, _, _ in layout]
-        storage = [self.data.get(key) for key, _, _ in layout]
-        self._columns = [[x.select(nb, t) for x in storage] for t in range(self.steps)]
+        self._columns = [[x.select(nb, t) for x in self.storage()] for t in range(self.steps)]
 
     def __repr__(self) -> str:
         state = f"{len(self._layout)} keys" if self._layout is not None else "not yet written"

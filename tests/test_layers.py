@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # to_torchrl, to_sb3, ...: another library's env type around a BatchedEnv
     ("interop", ("gpu_envs.interop",)),
     # collect() and its cache and CUDA graphs, GAE, multi-process collection
-    ("distributed / rollout", ("gpu_envs.distributed", "gpu_envs.rollout", "gpu_envs.rollout_graph", "gpu_envs.rollout_cache", "gpu_envs.gae")),
+    ("distributed / rollout", ("gpu_envs.distributed", "gpu_envs.rollout", "gpu_envs.rollout_graph", "gpu_envs.rollout_compile", "gpu_envs.rollout_cache", "gpu_envs.gae")),
     # TensorDict -> TensorDict modules and TransformedEnv
     ("transforms", ("gpu_envs.transforms",)),
     # BatchedEnv, the one env contract
@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("specs", ("gpu_envs.specs",)),
     # torch <-> numpy/DLPack, host staging
     ("arrays", ("gpu_envs.arrays",)),
-    ("errors and small utilities", ("gpu_envs.errors", "gpu_envs.devices", "gpu_envs.tensordicts")),
+    ("errors and small utilities", ("gpu_envs.errors", "gpu_envs.devices", "gpu_envs.tensordicts", "gpu_envs.state_dicts")),
 ]
 
 

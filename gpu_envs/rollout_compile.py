@@ -1,0 +1,125 @@
+"""``collect(..., compile=True)``: a collection as a few calls of one compiled ``K``-step function.
+
+A compiled step still pays Python per call: dynamo's guards, the runtime wrappers, the
+TensorDicts it hands back, then the buffer write. At small batches that is most of the
+step. So the unit compiled here is a CHUNK of ``K`` steps: policy, ``env.step_and_maybe_reset``
+(the env's own step, the final-observation swap, the TensorDict glue) and the writes into
+the ``[N, T]`` buffer, unrolled ``K`` times in one graph, called ``T / K`` times per
+collection. Only the root TensorDict and the last transition come back to Python.
+
+* ``K`` is the largest divisor of ``T`` up to a cap that shrinks as ``N`` grows (per-call
+  overhead matters at small ``N``; at large ``N`` the kernels dominate and a longer
+  unrolled graph only costs compile time): one compiled function per (env, policy, ``T``).
+* Random actions (``policy=None``) are drawn with ``env.generator`` eagerly, one draw per
+  step exactly as an eager collection does (an op taking a ``torch.Generator`` cannot be
+  traced), and passed in; the built-in envs draw their resets with traceable counter-based
+  generators, so nothing else leaves the graph (``tests/test_compile_graph.py`` asserts 0
+  graph breaks).
+* The first chunk of the first collection runs eagerly: it validates the first step (which
+  may read values on the host) and fixes the buffer's layout; the chunk is compiled on the
+  next call (so a collection of a single chunk compiles on its second call). Every
+  collection then checks its first chunk's last transition against the layout, so a key
+  the buffer lacks is refused, not dropped.
+
+Example::
+
+    loop = compiled_loop(env, policy, buffer)
+    traj = loop.run()            # buffer.data, [N, T]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from gpu_envs.rollout_cache import cached, collect_cache
+from gpu_envs.rollout_loop import Policy, RolloutBuffer, make_step, start
+
+__all__ = ["CompiledLoop", "chunk_length", "compiled_loop"]
+
+# Steps unrolled per compiled call, by batch size: at N <= 1024 the Python around a call
+# (~50-70 us on a CPU) outweighs the kernels; above, the kernels do, and a long graph only
+# adds compile time (K = 8 compiles in ~3x the time of K = 1).
+_MAX_CHUNK = ((1024, 8), (2048, 4))
+
+
+def chunk_length(steps: int, num_envs: int) -> int:
+    """``K``: the largest divisor of ``steps`` not above the cap for ``num_envs``."""
+    cap = next((k for limit, k in _MAX_CHUNK if num_envs <= limit), 1)
+    return max(k for k in range(1, min(cap, steps) + 1) if steps % k == 0)
+
+
+class CompiledLoop:
+    """``T / K`` calls of one ``torch.compile``'d ``K``-step chunk (see the module docstring)."""
+
+    def __init__(self, env: Any, policy: Policy | None, buffer: RolloutBuffer) -> None:
+        self.env, self.policy, self.buffer = env, policy, buffer
+        self.k = chunk_length(buffer.steps, int(torch.Size(env.batch_size).numel()))
+        self.warmed = False
+        self._nb = len(buffer.batch_size)
+        self._step: Callable = env.step_and_maybe_reset if policy is None else make_step(env, policy)
+        self._keys: list = []
+        self._calls = 0
+        self._compiled = torch.compile(self.chunk, dynamic=False)
+
+    def chunk(self, td: TensorDictBase, actions: list | None, columns: list) -> tuple[TensorDictBase, TensorDictBase]:
+        """``K`` steps from root ``td``, transition ``i`` written into ``columns[j][..., i, ...]``.
+
+        ``actions``: ``K`` actions to set (``policy=None``), or None (the policy acts).
+        Returns ``(last transition, next root)``. This is the function ``torch.compile`` traces.
+        """
+        nb, transition = self._nb, td
+        for i in range(self.k):
+            if actions is not None:
+                td.set("action", actions[i])
+            transition, td = self._step(td)
+            for column, key in zip(columns, self._keys, strict=True):
+                column.select(nb, i).copy_(transition.get(key))
+        return transition, td
+
+    @property
+    def compiled(self) -> bool:
+        """True once a collection ran through the compiled chunk."""
+        return self._calls > 0
+
+    def run(self) -> TensorDictBase:
+        """One collection into the buffer; returns ``buffer.data``."""
+        env, buffer, k, nb = self.env, self.buffer, self.k, self._nb
+        td = start(env)
+        storage = buffer.storage()
+        for t in range(0, buffer.steps, k):
+            if not self.warmed:  # the very first chunk: eager, validating, binding the layout
+                td = self._eager_chunk(td)
+                storage = buffer.storage()
+                continue
+            actions = None
+            if self.policy is None:
+                spec, batch, generator = env.action_spec, env.batch_size, env.generator
+                actions = [spec.rand(batch, generator=generator) for _ in range(k)]
+            transition, td = self._compiled(td, actions, [x.narrow(nb, t, k) for x in storage])
+            self._calls += 1
+            if t == 0:
+                buffer.check_keys(transition)
+        return buffer.data
+
+    def _eager_chunk(self, td: TensorDictBase) -> TensorDictBase:
+        step = make_step(self.env, self.policy)
+        for t in range(self.k):
+            transition, td = step(td)
+            self.buffer.write(t, transition, check_keys=t == 0)
+        self._keys = self.buffer.keys
+        self.warmed = True
+        return td
+
+
+def compiled_loop(env: Any, policy: Policy | None, buffer: RolloutBuffer) -> CompiledLoop:
+    """The :class:`CompiledLoop` cached on the env for (policy, buffer)."""
+    return cached(
+        collect_cache(env).compiled,
+        (id(policy), id(buffer)),
+        lambda loop: loop.policy is policy and loop.buffer is buffer,
+        lambda: CompiledLoop(env, policy, buffer),
+    )

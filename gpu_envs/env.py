@@ -47,6 +47,7 @@ from gpu_envs.errors import (
     BackendError,
     ClosedEnvError,
     InterruptedStepError,
+    InvalidArgumentError,
     ResetMaskError,
     ResetNeededError,
 )
@@ -54,6 +55,7 @@ from gpu_envs.final_obs import FinalObsTransform
 from gpu_envs.rollout_loop import Policy, rollout
 from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete
 from gpu_envs.specs.env_specs import BatchedSpecs
+from gpu_envs.state_dicts import prefixed, under
 from gpu_envs.tensordicts import get_entry, new_td, set_entry
 
 DONE_KEYS = ("done", "terminated", "truncated")
@@ -115,6 +117,8 @@ class BatchedEnv(BatchedSpecs):
             info=getattr(backend, "info_spec", None) or Composite({}, device=self.device),
         )
         self._final_obs = FinalObsTransform(self.single_observation_spec, self.num_envs, missing_obs_value)
+        # state_dict() names of the cached root observations
+        self._root_names = {k: "root." + ("/".join(k) if isinstance(k, tuple) else k) for k in self._final_obs.keys}
         self._obs_nested = any(isinstance(k, tuple) for k in self._final_obs.keys)
         self._reward_shape = self.reward_spec.shape
         self._action_shape = self.action_spec.shape
@@ -378,6 +382,32 @@ class BatchedEnv(BatchedSpecs):
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedEnvError("this env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap().")
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Everything a step reads and writes, as live tensors (see :mod:`gpu_envs.state_dicts`).
+
+        ``"root.<key>"``: the cached observations the next step acts on (``/`` joins nested
+        keys), and ``"backend.<name>"``: the backend's state (for a torch env, its own
+        tensors under ``"backend.env."``). Backends over simulators that keep their state
+        outside torch (gymnasium, JAX, Isaac Lab) raise :class:`~gpu_envs.RolloutError`.
+        """
+        state = {self._root_names[key]: value for key, value in self._final_obs.root_obs.items()}
+        state.update(prefixed("backend", self.backend.state_dict()))
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Take the values of a :meth:`state_dict`: the backend copies them into its tensors;
+        the root observations are stored as copies (handed-out roots are never written)."""
+        roots = {name: state.get(name) for name in self._root_names.values()}
+        for name, value in roots.items():
+            if not isinstance(value, torch.Tensor):
+                raise InvalidArgumentError(f"BatchedEnv.load_state_dict: {name!r} is missing or not a tensor.")
+        self.backend.load_state_dict(under("backend", state))
+        self._final_obs.root_obs = {key: roots[name].clone() for key, name in self._root_names.items()}
+        self._last_done = self._false
+        self._needs_reset = False
+        self._ready = not self._closed
 
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:

@@ -7,25 +7,32 @@ with one call, reading and writing the same ("static") memory every time.
 
 What makes that correct for a stateful env, and what it requires:
 
-* **Warm-up and capture.** The first call runs an ordinary eager collection on a side
-  stream (its transitions are returned; it also triggers ``torch.compile`` and the env's
-  first-step validation), then captures the next collection without running it.
-* **State pinning.** Envs replace their state tensors every step (``self.state = new``).
-  Before capture the env object is scanned (attributes, dicts, lists; the BatchedEnv,
-  its backend, the torch env, transforms) for device tensors. Every tensor attribute
-  that the capture re-binds gets, at the end of the graph, a copy of its final value
-  into the tensor it held before capture, and is bound back to that tensor: each replay
-  starts where the last one ended. Before each replay, state that was replaced from
-  outside (``env.reset()``, eager steps in between) is copied into the pinned tensors.
-* **Random numbers.** Every CUDA ``torch.Generator`` found on the env (``env.generator``,
-  the built-in envs' generators) is registered with the graph, as is torch's default
-  one: replays draw fresh numbers, in the same sequence as eager collections.
-* **Requirements.** All per-step state must live in device tensors held as attributes
-  (or in dicts/lists of them); Python-side state that changes per step (counters, flags)
-  cannot be replayed and is refused with :class:`RolloutError`, as are host syncs
-  (``.item()``, ``validate=True``) and CPU tensors updated per step. The policy's
-  parameters may be updated in place between collections (optimizer steps do that);
-  replacing the policy object captures a new graph. The env must not be rebuilt.
+* **Warm-up and capture.** The first call runs an ordinary collection on a side stream
+  (its transitions are returned; it also runs ``torch.compile`` and the env's first-step
+  validation), then captures the next collection without running it.
+* **The env's state, by protocol.** The env says which tensors hold its per-step state
+  through ``env.state_dict()`` (live tensors) and ``env.load_state_dict(d)`` (take these
+  values): see :mod:`gpu_envs.state_dicts`. ``BatchedEnv`` gives its cached root
+  observations and its backend's state; a torch vector env gives its own (the built-in
+  envs update theirs in place; a user env implements the two methods or declares
+  ``state_attributes = ("pos", ...)``); ``TransformedEnv`` adds its transforms' tensors.
+  An env that tells nothing is refused with :class:`RolloutError` naming what to add.
+* **Pinning.** The tensors ``state_dict()`` returns after the warm-up are the graph's
+  state ("pinned"). State updated in place needs nothing more. State a step re-binds
+  (the root observations, a user env's ``self.t = self.t + 1``) is copied, at the end of
+  the graph, back into the pinned tensors; after each replay the env is handed those
+  values with ``load_state_dict``, and before each replay whatever changed from outside
+  (``env.reset()``, eager steps in between) is copied in. Each replay starts where the
+  last one, or the last eager step, ended.
+* **Random numbers.** ``env.generator`` (random actions) is registered with the graph, as
+  torch's default generator is: replays draw fresh numbers, in the same sequence as eager
+  collections. The built-in envs' counter-based generators are state tensors like any other.
+* **Requirements.** Python-side state that changes per step cannot be replayed: the
+  plain attributes (numbers, flags, strings) of the env's layers (the env, ``env.env``,
+  its ``backend``, ``backend.env``, transforms) are compared around the capture and a
+  change is refused, as are host syncs (``.item()``, ``validate=True``) and state off the
+  env's device. The policy's parameters may be updated in place between collections
+  (optimizer steps do that); replacing the policy object captures a new graph.
 
 Example::
 
@@ -36,8 +43,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -45,91 +51,57 @@ from tensordict import TensorDictBase
 
 from gpu_envs.devices import normalize_device
 from gpu_envs.errors import InvalidArgumentError, RolloutError
-from gpu_envs.rollout_cache import CACHE_ATTR, collect_cache, compiled_step
+from gpu_envs.rollout_cache import cached, collect_cache
+from gpu_envs.rollout_compile import compiled_loop
 from gpu_envs.rollout_loop import Policy, RolloutBuffer, make_step, run_loop
+from gpu_envs.state_dicts import same_memory
 
-__all__ = ["CUDA_GRAPHS", "CudaGraphs", "GraphCollector", "graph_collector", "scan_state"]
+__all__ = ["CUDA_GRAPHS", "CudaGraphs", "GraphCollector", "graph_collector", "python_state"]
 
 _SCALARS = (bool, int, float, str, bytes, type(None))
-_SKIP_TYPES = (
-    types.ModuleType,
-    type,
-    types.FunctionType,
-    types.MethodType,
-    types.BuiltinFunctionType,
-    torch.device,
-    torch.dtype,
-)
-Path = tuple  # of ("a", attribute name) / ("i", item key) steps from the env
+_LAYER_LINKS = ("env", "backend")  # how an env reaches the object it wraps
 
 
-def _children(obj: Any) -> list:
-    if isinstance(obj, dict):
-        return [(("i", k), v) for k, v in obj.items() if isinstance(k, (str, int, tuple))]
-    if isinstance(obj, (list, tuple)):
-        return [(("i", i), v) for i, v in enumerate(obj)]
-    if isinstance(obj, _SKIP_TYPES) or type(obj).__module__.split(".")[0] in ("numpy", "functools"):
-        return []
-    attrs = getattr(obj, "__dict__", None)
-    if not isinstance(attrs, dict):
-        return []
-    # collect()'s own cache (buffers, compiled steps, graphs) is not env state
-    return [(("a", k), v) for k, v in attrs.items() if k != CACHE_ATTR]
-
-
-def scan_state(root: Any, max_depth: int = 8, max_objects: int = 50_000) -> dict[Path, Any]:
-    """Path -> tensor / generator / Python scalar, for everything reachable from ``root``."""
-    found: dict[Path, Any] = {}
-    seen: set[int] = set()
-    stack: list = [((), root, 0)]
-    while stack:
-        path, obj, depth = stack.pop()
-        if isinstance(obj, (torch.Tensor, torch.Generator, *_SCALARS)):
-            if path:
-                found[path] = obj
+def _layers(env: Any) -> list[Any]:
+    """The env and what it wraps, through ``.env``/``.backend`` and ``.transforms``."""
+    found, todo = [], [env]
+    while todo:
+        obj = todo.pop()
+        if any(obj is seen for seen in found):
             continue
-        if depth >= max_depth or id(obj) in seen or len(seen) >= max_objects:
-            continue
-        seen.add(id(obj))
-        stack.extend((path + (step,), child, depth + 1) for step, child in _children(obj))
+        found.append(obj)
+        attrs = getattr(obj, "__dict__", {})
+        todo.extend(attrs[name] for name in _LAYER_LINKS if attrs.get(name) is not None)
+        todo.extend(t for t in attrs.get("transforms", ()) if hasattr(t, "__dict__"))
     return found
 
 
-def _resolve(root: Any, path: Path) -> Any:
-    obj = root
-    for kind, name in path:
-        obj = getattr(obj, name) if kind == "a" else obj[name]
-    return obj
+def python_state(env: Any) -> dict[tuple[int, str], Any]:
+    """``(layer index, attribute) -> value`` of the plain Python attributes of the env's layers."""
+    return {
+        (i, name): value
+        for i, layer in enumerate(_layers(env))
+        for name, value in vars(layer).items()
+        if isinstance(value, _SCALARS)
+    }
 
 
-def _assign(root: Any, path: Path, value: Any) -> None:
-    parent = _resolve(root, path[:-1])
-    kind, name = path[-1]
-    if kind == "a":
-        setattr(parent, name, value)
-    elif isinstance(parent, tuple):
-        raise RolloutError(
-            f"env state at {_name(path)} sits in a tuple, which cannot be re-bound; keep it in a list or attribute."
-        )
-    else:
-        parent[name] = value
-
-
-def _name(path: Path) -> str:
-    return "env" + "".join(f".{n}" if k == "a" else f"[{n!r}]" for k, n in path)
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return a is b
+def _same_value(a: Any, b: Any) -> bool:
     return type(a) is type(b) and (a == b or (a != a and b != b))  # NaN == NaN here
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {tuple(value.shape)} {value.dtype} tensor on {value.device}"
+    return "missing" if value is None else f"a {type(value).__name__}"
 
 
 class CudaGraphs:
     """The CUDA calls a :class:`GraphCollector` makes, in one place.
 
-    Tests swap in an emulation that records and replays ATen ops on the CPU, which is
-    how the pinning logic above is checked on machines without a GPU.
+    Tests (and ``benchmarks/gpu_check.py --smoke``) swap in an emulation that records and
+    replays ATen ops on the CPU (``tests/graph_emulation.py``), which is how the pinning
+    logic above is checked on machines without a GPU.
     """
 
     device_type = "cuda"
@@ -184,175 +156,126 @@ class GraphCollector:
                 "cudagraph=True cannot capture an env built with validate=True (its value checks sync with the host "
                 "every step); build it without validate, or use cudagraph=False."
             )
+        state_dict = getattr(env, "state_dict", None)
+        if not callable(state_dict) or not callable(getattr(env, "load_state_dict", None)):
+            raise RolloutError(
+                f"cudagraph=True needs the env's state: {type(env).__name__} has no state_dict()/load_state_dict(). "
+                "Wrap the env with gpu_envs.wrap() (or give it those two methods; see gpu_envs.state_dicts)."
+            )
+        state_dict()  # refuses, naming what to add, an env that does not expose its state
         self.env, self.policy, self.buffer, self.compile, self.api = env, policy, buffer, compile, api
         self.device = device
         self.graph: Any = None
-        self._pinned: dict[Path, torch.Tensor] = {}
+        self._pinned: dict[str, torch.Tensor] = {}
 
     # -------------------------------------------------------------- public
     def collect(self) -> TensorDictBase:
         if self.graph is None:
             return self._warm_up_and_capture()
-        self._repin()
+        self._copy_in()
         self.graph.replay()
+        self.env.load_state_dict(self._pinned)
         return self.buffer.data
 
     # ------------------------------------------------------------- capture
-    def _step(self) -> Callable:
+    def _run(self) -> None:
         if self.compile:
-            return compiled_step(self.env, self.policy)[0]
-        return make_step(self.env, self.policy)
+            compiled_loop(self.env, self.policy, self.buffer).run()
+        else:
+            # no inference_mode: a capture records the ops once, its tensors live on
+            run_loop(self.env, make_step(self.env, self.policy), self.buffer, inference=False)
 
     def _warm_up_and_capture(self) -> TensorDictBase:
-        env, buffer = self.env, self.buffer
-        before = scan_state(env)
         with self.api.side_stream(self.device):
             # an ordinary collection: warms up the allocator, cuBLAS, torch.compile and the
-            # env's first-step validation, and tells which state the steps re-bind.
-            step = self._step()
-            first = make_step(env, self.policy) if self.compile and not compiled_step(env, self.policy)[1][0] else None
-            run_loop(env, step, buffer, first_step=first, inference=False)
-            if self.compile:
-                compiled_step(env, self.policy)[1][0] = True
-        self._capture(before, step)
+            # env's first-step validation (a compiled loop of a single chunk runs eagerly
+            # the first time: one more collection compiles it before the capture)
+            self._run()
+            if self.compile and not compiled_loop(self.env, self.policy, self.buffer).compiled:
+                self._run()
+        self._capture()
         # the warm-up transitions are real: return them (the graph runs from the next call)
-        return buffer.data
+        return self.buffer.data
 
-    def _capture(self, before_warmup: dict, step: Callable) -> None:
-        env, buffer = self.env, self.buffer
-        after = scan_state(env)
-        owners: dict[int, list] = {}
-        for path, value in after.items():
-            if isinstance(value, torch.Tensor):
-                owners.setdefault(id(value), []).append(path)
-        # state the steps re-bind must not share its tensor with other paths: give it its own
-        for path, value in after.items():
-            if (
-                isinstance(value, torch.Tensor)
-                and path in before_warmup
-                and before_warmup[path] is not value
-                and len(owners[id(value)]) > 1
-            ):
-                _assign(env, path, value.clone())
-        snapshot = scan_state(env)
-        counts: dict[int, int] = {}
-        for value in snapshot.values():
-            if isinstance(value, torch.Tensor):
-                counts[id(value)] = counts.get(id(value), 0) + 1
+    def _capture(self) -> None:
+        env = self.env
+        pinned = env.state_dict()
+        for name, value in pinned.items():
+            if value.device != self.device:
+                raise RolloutError(
+                    f"env state {name!r} is {_describe(value)}; a CUDA graph on {self.device} cannot replay it. "
+                    "Keep the env's state on its device."
+                )
+        saved = {name: value.clone() for name, value in pinned.items()}
+        python_before = python_state(env)
         graph = self.api.new_graph()
-        for value in snapshot.values():
-            if isinstance(value, torch.Generator):
-                self.api.register_generator(graph, value)
+        generator = getattr(env, "generator", None)
+        if isinstance(generator, torch.Generator):
+            self.api.register_generator(graph, generator)
         try:
             with self.api.capture(graph):
-                run_loop(env, step, buffer, inference=False)
-                rebound = self._write_back(snapshot, counts)
+                self._run()
+                self._write_back(pinned)
         except RolloutError:
-            self._restore(snapshot)
+            env.load_state_dict(saved)
             raise
         except Exception as err:  # a sync, a CPU op, an unsupported op inside the capture
-            self._restore(snapshot)
+            env.load_state_dict(saved)
             raise RolloutError(
                 f"could not capture the collection in a CUDA graph: {type(err).__name__}: {err}. The env and policy must "
                 "run without host syncs (.item(), bool(tensor), nonzero, validate=True) and keep their per-step state "
                 "in device tensors; find a sync with tests/sync_guard.py's no_sync(), or use cudagraph=False."
             ) from err
-        for path in rebound:
-            _assign(env, path, snapshot[path])
-        changed = [
-            p
-            for p, v in snapshot.items()
-            if not isinstance(v, (torch.Tensor, torch.Generator)) and not _same(_safe_resolve(env, p), v)
-        ]
+        changed = [key for key, value in python_before.items() if not _same_value(python_state(env).get(key), value)]
         if changed:
-            self._restore(snapshot)
+            layers = _layers(env)
+            for i, attr in changed:
+                setattr(layers[i], attr, python_before[i, attr])
+            env.load_state_dict(saved)
+            names = ", ".join(f"{type(layers[i]).__name__}.{attr}" for i, attr in changed[:5])
             raise RolloutError(
-                "the env keeps Python-side state that changes every step ("
-                + ", ".join(_name(p) for p in changed[:5])
-                + "); a CUDA graph replays device work only, so that state would freeze. Keep per-step state in device "
-                "tensors, or use cudagraph=False."
+                f"the env keeps Python-side state that changes every step ({names}); a CUDA graph replays device "
+                "work only, so that state would freeze. Keep per-step state in device tensors (and list them in "
+                "state_dict() or state_attributes), or use cudagraph=False."
             )
-        self._pinned = {
-            p: v
-            for p, v in snapshot.items()
-            if isinstance(v, torch.Tensor) and counts[id(v)] == 1 and v.device == self.device
-        }
+        # the capture ran nothing (the emulation undoes what it ran): the pinned tensors hold
+        # the warm-up's final state, and state the capture re-bound is handed them back
+        env.load_state_dict(pinned)
+        self._pinned = pinned
         self.graph = graph
 
-    def _write_back(self, snapshot: dict, counts: dict) -> list:
-        """Inside the capture: copy re-bound state into the tensors the graph reads first."""
-        rebound = []
-        for path, old in snapshot.items():
-            if not isinstance(old, torch.Tensor):
-                continue
-            new = _safe_resolve(self.env, path)
-            if new is old:
-                continue
+    def _write_back(self, pinned: dict[str, torch.Tensor]) -> None:
+        """Inside the capture: copy state the steps re-bound into the pinned tensors."""
+        current = self.env.state_dict()
+        for name, old in pinned.items():
+            new = current.get(name)
             if not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype:
                 raise RolloutError(
-                    f"{_name(path)} changed from a {tuple(old.shape)} {old.dtype} tensor to {_describe(new)} during a step; a CUDA graph needs fixed state."
+                    f"env state {name!r} changed from {_describe(old)} to {_describe(new)} during a step; a CUDA graph "
+                    "needs state of fixed shapes and dtypes."
                 )
-            if old.device != self.device:
+            if not same_memory(new, old):
+                old.copy_(new)
+
+    def _copy_in(self) -> None:
+        """Before a replay: bring state replaced since the last one into the pinned tensors."""
+        current = self.env.state_dict()
+        for name, pinned in self._pinned.items():
+            value = current.get(name)
+            if not isinstance(value, torch.Tensor) or value.shape != pinned.shape or value.dtype != pinned.dtype:
                 raise RolloutError(
-                    f"{_name(path)} is a {old.device} tensor updated every step; a CUDA graph on {self.device} cannot replay that. Keep the env's state on its device."
+                    f"env state {name!r} is now {_describe(value)} but the captured graph was built for "
+                    f"{_describe(pinned)}; collect with a new RolloutBuffer to capture again."
                 )
-            if counts[id(old)] > 1:
-                raise RolloutError(
-                    f"{_name(path)} is re-bound every step but shares its tensor with other env attributes; a CUDA graph cannot pin it."
-                )
-            old.copy_(new)
-            rebound.append(path)
-        return rebound
-
-    def _restore(self, snapshot: dict) -> None:
-        """Undo what a failed capture did to the env's Python objects."""
-        for path, value in snapshot.items():
-            try:
-                if not _same(_resolve(self.env, path), value):
-                    _assign(self.env, path, value)
-            except (AttributeError, KeyError, IndexError, TypeError, RolloutError):
-                pass
-
-    def _repin(self) -> None:
-        """Bring state replaced since the last replay back into the graph's tensors."""
-        env = self.env
-        for path, pinned in self._pinned.items():
-            current = _safe_resolve(env, path)
-            if current is pinned:
-                continue
-            if not isinstance(current, torch.Tensor) or current.shape != pinned.shape or current.dtype != pinned.dtype:
-                raise RolloutError(
-                    f"{_name(path)} is now {_describe(current)} but the captured graph was built for a "
-                    f"{tuple(pinned.shape)} {pinned.dtype} tensor; collect with a new RolloutBuffer to capture again."
-                )
-            pinned.copy_(current)
-            _assign(env, path, pinned)
-
-
-def _safe_resolve(root: Any, path: Path) -> Any:
-    try:
-        return _resolve(root, path)
-    except (AttributeError, KeyError, IndexError, TypeError):
-        return _Missing
-
-
-class _Missing:
-    """Marker: the path no longer exists."""
-
-
-def _describe(value: Any) -> str:
-    if value is _Missing:
-        return "gone"
-    if isinstance(value, torch.Tensor):
-        return f"a {tuple(value.shape)} {value.dtype} tensor on {value.device}"
-    return f"a {type(value).__name__}"
+            if not same_memory(value, pinned):
+                pinned.copy_(value)
 
 
 def graph_collector(env: Any, policy: Policy | None, buffer: RolloutBuffer, compile: bool) -> GraphCollector:
     """The cached :class:`GraphCollector` for (env, buffer, policy, compile); one graph per buffer."""
-    graphs = collect_cache(env).graphs
-    key = id(buffer)
-    entry = graphs.get(key)
-    if entry is None or entry.policy is not policy or entry.compile != compile or entry.buffer is not buffer:
-        entry = graphs[key] = GraphCollector(env, policy, buffer, compile)
-    return entry
+    return cached(
+        collect_cache(env).graphs,
+        (id(buffer), id(policy), compile),
+        lambda entry: entry.policy is policy and entry.buffer is buffer,
+        lambda: GraphCollector(env, policy, buffer, compile),
+    )

@@ -78,6 +78,8 @@ class CountingTorchVectorEnv:
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
     supports_reset_mask = True
+    # its per-step state, re-bound every step (what a CUDA-graph collection must keep)
+    state_attributes = ("episode", "t")
 
     def __init__(self, num_envs: int = 4, device="cpu", final_obs: str = "info", obs_dtype=torch.float32) -> None:
         self.num_envs = num_envs

@@ -12,18 +12,15 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 import gpu_envs
 from gpu_envs.errors import InvalidArgumentError, RolloutError
 from gpu_envs.rollout import RolloutBuffer, collect
-from gpu_envs.rollout_graph import CudaGraphs, GraphCollector, scan_state
+from gpu_envs.rollout_graph import GraphCollector
 from tests.fakes import CountingTorchVectorEnv
+from tests.graph_emulation import EmulatedGraphs
 
 N = 6
 
@@ -83,107 +80,8 @@ def test_cudagraph_on_cpu_is_a_clear_error():
 
 
 # ---------------------------------------------------------------------------
-# CUDA graph logic, emulated on the CPU
+# CUDA graph logic, emulated on the CPU (tests/graph_emulation.py)
 # ---------------------------------------------------------------------------
-
-
-class SyncInCapture(RuntimeError):
-    pass
-
-
-class _Recorder(TorchDispatchMode):
-    """Records ops and undoes their effects on memory that existed before the capture.
-
-    A real capture runs nothing: afterwards every pre-existing tensor and generator is as
-    it was. Here ops must run (to produce their outputs), so each tensor an op writes
-    into that the capture did not allocate is saved first and restored at the end.
-    """
-
-    def __init__(self, ops):
-        super().__init__()
-        self.ops = ops
-        self.new_storages: set[int] = set()
-        self.saved: list = []
-        self.saved_keys: set = set()
-        self.generators: dict = {}
-
-    def _save(self, t):
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride())
-        if t.untyped_storage().data_ptr() not in self.new_storages and key not in self.saved_keys:
-            self.saved_keys.add(key)
-            self.saved.append((t, t.clone()))
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.ops.aten._local_scalar_dense.default:
-            raise SyncInCapture("operation not permitted when stream is capturing")
-        for i, arg in enumerate(func._schema.arguments):
-            value = args[i] if i < len(args) else kwargs.get(arg.name)
-            if arg.alias_info is not None and arg.alias_info.is_write:
-                for t in tree_leaves(value):
-                    if isinstance(t, torch.Tensor):
-                        self._save(t)
-            if isinstance(value, torch.Generator) and id(value) not in self.generators:
-                self.generators[id(value)] = (value, value.get_state())
-        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-        out = func(*args, **kwargs)
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
-                self.new_storages.add(t.untyped_storage().data_ptr())
-        self.ops.append((func, args, kwargs, out))
-        return out
-
-    def undo(self):
-        for t, value in reversed(self.saved):
-            t.copy_(value)
-        for generator, state in self.generators.values():
-            generator.set_state(state)
-
-
-class EmulatedGraph:
-    """Replays recorded ops on the recorded tensors: static memory, like a CUDA graph."""
-
-    def __init__(self):
-        self.ops = []
-        self.replays = 0
-
-    def replay(self):
-        self.replays += 1
-        with torch.no_grad():
-            self._replay()
-
-    def _replay(self):
-        for func, args, kwargs, out in self.ops:
-            new = func(*args, **kwargs)
-            for old, fresh in zip(tree_leaves(out), tree_leaves(new), strict=True):
-                if isinstance(old, torch.Tensor) and old is not fresh and old.data_ptr() != fresh.data_ptr():
-                    old.copy_(fresh)
-
-
-class EmulatedGraphs(CudaGraphs):
-    def available(self, device):
-        return True
-
-    def new_graph(self):
-        return EmulatedGraph()
-
-    def register_generator(self, graph, generator):
-        pass
-
-    @contextlib.contextmanager
-    def capture(self, graph):
-        recorder = _Recorder(graph.ops)
-        rng = torch.get_rng_state()
-        try:
-            with torch.no_grad(), recorder:
-                yield
-        finally:
-            recorder.undo()
-            torch.set_rng_state(rng)
-
-    @contextlib.contextmanager
-    def side_stream(self, device):
-        yield
 
 
 def graph_runs(make_env, policy, n_calls, steps, between=None):
@@ -219,6 +117,10 @@ def cartpole_env():
     return gpu_envs.make("CartPole-v1", num_envs=16, device="cpu", seed=5)
 
 
+def pendulum_env():
+    return gpu_envs.make("Pendulum-v1", num_envs=16, device="cpu", seed=5, max_episode_steps=7)
+
+
 def transformed_env():
     """Transforms keep state too (running returns, running mean/variance): it must be pinned."""
     from gpu_envs.transforms import EpisodeStats, ObservationNorm, RewardScale, TransformedEnv
@@ -228,14 +130,21 @@ def transformed_env():
 
 @pytest.mark.parametrize(
     ("make_env", "policy"),
-    [(counting_env, count_policy), (counting_env, None), (cartpole_env, None), (transformed_env, None)],
-    ids=["counting-policy", "counting-random", "cartpole-random", "transformed-cartpole"],
+    [
+        (counting_env, count_policy),
+        (counting_env, None),
+        (cartpole_env, None),
+        (pendulum_env, None),
+        (transformed_env, None),
+    ],
+    ids=["counting-policy", "counting-random", "cartpole-random", "pendulum-random", "transformed-cartpole"],
 )
 def test_graph_replays_equal_eager_collections(make_env, policy):
     graphed, collector, env = graph_runs(make_env, policy, 4, 15)
     assert collector.graph is not None and collector.graph.replays == 3  # 1 warm-up + 3 replays
     eager = eager_runs(make_env, policy, 4, 15)
     assert_same(eager, graphed)
+    assert eager["next", "done"].any(), "episodes ended inside the replays"
     # after the replays the env's root is where the last replay ended
     last = graphed[:, -1]
     root = env.root()
@@ -268,10 +177,35 @@ def test_graph_refuses_python_side_step_state():
     env = gpu_envs.wrap(PythonCounter(N))
     env.reset()
     collector = GraphCollector(env, None, RolloutBuffer(env, 5), api=EmulatedGraphs())
-    with pytest.raises(RolloutError, match=r"Python-side state .*env\.backend\.env\.calls"):
+    with pytest.raises(RolloutError, match=r"Python-side state .*PythonCounter\.calls"):
         collector.collect()
     assert env.backend.env.calls == 5  # restored to its value before the capture
     collect(env, steps=5)  # the env still works eagerly
+
+
+def test_graph_refuses_an_env_that_does_not_expose_its_state():
+    class Undeclared(CountingTorchVectorEnv):
+        state_attributes = None  # neither state_attributes nor state_dict()/load_state_dict()
+
+    env = gpu_envs.wrap(Undeclared(N))
+    env.reset()
+    with pytest.raises(RolloutError, match=r"Undeclared does not say which tensors .*state_dict\(\).*state_attributes"):
+        GraphCollector(env, None, RolloutBuffer(env, 5), api=EmulatedGraphs())
+
+
+def test_graph_refuses_state_off_the_device():
+    class HostCounter(CountingTorchVectorEnv):
+        state_attributes = ("episode", "t", "host_steps")
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.host_steps = torch.zeros(1, dtype=torch.long, device="meta")
+
+    env = gpu_envs.wrap(HostCounter(N))
+    env.reset()
+    collector = GraphCollector(env, None, RolloutBuffer(env, 5), api=EmulatedGraphs())
+    with pytest.raises(RolloutError, match=r"'backend.env.host_steps' is a \(1,\) torch.int64 tensor on meta"):
+        collector.collect()
 
 
 def test_graph_refuses_a_host_sync_in_the_policy():
@@ -288,13 +222,18 @@ def test_graph_refuses_a_host_sync_in_the_policy():
     assert torch.equal(traj["observation"][:, 0], before)
 
 
-def test_scan_state_finds_env_tensors_and_generators():
-    env = cartpole_env()
+def test_graph_state_is_what_the_layers_expose():
+    """The collector pins what state_dict() lists: live tensors, in place for the built-in env."""
+    env = transformed_env()
     env.reset()
-    found = scan_state(env)
-    names = {"".join(f".{n}" for _, n in path): value for path, value in found.items()}
-    assert names[".backend.env.elapsed_steps"] is env.backend.env.elapsed_steps
-    assert any(value is env.backend.env.state for value in names.values())
-    assert isinstance(names[".generator"], torch.Generator)
-    assert isinstance(names[".backend.env._generator"], torch.Generator)
-    assert any(name.startswith("._final_obs.root_obs.") for name in names)
+    state = env.state_dict()
+    inner = env.env.backend.env
+    assert state["env.backend.env.state"] is inner.state
+    assert state["env.backend.env.rng_counter"] is inner.state_dict()["rng_counter"]
+    assert state["env.root.observation"] is env.env.root()["observation"]
+    assert {"transforms.0.running_return", "transforms.1.observation.mean"} <= set(state)
+    collector = GraphCollector(env, None, RolloutBuffer(env, 6), api=EmulatedGraphs())
+    collector.collect()
+    collector.collect()
+    # in-place state stays the very tensor the graph replays into
+    assert env.state_dict()["env.backend.env.state"] is state["env.backend.env.state"]

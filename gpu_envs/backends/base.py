@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from gpu_envs.errors import RolloutError
 from gpu_envs.specs import Composite, Spec
 
 # Observations travel as flat dicts keyed by TensorDict keys: a string, or a tuple of
@@ -124,6 +125,23 @@ class Backend(ABC):
         :class:`~gpu_envs.env.BatchedEnv` asks this first when a step was interrupted,
         so that a backend that knows why (a dead worker process) says so.
         """
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The simulator's per-step state as live tensors (see :mod:`gpu_envs.state_dicts`).
+
+        This default refuses: most simulators (numpy envs, JAX arrays, a physics engine)
+        keep their state outside torch tensors, where a CUDA graph cannot replay it.
+        """
+        raise RolloutError(
+            f"the {self.describe()} backend keeps its simulator's state outside torch tensors, so it has no "
+            "state_dict(); a CUDA graph can only replay envs whose per-step state lives in device tensors "
+            "(torch vector envs). Use cudagraph=False for this env."
+        )
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Take the values of a :meth:`state_dict` (refused where that is)."""
+        self.state_dict()  # raises where the state is not torch tensors
+        raise NotImplementedError(f"{type(self).__name__} has a state_dict() but no load_state_dict()")
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends own nothing
         """Release the simulator's resources. Called once by ``BatchedEnv.close``."""

@@ -29,6 +29,11 @@ wrapped, with no numpy and no host synchronisation::
   rows, if the env sets ``supports_reset_mask = True``.
 * An env that rewrites its output tensors in place on the next step must be wrapped
   with ``copy_buffers=True`` (the Isaac Lab backend does that itself).
+* To be replayed by a CUDA graph (``collect(..., cudagraph=True)``) an env says where its
+  per-step state is: ``state_dict()`` returning those tensors (live, not copies) with
+  ``load_state_dict(d)`` copying values into them, or a class attribute
+  ``state_attributes = ("pos", "vel", ...)`` naming its tensor attributes (updated in
+  place or re-bound each step). The built-in envs have ``state_dict()``.
 * Envs written in CuPy, Warp or JAX may return their own arrays instead of tensors:
   whatever implements ``__dlpack__`` crosses into torch without a copy when it lives on
   the target device, and the action goes back as an array of the same framework (see
@@ -70,8 +75,16 @@ import torch
 from gpu_envs.arrays import framework_of, from_torch, to_torch
 from gpu_envs.backends.base import Backend, ObsDict, RawStep
 from gpu_envs.devices import same_device
-from gpu_envs.errors import AutoresetModeError, DeviceMismatchError, NotAnEnvError, ObservationError
+from gpu_envs.errors import (
+    AutoresetModeError,
+    DeviceMismatchError,
+    InvalidArgumentError,
+    NotAnEnvError,
+    ObservationError,
+    RolloutError,
+)
 from gpu_envs.specs import Composite, Spec, spec_from_gym
+from gpu_envs.state_dicts import prefixed, same_memory, under
 
 REQUIRED_METHODS = ("reset", "step")
 NO_INFO: dict = {}  # the info of every fast-path step: nothing (never written)
@@ -295,6 +308,49 @@ class TorchVectorBackend(Backend):
         if self.copy_buffers:
             out = {key: value.clone() for key, value in out.items()}
         return out
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The env's per-step state tensors, live, as ``{"env.<name>": tensor}``.
+
+        From the env's ``state_attributes`` (tensor attribute names) if it declares them,
+        else from its own ``state_dict()``; an env with neither is refused, naming both.
+        """
+        env, names = self.env, getattr(self.env, "state_attributes", None)
+        if names is not None:
+            state = {name: getattr(env, name, None) for name in names}
+        elif callable(getattr(env, "state_dict", None)) and callable(getattr(env, "load_state_dict", None)):
+            state = env.state_dict()
+        else:
+            raise RolloutError(
+                f"{type(env).__name__} does not say which tensors hold its per-step state, so a CUDA graph cannot "
+                "replay it: give it state_dict() (those tensors, live) and load_state_dict(d) (copying values into "
+                "them), or a class attribute state_attributes = ('pos', 'vel', ...) naming its tensor attributes."
+            )
+        for name, value in state.items():
+            if not isinstance(value, torch.Tensor):
+                raise RolloutError(
+                    f"{type(env).__name__} state {name!r} is a {type(value).__name__}, not a torch tensor; a CUDA graph "
+                    "replays device tensors only. Keep the per-step state in tensors on the env's device."
+                )
+        return prefixed("env", state)
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Give the env these values: through its ``load_state_dict``, or by re-binding its
+        declared attributes to copies (it may have handed the current tensors out)."""
+        mine = under("env", self.state_dict())  # validates the env's side
+        values = under("env", state)
+        if getattr(self.env, "state_attributes", None) is None:
+            self.env.load_state_dict(values)
+            return
+        if set(values) != set(mine):
+            raise InvalidArgumentError(
+                f"{type(self.env).__name__} state names are {sorted(mine)}; got {sorted(values)} to load."
+            )
+        for name, current in mine.items():
+            value = values[name]
+            if not same_memory(value, current):
+                setattr(self.env, name, value.clone())
 
     def close(self) -> None:
         close = getattr(self.env, "close", None)

@@ -38,8 +38,7 @@ import torch
 from gpu_envs.arrays import to_torch
 from gpu_envs.envs.counter_rng import CounterRNG
 from gpu_envs.errors import ClosedEnvError, InvalidArgumentError, ResetMaskError, ResetNeededError
-
-STATE_KEYS = ("state", "elapsed_steps", "rng_key", "rng_counter")
+from gpu_envs.state_dicts import copy_into
 
 
 class BatchedTorchEnv(gymnasium.vector.VectorEnv):
@@ -110,7 +109,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
 
     @state.setter
     def state(self, value: torch.Tensor) -> None:
-        self._copy_into(self._state, value, "state")
+        self._assign(self._state, value, "state")
 
     @property
     def elapsed_steps(self) -> torch.Tensor:
@@ -119,7 +118,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
 
     @elapsed_steps.setter
     def elapsed_steps(self, value: torch.Tensor) -> None:
-        self._copy_into(self._elapsed, value, "elapsed_steps")
+        self._assign(self._elapsed, value, "elapsed_steps")
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Every tensor a step reads and writes, live (not copies), by name.
@@ -141,23 +140,14 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
 
         The env is then ready to step from exactly that state (same future draws too).
         """
-        if not isinstance(state, dict) or set(state) != set(STATE_KEYS):
-            got = sorted(state) if isinstance(state, dict) else type(state).__name__
-            raise InvalidArgumentError(
-                f"{type(self).__name__}.load_state_dict expects the keys {list(STATE_KEYS)} of state_dict(), got {got}."
-            )
-        for name, target in self.state_dict().items():
-            self._copy_into(target, state[name], name)
+        copy_into(self.state_dict(), state, type(self).__name__)
         self._needs_reset = False
 
-    def _copy_into(self, target: torch.Tensor, value: Any, name: str) -> None:
-        value = torch.as_tensor(value, device=self.device)
-        if tuple(value.shape) != tuple(target.shape) or value.is_floating_point() != target.is_floating_point():
-            raise InvalidArgumentError(
-                f"{name} must be a {tuple(target.shape)} {target.dtype} tensor, got {tuple(value.shape)} {value.dtype}."
-            )
-        if value is not target:
-            target.copy_(value)
+    def _assign(self, target: torch.Tensor, value: Any, name: str) -> None:
+        value = torch.as_tensor(value, dtype=target.dtype, device=self.device)
+        if tuple(value.shape) != tuple(target.shape):
+            raise InvalidArgumentError(f"{name} must have shape {tuple(target.shape)}, got {tuple(value.shape)}.")
+        target.copy_(value)
 
     # ------------------------------------------------------------------ reset
     def _begin_reset(self, seed: int | None, options: dict | None) -> dict:

@@ -118,6 +118,16 @@ class Transform:
         return self.root(td)
 
     # ----------------------------------------------------------------- state
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Every tensor this transform updates per step, live (not copies); none by default.
+
+        Unlike :meth:`state_dict` (copies of the statistics worth saving or sharing), this
+        is its whole per-step state, updated in place: ``TransformedEnv.state_dict()``
+        includes it, which is how a CUDA-graph collection knows it (see
+        :mod:`gpu_envs.state_dicts`).
+        """
+        return {}
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Tensors worth saving (statistics); empty for stateless transforms."""
         return {}

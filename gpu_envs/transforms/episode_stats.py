@@ -161,6 +161,15 @@ class EpisodeStats(Transform):
         self._total_return.zero_()
         self._total_length.zero_()
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {
+            "running_return": self._return,
+            "running_length": self._length,
+            "episodes": self._episodes,
+            "total_return": self._total_return,
+            "total_length": self._total_length,
+        }
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {
             "episodes": self.episodes.clone(),

@@ -215,6 +215,19 @@ class ObservationNorm(Transform):
             raise InvalidArgumentError(f"{key!r} is not normalised here; normalised keys: {self.keys}.")
         return key
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        out = {}
+        for key in self.keys:
+            for field, store in (
+                ("count", self._count),
+                ("mean", self._mean),
+                ("m2", self._m2),
+                ("loc", self._loc),
+                ("scale", self._scale),
+            ):
+                out[f"{_name(key)}.{field}"] = store[key]
+        return out
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         """``{"<key>.count"|"<key>.mean"|"<key>.m2": tensor}``; nested keys are joined with ``/``."""
         out = {}

@@ -35,6 +35,7 @@ from tensordict import TensorDictBase
 from gpu_envs.errors import InvalidArgumentError, ResetNeededError
 from gpu_envs.rollout_loop import Policy, rollout
 from gpu_envs.specs.env_specs import BatchedSpecs
+from gpu_envs.state_dicts import copy_into, prefixed, under
 from gpu_envs.transforms.base import EnvSpecs, Transform
 
 _ENV_API = (
@@ -164,6 +165,22 @@ class TransformedEnv(BatchedSpecs):
         ``reset=False`` continues from the current root.
         """
         return rollout(self, steps, policy, reset=reset)
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Live state tensors (see :mod:`gpu_envs.state_dicts`): the env's under ``"env."``,
+        each transform's :meth:`~Transform.state_tensors` under ``"transforms.<i>."``."""
+        state = prefixed("env", self.env.state_dict())
+        for i, t in enumerate(self.transforms):
+            state.update(prefixed(f"transforms.{i}", t.state_tensors()))
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Take the values of a :meth:`state_dict` (copied into the env's and transforms' tensors)."""
+        self.env.load_state_dict(under("env", state))
+        for i, t in enumerate(self.transforms):
+            copy_into(t.state_tensors(), under(f"transforms.{i}", state), type(t).__name__)
+        self._needs_reset = False
 
     # --------------------------------------------------------------- helpers
     def _check_reset(self) -> None:

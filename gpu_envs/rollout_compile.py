@@ -13,7 +13,7 @@ collection. Only the root TensorDict and the last transition come back to Python
 * Random actions (``policy=None``) are drawn with ``env.generator`` eagerly, one draw per
   step exactly as an eager collection does (an op taking a ``torch.Generator`` cannot be
   traced), and passed in; the built-in envs draw their resets with traceable counter-based
-  generators, so nothing else leaves the graph (``tests/test_compile_graph.py`` asserts 0
+  generators, so nothing else leaves the graph (``tests/test_graph_breaks.py`` asserts 0
   graph breaks).
 * The first chunk of the first collection runs eagerly: it validates the first step (which
   may read values on the host) and fixes the buffer's layout; the chunk is compiled on the

@@ -1,27 +1,27 @@
-"""Collection throughput on CPU: gpu_envs collect vs gymnasium SyncVectorEnv vs torchrl.
+"""Collection throughput on CPU: gpu_envs collect (eager, compiled) vs EnvPool, gymnasium, torchrl.
 
-Built-in CartPole-v1 at N = 4096 on the CPU, random actions, one thread, contenders
-interleaved in one process (medians of rounds):
+CartPole-v1 at N = 8, 256 and 4096 on the CPU, random actions, ONE thread each, every
+contender interleaved with the others in one process (medians of rounds), in env-steps
+per second of CPU time (``time.process_time``: EnvPool steps its envs in a worker thread,
+which the calling thread's own CPU time would not see; torch runs on one thread):
 
-(a) ``collect(env, steps=T)``: the eager collection into the preallocated buffer;
-(b) ``collect(env, steps=T, compile=True)``: the same under ``torch.compile``;
+(a) ``collect(env, steps=T)``: the built-in torch CartPole, eager, into the preallocated
+    ``[N, T]`` buffer (transitions with true final observations, done flags, ...);
+(b) ``collect(env, steps=T, compile=True)``: the same as ``T / K`` calls of one compiled
+    ``K``-step function (``gpu_envs.rollout_compile``);
 (c) gymnasium's ``SyncVectorEnv`` of CartPole-v1 (``gym.make_vec(..., "sync")``, numpy),
     stepped with random actions -- the usual CPU baseline;
-(d) torchrl's ``rollout`` over the same torch env (``GymWrapper(CartPoleEnv(N),
+(d) EnvPool (C++, ``envpool.make("CartPole-v1", env_type="gymnasium", num_envs=N,
+    num_threads=1)``), stepped with random numpy actions, when installed (``pip install
+    envpool``; CI installs it); its steps return numpy arrays and store nothing;
+(e) torchrl's ``rollout`` over the same torch env (``GymWrapper(CartPoleEnv(N),
     convert_actions_to_numpy=False, categorical_action_encoding=True)``), when installed;
     its default info reader splits ``info["final_obs"]`` row by row, so it is also shown
     on the env built with ``expose_final_obs=False`` (faster, but without true final
     observations).
 
-Why compiled is slower than eager here (CPU, N = 4096): the built-in envs draw their
-reset states from their own ``torch.Generator`` (seeded reproducibility), and dynamo
-cannot put a generator-taking op in a graph, so every step is cut at that call -- five
-frames deep (collect's step, ``step_and_maybe_reset``, ``step``, the backend, the env),
-which makes ~20 compiled regions per step, each with its guard check; and inductor's
-C++ for the CartPole physics comes out as a scalar loop (``std::sin``/``std::cos`` on
-the strided columns), slower than ATen's vectorised kernels that eager mode already
-runs as one short chain. Compilation is aimed at GPUs (fused Triton kernels, and CUDA
-graphs with ``cudagraph=True``); ``benchmarks/gpu_check.py`` measures it there.
+Targets (issue 8): compiled collect at least EnvPool's env-steps/s at N = 8 and at least
+10x EnvPool at N = 4096; compiled at least as fast as eager at N = 4096.
 
 Then memory: ``--collections`` (1,000) collections in a row must not grow the process
 (RSS from /proc/self/statm on the CPU; ``torch.cuda.memory_stats`` on a GPU).
@@ -35,6 +35,7 @@ import argparse
 import importlib.util
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -48,23 +49,50 @@ import gpu_envs
 from benchmarks.timing import bench_result, format_table, interleave, save_json
 from gpu_envs.rollout import collect
 
+SIZES = (8, 256, 4096)
+EAGER, COMPILED = "gpu_envs collect", "gpu_envs collect (compile)"
+GYMNASIUM, ENVPOOL, TORCHRL = "gymnasium SyncVectorEnv", "EnvPool", "torchrl rollout"
 COLUMNS = [
     ("contender", "contender"),
     ("steps_per_s", "env-steps/s"),
+    ("vs_envpool", "x EnvPool"),
     ("vs_gymnasium", "x gymnasium sync"),
     ("vs_torchrl", "x torchrl"),
     ("note", "note"),
 ]
+ENVPOOL_MISSING = "EnvPool not installed (pip install envpool): its rows are skipped"
+
+
+def envpool_available() -> bool:
+    return importlib.util.find_spec("envpool") is not None
+
+
+def envpool_contender(n: int, steps: int) -> tuple:
+    """EnvPool's CartPole-v1, one worker thread, ``steps`` steps with random numpy actions."""
+    import envpool
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pool = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=n, num_threads=1, seed=0)
+    pool.reset()
+    rng = np.random.default_rng(1)
+
+    def envpool_steps() -> None:
+        for _ in range(steps):
+            pool.step(rng.integers(0, 2, size=n))
+
+    return envpool_steps, n * steps
 
 
 def contenders(n: int, steps: int, gym_steps: int, device: torch.device) -> dict[str, tuple]:
     """name -> (callable doing one unit of work, env-steps per call)."""
     out: dict[str, tuple] = {}
     eager = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0)
-    out["gpu_envs collect"] = (lambda: collect(eager, steps=steps), n * steps)
+    out[EAGER] = (lambda: collect(eager, steps=steps), n * steps)
     compiled = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0)
-    collect(compiled, steps=steps, compile=True)  # compile outside the timing
-    out["gpu_envs collect (compile)"] = (lambda: collect(compiled, steps=steps, compile=True), n * steps)
+    for _ in range(2):  # the first chunk runs eagerly, the next call compiles: outside the timing
+        collect(compiled, steps=steps, compile=True)
+    out[COMPILED] = (lambda: collect(compiled, steps=steps, compile=True), n * steps)
 
     import gymnasium as gym
 
@@ -76,7 +104,10 @@ def contenders(n: int, steps: int, gym_steps: int, device: torch.device) -> dict
         for _ in range(gym_steps):
             vec.step(rng.integers(0, 2, size=n))
 
-    out["gymnasium SyncVectorEnv"] = (gym_steps_fn, n * gym_steps)
+    out[GYMNASIUM] = (gym_steps_fn, n * gym_steps)
+
+    if envpool_available():
+        out[ENVPOOL] = envpool_contender(n, steps)
 
     if importlib.util.find_spec("torchrl") is not None:
         from torchrl.envs import GymWrapper
@@ -101,33 +132,41 @@ def contenders(n: int, steps: int, gym_steps: int, device: torch.device) -> dict
 
             return torchrl_rollout, n * steps
 
-        out["torchrl rollout"] = torchrl_contender(True)
+        out[TORCHRL] = torchrl_contender(True)
         # the same env without info["final_obs"]: torchrl's transitions then lack the true
         # final observations, but this shows its rollout loop without its per-row info reader
-        out["torchrl rollout (no final obs)"] = torchrl_contender(False)
+        out[f"{TORCHRL} (no final obs)"] = torchrl_contender(False)
     return out
 
 
 def measure_speed(n: int, steps: int, gym_steps: int, rounds: int, device: torch.device) -> list[dict]:
     units = contenders(n, steps, gym_steps, device)
-    times = interleave({k: fn for k, (fn, _) in units.items()}, steps=1, rounds=rounds, warmup=1, device=device)
-    rate = {k: units[k][1] / times[k] for k in units}
+    times = interleave(
+        {k: fn for k, (fn, _) in units.items()}, steps=1, rounds=rounds, warmup=1, device=device, timer=time.process_time
+    )
+    return rate_rows(n, {k: units[k][1] / times[k] for k in units})
+
+
+def rate_rows(n: int, rate: dict[str, float]) -> list[dict]:
+    """The table rows of one batch size from each contender's env-steps/s."""
     rows = []
     for name, r in rate.items():
         row = {"contender": f"{name} N={n}", "steps_per_s": f"{r:,.0f}", "env_steps_per_s": r}
-        if "gymnasium SyncVectorEnv" in rate:
-            row["vs_gymnasium"] = f"{r / rate['gymnasium SyncVectorEnv']:.1f}x"
-        if "torchrl rollout" in rate:
-            row["vs_torchrl"] = f"{r / rate['torchrl rollout']:.2f}x"
+        for column, base in (("vs_envpool", ENVPOOL), ("vs_gymnasium", GYMNASIUM), ("vs_torchrl", TORCHRL)):
+            if base in rate:
+                row[column] = f"{r / rate[base]:.2f}x"
         rows.append(row)
     notes = {
-        "gpu_envs collect (compile)": f"compiled / eager = {rate['gpu_envs collect (compile)'] / rate['gpu_envs collect']:.2f}",
-        "torchrl rollout": "same env; torchrl reads info['final_obs'] row by row",
-        "torchrl rollout (no final obs)": "env without final obs (wrong bootstrap data)",
+        COMPILED: f"compiled / eager = {rate[COMPILED] / rate[EAGER]:.2f}",
+        ENVPOOL: "C++ envs, 1 worker thread; numpy out, nothing stored",
+        TORCHRL: "same env; torchrl reads info['final_obs'] row by row",
+        f"{TORCHRL} (no final obs)": "env without final obs (wrong bootstrap data)",
     }
     for row, name in zip(rows, rate, strict=True):
         if name in notes:
             row["note"] = notes[name]
+    if ENVPOOL not in rate:
+        rows.append({"contender": f"{ENVPOOL} N={n}", "note": ENVPOOL_MISSING})
     return rows
 
 
@@ -163,28 +202,47 @@ def measure_memory(n: int, steps: int, collections: int, device: torch.device) -
     }
 
 
+def targets(rows: list[dict]) -> list[str]:
+    """The issue's targets, read from the rows: met or not, with the numbers."""
+    rate = {row["contender"]: row["env_steps_per_s"] for row in rows if "env_steps_per_s" in row}
+    lines = []
+    for n, factor in ((SIZES[0], 1.0), (SIZES[-1], 10.0)):
+        ours, theirs = rate.get(f"{COMPILED} N={n}"), rate.get(f"{ENVPOOL} N={n}")
+        if ours is not None and theirs is not None:
+            verdict = "met" if ours >= factor * theirs else "NOT met"
+            lines.append(f"compiled >= {factor:g}x EnvPool at N={n}: {ours / theirs:.2f}x -> {verdict}")
+        elif ours is not None:
+            lines.append(f"compiled >= {factor:g}x EnvPool at N={n}: not measured ({ENVPOOL_MISSING})")
+    ours, eager = rate.get(f"{COMPILED} N={SIZES[-1]}"), rate.get(f"{EAGER} N={SIZES[-1]}")
+    if ours is not None and eager is not None:
+        verdict = "met" if ours >= eager else "NOT met"
+        lines.append(f"compiled >= eager at N={SIZES[-1]}: {ours / eager:.2f}x -> {verdict}")
+    return lines
+
+
 def _result(rows: list[dict], device: torch.device) -> dict:
-    return bench_result(f"bench_rollout: built-in CartPole-v1 collection on {device}, 1 thread", rows, COLUMNS)
+    result = bench_result(f"bench_rollout: CartPole-v1 collection on {device}, 1 thread, CPU time", rows, COLUMNS)
+    result["targets"] = targets(rows)
+    return result
 
 
-def run(quick: bool = False) -> dict:
-    """The table for ``gpu-envs bench``: N = 4096 on CPU (quick: N = 1024, few rounds)."""
+def run(quick: bool = False, sizes: tuple[int, ...] = SIZES) -> dict:
+    """The table for ``gpu-envs bench``: N = 8, 256, 4096 on CPU (quick: fewer steps and rounds)."""
     torch.set_num_threads(1)
     device = torch.device("cpu")
-    if quick:
-        rows = measure_speed(1024, steps=16, gym_steps=2, rounds=3, device=device)
-        rows.append(measure_memory(1024, steps=8, collections=100, device=device))
-    else:
-        rows = measure_speed(4096, steps=32, gym_steps=2, rounds=7, device=device)
-        rows.append(measure_memory(4096, steps=8, collections=1000, device=device))
+    steps, rounds = (16, 3) if quick else (32, 7)
+    rows = []
+    for n in sizes:
+        rows += measure_speed(n, steps=steps, gym_steps=2 if n > 256 else 16, rounds=rounds, device=device)
+    rows.append(measure_memory(1024 if quick else 4096, steps=8, collections=100 if quick else 1000, device=device))
     return _result(rows, device)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="batch sizes N")
     parser.add_argument("--steps", type=int, default=32, help="steps per collection T")
-    parser.add_argument("--gym-steps", type=int, default=2, help="SyncVectorEnv steps per timed call")
+    parser.add_argument("--gym-steps", type=int, default=None, help="SyncVectorEnv steps per timed call")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--collections", type=int, default=1000, help="collections in the memory check")
     parser.add_argument("--device", default="cpu")
@@ -192,11 +250,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = torch.device(args.device)
-    rows = measure_speed(args.num_envs, args.steps, args.gym_steps, args.rounds, device)
-    rows.append(measure_memory(args.num_envs, 8, args.collections, device))
+    rows = []
+    for n in args.sizes:
+        gym_steps = args.gym_steps or (2 if n > 256 else 16)
+        rows += measure_speed(n, args.steps, gym_steps, args.rounds, device)
+    rows.append(measure_memory(max(args.sizes), 8, args.collections, device))
     result = _result(rows, device)
     print(format_table(result["title"], result["rows"], result["columns"]))
-    save_json(args.json, {"benchmark": "rollout", "device": str(device), "rows": result["rows"]})
+    print("\n".join(["", *result["targets"]]))
+    save_json(args.json, {"benchmark": "rollout", "device": str(device), "rows": result["rows"], "targets": result["targets"]})
 
 
 if __name__ == "__main__":

@@ -2,30 +2,43 @@
 
 Run from the repository root::
 
-    python benchmarks/gpu_check.py [--json benchmarks/results/gpu_check.json]
+    python benchmarks/gpu_check.py [--budget-s 420] [--json benchmarks/results/gpu_check.json]
+    python benchmarks/gpu_check.py --smoke      # the same steps on the CPU, tiny sizes (CI runs it)
 
-It does, in order, and prints ONE table at the end:
+It does, in order, each step isolated (an exception fails that step, and the run goes on),
+and prints ONE table of checks and one throughput table at the end:
 
 1. ``pytest tests/test_sync_guard.py`` (the sync guard, on CUDA as well as the CPU);
-2. a training-like loop under ``torch.cuda.set_sync_debug_mode("error")``: eager,
-   compiled and CUDA-graph collections of CartPole with an MLP policy, plus the
-   critic and ``gae`` on each batch -- any host sync raises;
-3. correctness on the GPU: CUDA-graph collections equal eager ones (the counting env
-   with masked final observations, exactly; built-in CartPole, exactly expected);
-4. memory: 1,000 collections with no growth of ``torch.cuda.memory_stats``;
-5. throughput of built-in CartPole-v1 (random actions) at N in {4096, 65536, 1048576}:
-   eager vs ``compile=True`` vs ``cudagraph=True`` vs both, in env-steps/s.
+2. a training-like loop that may not synchronise: eager, compiled and CUDA-graph
+   collections of CartPole with an MLP policy, plus the critic and ``gae`` on each batch,
+   under ``torch.cuda.set_sync_debug_mode("error")`` (``--smoke``: eager and compiled
+   under the dispatch-mode sync guard of ``tests/sync_guard.py``);
+3. correctness: CUDA-graph collections equal eager ones, exactly (the counting env with
+   masked final observations, and built-in CartPole; ``--smoke``: the CPU emulation of
+   CUDA graphs in ``tests/graph_emulation.py``);
+4. memory: ``--collections`` collections with no growth (``torch.cuda.memory_stats``;
+   ``--smoke``: the process's RSS);
+5. throughput of built-in CartPole-v1 (random actions), sizes in increasing order, in
+   env-steps/s: eager vs ``compile=True`` vs ``cudagraph=True`` vs both (``--smoke``:
+   N in {8, 64}, eager and compiled).
 
-Exit status 0 when every check passed, 1 when one failed, 2 without CUDA.
+``--budget-s`` bounds the whole run (default 420 s, start-up excluded): a step that would
+not fit in what is left, judged from what the earlier ones took, is skipped, saying so;
+the largest N is measured last. Exit status 0 when every step that ran passed, 1 when one
+failed, 2 without CUDA (and without ``--smoke``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,12 +47,75 @@ if str(ROOT) not in sys.path:  # run as a script: make gpu_envs, benchmarks and 
 
 import torch  # noqa: E402
 
-SIZES = (4096, 65536, 1048576)
 MODES = ("eager", "compile", "cudagraph", "compile+cudagraph")
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIPPED"
 
 
 def log(msg: str) -> None:
     print(f"[gpu_check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes and modes of one run: the GPU's, or the CPU smoke run's tiny ones."""
+
+    device: torch.device
+    smoke: bool
+    sizes: tuple[int, ...]
+    modes: tuple[str, ...]
+    steps: int
+    repeats: int
+    collections: int
+    loop_envs: int
+    loop_iterations: int
+    graph_envs: int
+    memory_envs: int
+
+    @staticmethod
+    def gpu(args: argparse.Namespace) -> Plan:
+        return Plan(
+            device=torch.device("cuda", torch.cuda.current_device()),
+            smoke=False,
+            sizes=tuple(sorted(args.sizes or (4096, 65536, 1048576))),
+            modes=MODES,
+            steps=args.steps or 64,
+            repeats=args.repeats or 10,
+            collections=args.collections or 1000,
+            loop_envs=4096,
+            loop_iterations=10,
+            graph_envs=1024,
+            memory_envs=65536,
+        )
+
+    @staticmethod
+    def cpu_smoke(args: argparse.Namespace) -> Plan:
+        return Plan(
+            device=torch.device("cpu"),
+            smoke=True,
+            sizes=tuple(sorted(args.sizes or (8, 64))),
+            modes=("eager", "compile"),
+            steps=args.steps or 16,
+            repeats=args.repeats or 3,
+            collections=args.collections or 50,
+            loop_envs=64,
+            loop_iterations=3,
+            graph_envs=16,
+            memory_envs=256,
+        )
+
+
+class Budget:
+    """The time left for the run; a step is started only if its estimate fits."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.start = time.perf_counter()
+
+    def left(self) -> float:
+        return self.seconds - (time.perf_counter() - self.start)
+
+    def fits(self, estimate: float) -> bool:
+        return estimate <= self.left()
 
 
 class Policy(torch.nn.Module):
@@ -58,71 +134,104 @@ class Policy(torch.nn.Module):
         return td
 
 
-def check_pytest(timeout: int) -> tuple[bool, str]:
+# --------------------------------------------------------------------------- the checks
+def check_pytest(plan: Plan, budget: Budget) -> tuple[bool, str]:
     cmd = [sys.executable, "-m", "pytest", "tests/test_sync_guard.py", "-q", "-p", "no:cacheprovider"]
+    timeout = max(30.0, min(240.0, budget.left()))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return False, f"timed out after {timeout}s"
+        return False, f"timed out after {timeout:.0f}s"
     last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
     if proc.returncode != 0:
         print(proc.stdout[-4000:], proc.stderr[-2000:], sep="\n")
     return proc.returncode == 0, last
 
 
-def check_sync_debug_loop(device: torch.device, iterations: int = 10) -> tuple[bool, str]:
-    """Eager, compiled and graphed collections + critic + gae under sync debug mode "error"."""
+def _loop_modes(plan: Plan) -> dict[str, dict]:
+    modes = {"eager": {}, "compile": {"compile": True}}
+    if not plan.smoke:
+        modes["cudagraph"] = {"cudagraph": True}
+    return modes
+
+
+def check_no_sync_loop(plan: Plan, budget: Budget) -> tuple[bool, str]:
+    """Collections + critic + gae with every host sync an error (CUDA debug mode or the guard)."""
     import gpu_envs
     from gpu_envs.rollout import RolloutBuffer, collect, gae
+    from tests.sync_guard import no_sync
 
-    env = gpu_envs.make("CartPole-v1", num_envs=4096, device=device, seed=0)
+    device, n = plan.device, plan.loop_envs
+    env = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0)
     policy = Policy().to(device)
     critic = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)).to(device)
-    bufs = {mode: RolloutBuffer(env, 32) for mode in ("eager", "compile", "cudagraph")}
-    kwargs = {"eager": {}, "compile": {"compile": True}, "cudagraph": {"cudagraph": True}}
+    modes = _loop_modes(plan)
+    bufs = {mode: RolloutBuffer(env, 32) for mode in modes}
     for mode, buf in bufs.items():  # warm-up outside the check: first-step validation, compile, capture
         for _ in range(2):
-            collect(env, policy, buffer=buf, **kwargs[mode])
-    torch.cuda.synchronize(device)
+            collect(env, policy, buffer=buf, **modes[mode])
     ended = torch.zeros((), device=device)
-    torch.cuda.set_sync_debug_mode("error")
+    if plan.smoke:
+        guard = no_sync()
+    else:
+        torch.cuda.synchronize(device)
+        torch.cuda.set_sync_debug_mode("error")
+        guard = contextlib.nullcontext()
+    adv = torch.zeros(())
     try:
-        for _ in range(iterations):
-            for mode, buf in bufs.items():
-                traj = collect(env, policy, buffer=buf, **kwargs[mode])
-                with torch.no_grad():
-                    value = critic(traj["observation"])
-                    next_value = critic(traj["next", "observation"])
-                    adv, _ = gae(
-                        traj["next", "reward"], value, next_value, traj["next", "terminated"],
-                        traj["next", "truncated"], traj["next", "final_obs_missing"], gamma=0.99, lam=0.95,
-                    )  # fmt: skip
-                ended += traj["next", "done"].sum()
+        with guard:
+            for _ in range(plan.loop_iterations):
+                for mode, buf in bufs.items():
+                    traj = collect(env, policy, buffer=buf, **modes[mode])
+                    with torch.no_grad():
+                        value = critic(traj["observation"])
+                        next_value = critic(traj["next", "observation"])
+                        adv, _ = gae(
+                            traj["next", "reward"], value, next_value, traj["next", "terminated"],
+                            traj["next", "truncated"], traj["next", "final_obs_missing"], gamma=0.99, lam=0.95,
+                        )  # fmt: skip
+                    ended += traj["next", "done"].sum()
     finally:
-        torch.cuda.set_sync_debug_mode(0)
-    n = int(ended.item())
-    ok = n > 0 and bool(torch.isfinite(adv).all())
-    return ok, f"{iterations} x 3 modes x 32 steps, N=4096, no sync; {n} episodes ended"
+        if not plan.smoke:
+            torch.cuda.set_sync_debug_mode(0)
+    count = int(ended.item())
+    ok = count > 0 and bool(torch.isfinite(adv).all())
+    detail = f"{plan.loop_iterations} x {len(modes)} modes ({', '.join(modes)}) x 32 steps, N={n}, no sync; {count} episodes ended"
+    if plan.smoke:
+        # the dispatch-mode guard cannot see inside compiled kernels (compiled code runs the
+        # chunk eagerly under it); there a host sync would be a graph break: make that an error
+        with torch._dynamo.error_on_graph_break(True):
+            for _ in range(plan.loop_iterations):
+                collect(env, policy, buffer=bufs["compile"], compile=True)
+        detail += "; compiled collections with graph breaks as errors"
+    return ok, detail
 
 
 def _equal(a, b) -> tuple[bool, str]:
-    worst = ""
     for key in a.keys(True, True):
         x, y = a[key], b[key]
         if x.is_floating_point():
             same = torch.equal(torch.isnan(x), torch.isnan(y)) and torch.equal(x.nan_to_num(0.0), y.nan_to_num(0.0))
             if not same:
-                worst = f"{key}: max diff {(x.nan_to_num(0.0) - y.nan_to_num(0.0)).abs().max().item():.3g}"
-                return False, worst
+                return False, f"{key}: max diff {(x.nan_to_num(0.0) - y.nan_to_num(0.0)).abs().max().item():.3g}"
         elif not torch.equal(x, y):
             return False, f"{key} differs"
     return True, "identical"
 
 
-def check_graph_equals_eager(device: torch.device) -> tuple[bool, str]:
+def check_graph_equals_eager(plan: Plan, budget: Budget) -> tuple[bool, str]:
     import gpu_envs
     from gpu_envs.rollout import RolloutBuffer, collect
+    from gpu_envs.rollout_graph import GraphCollector
     from tests.fakes import CountingTorchVectorEnv
+
+    api = None
+    if plan.smoke:
+        from tests.graph_emulation import EmulatedGraphs
+
+        api = EmulatedGraphs()
+    device = plan.device
 
     def count_policy(td):
         obs = td["observation"]
@@ -132,7 +241,12 @@ def check_graph_equals_eager(device: torch.device) -> tuple[bool, str]:
     def runs(make, policy, graph):
         env = make()
         buf = RolloutBuffer(env, 20)
-        return torch.cat([collect(env, policy, buffer=buf, cudagraph=graph).clone() for _ in range(4)], dim=1)
+        if not graph:
+            return torch.cat([collect(env, policy, buffer=buf).clone() for _ in range(4)], dim=1)
+        if api is None:
+            return torch.cat([collect(env, policy, buffer=buf, cudagraph=True).clone() for _ in range(4)], dim=1)
+        collector = GraphCollector(env, policy, buf, api=api)
+        return torch.cat([collector.collect().clone() for _ in range(4)], dim=1)
 
     def counting():
         env = gpu_envs.wrap(CountingTorchVectorEnv(64, device, final_obs="masked"))
@@ -140,135 +254,194 @@ def check_graph_equals_eager(device: torch.device) -> tuple[bool, str]:
         return env
 
     def cartpole():
-        return gpu_envs.make("CartPole-v1", num_envs=1024, device=device, seed=0)
+        return gpu_envs.make("CartPole-v1", num_envs=plan.graph_envs, device=device, seed=0)
 
     ok_count, msg_count = _equal(runs(counting, count_policy, False), runs(counting, count_policy, True))
     ok_cart, msg_cart = _equal(runs(cartpole, None, False), runs(cartpole, None, True))
-    # the counting env must match exactly; CartPole should too (same kernels, same RNG stream)
-    return ok_count and ok_cart, f"counting env: {msg_count}; CartPole: {msg_cart}"
+    what = "emulated graphs (CPU)" if plan.smoke else "CUDA graphs"
+    return ok_count and ok_cart, f"{what}: counting env {msg_count}; CartPole {msg_cart}"
 
 
-def check_memory(device: torch.device, collections: int) -> tuple[bool, str]:
+def _memory_now(device: torch.device) -> int:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        return torch.cuda.memory_stats(device)["allocated_bytes.all.current"]
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_memory(plan: Plan, budget: Budget) -> tuple[bool, str]:
     import gpu_envs
     from gpu_envs.rollout import RolloutBuffer, collect
 
-    env = gpu_envs.make("CartPole-v1", num_envs=65536, device=device, seed=0)
+    device, n = plan.device, plan.memory_envs
+    env = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0)
     notes, ok = [], True
-    for mode, kw in (("eager", {}), ("cudagraph", {"cudagraph": True})):
+    modes = (("eager", {}),) if plan.smoke else (("eager", {}), ("cudagraph", {"cudagraph": True}))
+    # one leaked [N] tensor per collection would be GiBs on a GPU; the CPU RSS is noisier
+    limit = 4 * 2**20 if not plan.smoke else 8 * 2**20
+    for mode, kw in modes:
         buf = RolloutBuffer(env, 8)
         for _ in range(5):
             collect(env, buffer=buf, **kw)
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_stats(device)["allocated_bytes.all.current"]
-        for _ in range(collections):
+        before = _memory_now(device)
+        for _ in range(plan.collections):
             collect(env, buffer=buf, **kw)
-        torch.cuda.synchronize(device)
-        after = torch.cuda.memory_stats(device)["allocated_bytes.all.current"]
-        ok &= after - before <= 4 * 2**20  # a leak of even one [N] tensor per collection would be GiBs
+        after = _memory_now(device)
+        ok &= after - before <= limit
         notes.append(f"{mode} {before / 2**20:.1f} -> {after / 2**20:.1f} MiB")
-    return ok, f"{collections} collections, N=65536 T=8: " + "; ".join(notes)
+    what = "CUDA allocated" if device.type == "cuda" else "RSS"
+    return ok, f"{plan.collections} collections, N={n} T=8, {what}: " + "; ".join(notes)
 
 
-def throughput(device: torch.device, sizes, steps: int, repeats: int, deadline: float) -> list[dict]:
+# --------------------------------------------------------------------------- throughput
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# a first guess of what a (mode, N) cell costs before any was measured, seconds
+_FIRST_GUESS = {"eager": 10.0, "compile": 90.0, "cudagraph": 20.0, "compile+cudagraph": 60.0}
+
+
+def throughput(plan: Plan, budget: Budget) -> tuple[list[dict], list[str]]:
+    """Rows ``{N, <mode>: rate text, <mode>_rate}``, smallest N first, and the failures."""
     import gpu_envs
     from gpu_envs.rollout import RolloutBuffer, collect
 
-    rows = []
-    for n in sizes:
-        env = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0)
-        row = {"N": n}
-        for mode in MODES:
-            if time.perf_counter() > deadline:
-                row[mode] = "skipped (time)"
+    device, steps, rows, failures = plan.device, plan.steps, [], []
+    took: dict[str, float] = {}
+    for n in plan.sizes:
+        row: dict = {"N": n}
+        try:
+            env = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0)
+        except Exception as err:
+            failures.append(f"N={n}: {type(err).__name__}: {err}")
+            rows.append({**row, **dict.fromkeys(plan.modes, f"FAILED: {type(err).__name__}")})
+            continue
+        for mode in plan.modes:
+            estimate = 1.5 * took.get(mode, _FIRST_GUESS[mode])
+            if not budget.fits(estimate):
+                row[mode] = "skipped (budget)"
+                log(f"N={n:>8} {mode:<18} skipped: ~{estimate:.0f}s would not fit in the {budget.left():.0f}s left")
                 continue
             kw = {"compile": "compile" in mode, "cudagraph": "cudagraph" in mode}
-            buf = RolloutBuffer(env, steps)
+            t_cell = time.perf_counter()
             try:
+                buf = RolloutBuffer(env, steps)
                 t0 = time.perf_counter()
-                for _ in range(3):  # warm-up: first step, compile, capture, then a steady call
+                for _ in range(3):  # warm-up: first chunk, compile, capture, then a steady call
                     collect(env, buffer=buf, **kw)
-                torch.cuda.synchronize(device)
+                _sync(device)
                 warm = time.perf_counter() - t0
                 t0 = time.perf_counter()
-                for _ in range(repeats):
+                for _ in range(plan.repeats):
                     collect(env, buffer=buf, **kw)
-                torch.cuda.synchronize(device)
-                rate = n * steps * repeats / (time.perf_counter() - t0)
+                _sync(device)
+                rate = n * steps * plan.repeats / (time.perf_counter() - t0)
                 row[mode] = f"{rate:.3g}"
                 row[f"{mode}_rate"] = rate
                 log(f"N={n:>8} {mode:<18} {rate:12.4g} env-steps/s (warm-up {warm:.1f}s)")
             except Exception as err:
                 row[mode] = f"FAILED: {type(err).__name__}"
+                failures.append(f"N={n} {mode}: {type(err).__name__}: {err}")
                 log(f"N={n} {mode} failed:\n{traceback.format_exc()}")
-            del buf
+            took[mode] = max(time.perf_counter() - t_cell, 1.0)
         eager = row.get("eager_rate")
-        best = max((row.get(f"{m}_rate", 0.0) for m in MODES), default=0.0)
+        best = max((row.get(f"{m}_rate", 0.0) for m in plan.modes), default=0.0)
         if eager:
             row["speedup"] = f"{best / eager:.1f}x"
         rows.append(row)
         del env
-        torch.cuda.empty_cache()
-    return rows
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows, failures
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    parser.add_argument("--steps", type=int, default=64, help="steps per collection T")
-    parser.add_argument("--repeats", type=int, default=10, help="timed collections per mode")
-    parser.add_argument("--collections", type=int, default=1000, help="collections in the memory check")
-    parser.add_argument("--budget-s", type=float, default=450.0, help="skip remaining throughput runs after this")
-    parser.add_argument("--json", default=None, help="where to save the numbers")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print(
-            "gpu_check: no CUDA device is visible (torch.cuda.is_available() is False; torch "
-            f"{torch.__version__}, built with CUDA {torch.version.cuda}). Run this script on a machine with an "
-            "NVIDIA GPU and a CUDA build of torch.",
-            file=sys.stderr,
-        )
-        return 2
-    start = time.perf_counter()
-    deadline = start + args.budget_s
-    device = torch.device("cuda", torch.cuda.current_device())
-    log(f"device {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
-    checks = []
-    for name, fn in (
-        ("pytest tests/test_sync_guard.py", lambda: check_pytest(timeout=240)),
-        ('sync debug mode "error" loop', lambda: check_sync_debug_loop(device)),
-        ("cudagraph == eager transitions", lambda: check_graph_equals_eager(device)),
-        ("memory stable", lambda: check_memory(device, args.collections)),
-    ):
+# --------------------------------------------------------------------------- main
+CHECKS: list[tuple[str, float, float, Callable]] = [
+    # name, estimated seconds on a GPU, on the CPU smoke run, function
+    ("pytest tests/test_sync_guard.py", 90.0, 60.0, check_pytest),
+    ("no-sync training loop", 150.0, 120.0, check_no_sync_loop),
+    ("cudagraph == eager transitions", 40.0, 20.0, check_graph_equals_eager),
+    ("memory stable", 40.0, 20.0, check_memory),
+]
+
+
+def run_checks(plan: Plan, budget: Budget) -> list[dict]:
+    results = []
+    for name, gpu_estimate, cpu_estimate, fn in CHECKS:
+        estimate = cpu_estimate if plan.smoke else gpu_estimate
+        if not budget.fits(estimate):
+            detail = f"~{estimate:.0f}s would not fit in the {budget.left():.0f}s left of --budget-s"
+            results.append({"check": name, "ok": SKIP, "detail": detail})
+            log(f"check: {name} -> {SKIP}: {detail}")
+            continue
         log(f"check: {name}")
+        t0 = time.perf_counter()
         try:
-            ok, detail = fn()
+            ok, detail = fn(plan, budget)
         except Exception as err:
             ok, detail = False, f"{type(err).__name__}: {err}"
             traceback.print_exc()
-        checks.append({"check": name, "ok": ok, "detail": detail})
-        log(f"  -> {'PASS' if ok else 'FAIL'}: {detail}")
-    rows = throughput(device, args.sizes, args.steps, args.repeats, deadline)
+        detail = f"{detail} ({time.perf_counter() - t0:.0f}s)"
+        results.append({"check": name, "ok": PASS if ok else FAIL, "detail": detail})
+        log(f"  -> {PASS if ok else FAIL}: {detail}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="every step that can run on the CPU, tiny sizes (no GPU needed)")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="time for the whole run; steps that would not fit are skipped")
+    parser.add_argument("--sizes", type=int, nargs="+", default=None, help="throughput batch sizes (measured smallest first)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per collection T")
+    parser.add_argument("--repeats", type=int, default=None, help="timed collections per mode")
+    parser.add_argument("--collections", type=int, default=None, help="collections in the memory check")
+    parser.add_argument("--json", default=None, help="where to save the numbers")
+    args = parser.parse_args(argv)
+    if not args.smoke and not torch.cuda.is_available():
+        print(
+            "gpu_check: no CUDA device is visible (torch.cuda.is_available() is False; torch "
+            f"{torch.__version__}, built with CUDA {torch.version.cuda}). Run this script on a machine with an "
+            "NVIDIA GPU and a CUDA build of torch, or run `python benchmarks/gpu_check.py --smoke` on the CPU.",
+            file=sys.stderr,
+        )
+        return 2
+    budget = Budget(args.budget_s)
+    plan = Plan.cpu_smoke(args) if args.smoke else Plan.gpu(args)
+    if plan.smoke:
+        torch.set_num_threads(1)
+        where = "CPU smoke run (tiny sizes)"
+    else:
+        where = torch.cuda.get_device_name(plan.device)
+    log(f"{where}, torch {torch.__version__}, budget {args.budget_s:.0f}s")
+    checks = run_checks(plan, budget)
+    rows, failures = throughput(plan, budget)
 
     from benchmarks.timing import format_table, save_json
 
     print()
-    print(format_table("gpu_check: checks", [{**c, "ok": "PASS" if c["ok"] else "FAIL"} for c in checks],
-                       [("check", "check"), ("ok", "result"), ("detail", "detail")]))  # fmt: skip
+    print(format_table("gpu_check: checks", checks, [("check", "check"), ("ok", "result"), ("detail", "detail")]))
     print()
-    cols = [("N", "N")] + [(m, f"{m} env-steps/s") for m in MODES] + [("speedup", "best / eager")]
-    title = (
-        f"gpu_check: built-in CartPole-v1 collect, T={args.steps}, random actions, {torch.cuda.get_device_name(device)}"
-    )
-    print(format_table(title, rows, cols))
+    cols = [("N", "N")] + [(m, f"{m} env-steps/s") for m in plan.modes] + [("speedup", "best / eager")]
+    print(format_table(f"gpu_check: built-in CartPole-v1 collect, T={plan.steps}, random actions, {where}", rows, cols))
     big = [r for r in rows if r["N"] == 1048576]
-    if big:
+    if big and not plan.smoke:
         rate = max(big[0].get("cudagraph_rate", 0.0), big[0].get("compile+cudagraph_rate", 0.0))
-        print(
-            f"\ntarget: >= 1e9 env-steps/s with CUDA graphs at N = 2^20: {rate:.3g} -> {'met' if rate >= 1e9 else 'NOT met'}"
-        )
-    print(f"total {time.perf_counter() - start:.0f}s")
-    save_json(args.json, {"benchmark": "gpu_check", "checks": checks, "rows": rows})
-    return 0 if all(c["ok"] for c in checks) else 1
+        print(f"\ntarget: >= 1e9 env-steps/s with CUDA graphs at N = 2^20: {rate:.3g} -> {'met' if rate >= 1e9 else 'NOT met'}")
+    failed = [c["check"] for c in checks if c["ok"] == FAIL] + failures
+    skipped = [c["check"] for c in checks if c["ok"] == SKIP] + [
+        f"N={r['N']} {m}" for r in rows for m in plan.modes if str(r.get(m, "")).startswith("skipped")
+    ]
+    print(f"\ngpu_check: {len(checks) - len([c for c in checks if c['ok'] != PASS])} checks passed, {len(failed)} failed, "
+          f"{len(skipped)} skipped; total {budget.seconds - budget.left():.0f}s")  # fmt: skip
+    for line in failed:
+        print(f"  FAILED: {line}")
+    for line in skipped:
+        print(f"  skipped (budget): {line}")
+    save_json(args.json, {"benchmark": "gpu_check", "smoke": plan.smoke, "checks": checks, "rows": rows, "failures": failures})
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ collection. Only the root TensorDict and the last transition come back to Python
   traced), and passed in; the built-in envs draw their resets with traceable counter-based
   generators, so nothing else leaves the graph (``tests/test_graph_breaks.py`` asserts 0
   graph breaks).
+* Under a ``TorchDispatchMode`` (a sync guard, a FLOP counter) the chunk runs eagerly:
+  ``torch.compile`` cannot trace there, and a frame it skipped once it would never compile
+  again in the process.
 * The first chunk of the first collection runs eagerly: it validates the first step (which
   may read values on the host) and fixes the buffer's layout; the chunk is compiled on the
   next call (so a collection of a single chunk compiles on its second call). Every
@@ -34,6 +37,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from gpu_envs.rollout_cache import cached, collect_cache
 from gpu_envs.rollout_loop import Policy, RolloutBuffer, make_step, start
@@ -99,7 +103,8 @@ class CompiledLoop:
             if self.policy is None:
                 spec, batch, generator = env.action_spec, env.batch_size, env.generator
                 actions = [spec.rand(batch, generator=generator) for _ in range(k)]
-            transition, td = self._compiled(td, actions, [x.narrow(nb, t, k) for x in storage])
+            chunk = self.chunk if _get_current_dispatch_mode() is not None else self._compiled
+            transition, td = chunk(td, actions, [x.narrow(nb, t, k) for x in storage])
             self._calls += 1
             if t == 0:
                 buffer.check_keys(transition)

@@ -105,7 +105,7 @@ class CompiledLoop:
                 actions = [spec.rand(batch, generator=generator) for _ in range(k)]
             chunk = self.chunk if _get_current_dispatch_mode() is not None else self._compiled
             transition, td = chunk(td, actions, [x.narrow(nb, t, k) for x in storage])
-            self._calls += 1
+            self._calls += chunk is self._compiled
             if t == 0:
                 buffer.check_keys(transition)
         return buffer.data

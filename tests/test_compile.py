@@ -1,8 +1,9 @@
 """Compiled and graph-captured collections give the same transitions as eager ones.
 
-* ``compile=True`` (torch.compile of policy + env step) against eager, on the CPU:
-  exactly on the counting env (integer-valued observations, placeholders included), and
-  on the built-in CartPole (actions and flags exactly, float physics to rounding).
+* ``compile=True`` (``K``-step chunks of policy + env step + buffer writes under
+  torch.compile) against eager, on the CPU: exactly on the counting env (integer-valued
+  observations, placeholders included), and on the built-in CartPole (actions and flags
+  exactly, float physics to rounding).
 * ``cudagraph=True`` needs CUDA. Its logic -- warm-up, state pinning, re-binding,
   generator handling, refusal of Python-side per-step state -- is checked here on the
   CPU with an emulated graph: a dispatch mode records the ATen ops of the capture and
@@ -18,9 +19,11 @@ import torch
 import gpu_envs
 from gpu_envs.errors import InvalidArgumentError, RolloutError
 from gpu_envs.rollout import RolloutBuffer, collect
+from gpu_envs.rollout_compile import chunk_length, compiled_loop
 from gpu_envs.rollout_graph import GraphCollector
 from tests.fakes import CountingTorchVectorEnv
 from tests.graph_emulation import EmulatedGraphs
+from tests.sync_guard import no_sync
 
 N = 6
 
@@ -71,6 +74,48 @@ def test_compiled_cartpole_equals_eager():
     assert eager["next", "done"].any(), "auto-resets inside the compared window"
     # random actions and resets come from the same generators: identical; physics to rounding
     assert_same(eager, compiled, float_exact=False)
+
+
+def test_chunk_length_divides_the_collection_and_shrinks_with_n():
+    assert [chunk_length(t, 8) for t in (1, 7, 16, 20, 25, 31, 64)] == [1, 7, 8, 5, 5, 1, 8]
+    assert chunk_length(64, 2048) == 4 and chunk_length(64, 4096) == 1 and chunk_length(6, 2048) == 3
+
+
+@pytest.mark.slow
+def test_compiled_collect_refuses_a_key_the_buffer_lacks():
+    calls = []
+
+    def policy(td):
+        calls.append(1)
+        td["action"] = torch.zeros(N, dtype=torch.long)
+        if len(calls) > 4:  # a key the first collection did not have
+            td["extra"] = torch.ones(N, 1)
+        return td
+
+    env = gpu_envs.wrap(CountingTorchVectorEnv(N))
+    buf = RolloutBuffer(env, 2)
+    collect(env, policy, buffer=buf, compile=True)  # the first chunk: eager, binds the layout
+    collect(env, policy, buffer=buf, compile=True)  # compiled
+    with pytest.raises(RolloutError, match=r"keys \[\('extra',\)\] that this RolloutBuffer was not laid out for"):
+        collect(env, policy, buffer=buf, compile=True)
+
+
+@pytest.mark.slow
+def test_compiled_chunks_run_eagerly_under_a_dispatch_mode_and_compile_after():
+    """torch.compile cannot trace under a TorchDispatchMode (and would never retry a skipped
+    frame): there the chunk runs eagerly, sync-free, and compiles once the mode is gone."""
+    env = gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0)
+    eager_env = gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0)
+    buf, eager_buf = RolloutBuffer(env, 2), RolloutBuffer(eager_env, 2)
+    out = [collect(env, buffer=buf, compile=True).clone()]  # eager first chunk
+    with no_sync():
+        out.append(collect(env, buffer=buf, compile=True).clone())
+    loop = compiled_loop(env, None, buf)
+    assert not loop.compiled
+    out.append(collect(env, buffer=buf, compile=True).clone())
+    assert loop.compiled
+    eager = torch.cat([collect(eager_env, buffer=eager_buf).clone() for _ in range(3)], dim=1)
+    assert_same(eager, torch.cat(out, dim=1), float_exact=False)
 
 
 def test_cudagraph_on_cpu_is_a_clear_error():

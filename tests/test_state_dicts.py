@@ -1,0 +1,92 @@
+"""The state protocol (gpu_envs.state_dicts): every layer's state_dict() is live, and
+load_state_dict() of a snapshot brings back exactly that state, so the same actions give
+the same transitions again. It is what the CUDA-graph collector pins (tests/test_compile.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gpu_envs
+from gpu_envs.errors import InvalidArgumentError, RolloutError
+from gpu_envs.rollout import RolloutBuffer
+from gpu_envs.rollout_graph import GraphCollector
+from gpu_envs.transforms import EpisodeStats, ObservationNorm, TransformedEnv
+from tests.fakes import CountingTorchVectorEnv
+from tests.graph_emulation import EmulatedGraphs
+
+
+def snapshot(env):
+    return {name: value.clone() for name, value in env.state_dict().items()}
+
+
+def replay(env, actions):
+    out = []
+    for t in range(actions.shape[1]):
+        td = env.root()
+        td["action"] = actions[:, t]
+        out.append(env.step_and_maybe_reset(td)[0].clone())
+    return torch.stack(out, dim=1)
+
+
+def assert_same(a, b):
+    assert set(a.keys(True, True)) == set(b.keys(True, True))
+    for key in a.keys(True, True):
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_batched_env_state_dict_round_trip():
+    env = gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0)
+    env.reset()
+    saved = snapshot(env)
+    assert {"root.observation", "backend.env.state", "backend.env.rng_counter"} <= set(saved)
+    actions = torch.randint(0, 2, (8, 40))
+    first = replay(env, actions)
+    assert first["next", "done"].any(), "episodes ended and reset in between"
+    env.load_state_dict(saved)
+    assert_same(first, replay(env, actions))
+    # the restored root is a copy: the snapshot (or a root handed out before) is never written
+    assert env.state_dict()["root.observation"] is not saved["root.observation"]
+    with pytest.raises(InvalidArgumentError, match=r"'root\.observation' is missing"):
+        env.load_state_dict({k: v for k, v in saved.items() if k != "root.observation"})
+
+
+def test_transformed_env_state_includes_its_transforms_and_round_trips():
+    stats, norm = EpisodeStats(), ObservationNorm()
+    env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=1), stats, norm)
+    env.reset()
+    state = env.state_dict()
+    assert state["transforms.0.running_return"] is stats.running_return
+    assert {"transforms.1.observation.mean", "transforms.1.observation.scale", "env.backend.env.state"} <= set(state)
+    saved = snapshot(env)
+    actions = torch.randint(0, 2, (8, 40))
+    first = replay(env, actions)
+    summary = stats.summary()
+    assert summary.episodes > 0
+    env.load_state_dict(saved)
+    assert stats.summary().episodes == 0 and norm.count().item() == saved["transforms.1.observation.count"].item()
+    assert_same(first, replay(env, actions))
+    assert stats.summary() == summary
+
+
+def test_declared_state_attributes_are_read_live_and_loaded_as_copies():
+    raw = CountingTorchVectorEnv(4)
+    env = gpu_envs.wrap(raw)
+    env.reset()
+    state = env.state_dict()
+    assert state["backend.env.t"] is raw.t and state["backend.env.episode"] is raw.episode
+    saved = snapshot(env)
+    actions = torch.zeros(4, 9, dtype=torch.long)
+    first = replay(env, actions)
+    env.load_state_dict(saved)
+    assert raw.t is not saved["backend.env.t"]  # re-bound to a copy: the env may replace it
+    assert_same(first, replay(env, actions))
+
+
+def test_envs_whose_state_is_outside_torch_say_so():
+    env = gpu_envs.make("CartPole-v1", num_envs=2, backend="gymnasium", device="cpu")
+    with pytest.raises(RolloutError, match="keeps its simulator's state outside torch tensors"):
+        env.state_dict()
+    with pytest.raises(RolloutError, match="outside torch tensors"):
+        GraphCollector(env, None, RolloutBuffer(env, 2), api=EmulatedGraphs())
+    env.close()

@@ -100,9 +100,9 @@ class CompiledLoop:
                 storage = buffer.storage()
                 continue
             actions = None
-            if self.policy is None:
-                spec, batch, generator = env.action_spec, env.batch_size, env.generator
-                actions = [spec.rand(batch, generator=generator) for _ in range(k)]
+            if self.policy is None:  # the batched action spec: rand() is a whole batch
+                spec, generator = env.action_spec, env.generator
+                actions = [spec.rand(generator=generator) for _ in range(k)]
             chunk = self.chunk if _get_current_dispatch_mode() is not None else self._compiled
             transition, td = chunk(td, actions, [x.narrow(nb, t, k) for x in storage])
             self._calls += chunk is self._compiled

@@ -45,10 +45,10 @@ def transformed(env_id, n):
 
 def stepped_root(env):
     td = env.reset()
-    td["action"] = env.action_spec.rand(env.batch_size)
+    td["action"] = env.action_spec.rand()
     env.step_and_maybe_reset(td)  # the first step validates (reads values on the host) once
     td = env.root()
-    td["action"] = env.action_spec.rand(env.batch_size)
+    td["action"] = env.action_spec.rand()
     return td
 
 
@@ -88,7 +88,7 @@ def test_collect_compiled_chunk_is_one_graph(policy, n):
     loop.run()  # the first chunk runs eagerly: validation and the buffer's layout
     actions = None
     if policy is None:
-        actions = [env.action_spec.rand(env.batch_size, generator=env.generator) for _ in range(loop.k)]
+        actions = [env.action_spec.rand(generator=env.generator) for _ in range(loop.k)]
     columns = [x.narrow(1, 0, loop.k) for x in buffer.storage()]
     assert loop.k == 8
     assert breaks(loop.chunk, env.root(), actions, columns) == (1, 0, [])

@@ -52,6 +52,7 @@ def stepped_root(env):
     return td
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("make", [batched, transformed])
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])

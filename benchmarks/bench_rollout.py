@@ -3,7 +3,10 @@
 CartPole-v1 at N = 8, 256 and 4096 on the CPU, random actions, ONE thread each, every
 contender interleaved with the others in one process (medians of rounds), in env-steps
 per second of CPU time (``time.process_time``: EnvPool steps its envs in a worker thread,
-which the calling thread's own CPU time would not see; torch runs on one thread):
+which the calling thread's own CPU time would not see; torch runs on one thread). A
+round times a block of calls of each contender (16 at N = 8, 4 at N = 256, 1 at
+N = 4096: a few ms each), so that what is measured is its steady speed rather than the
+cold start after the previous contender filled the caches:
 
 (a) ``collect(env, steps=T)``: the built-in torch CartPole, eager, into the preallocated
     ``[N, T]`` buffer (transitions with true final observations, done flags, ...);
@@ -139,10 +142,20 @@ def contenders(n: int, steps: int, gym_steps: int, device: torch.device) -> dict
     return out
 
 
+def calls_per_round(n: int) -> int:
+    """Calls timed together per round: a few ms of work for the fast contenders."""
+    return max(1, min(16, 1024 // n))
+
+
 def measure_speed(n: int, steps: int, gym_steps: int, rounds: int, device: torch.device) -> list[dict]:
     units = contenders(n, steps, gym_steps, device)
     times = interleave(
-        {k: fn for k, (fn, _) in units.items()}, steps=1, rounds=rounds, warmup=1, device=device, timer=time.process_time
+        {k: fn for k, (fn, _) in units.items()},
+        steps=calls_per_round(n),
+        rounds=rounds,
+        warmup=1,
+        device=device,
+        timer=time.process_time,
     )
     return rate_rows(n, {k: units[k][1] / times[k] for k in units})
 

@@ -90,7 +90,16 @@ class CompiledLoop:
         return self._calls > 0
 
     def run(self) -> TensorDictBase:
-        """One collection into the buffer; returns ``buffer.data``."""
+        """One collection into the buffer; returns ``buffer.data``.
+
+        Runs without autograd, as every collection does (a policy's trainable parameters
+        record nothing; the buffer holds ordinary tensors a learner can backpropagate
+        through a network fed from).
+        """
+        with torch.no_grad():
+            return self._run()
+
+    def _run(self) -> TensorDictBase:
         env, buffer, k, nb = self.env, self.buffer, self.k, self._nb
         td = start(env)
         storage = buffer.storage()

@@ -19,6 +19,7 @@ import torch
 import gpu_envs
 from gpu_envs.errors import InvalidArgumentError, RolloutError
 from gpu_envs.rollout import RolloutBuffer, collect
+from gpu_envs.rollout_cache import collect_cache
 from gpu_envs.rollout_compile import chunk_length, compiled_loop
 from gpu_envs.rollout_graph import GraphCollector
 from tests.fakes import CountingTorchVectorEnv
@@ -26,6 +27,11 @@ from tests.graph_emulation import EmulatedGraphs
 from tests.sync_guard import no_sync
 
 N = 6
+
+
+def collect_buffer(env, steps):
+    """The buffer collect(env, steps=steps) caches on the env."""
+    return collect_cache(env).buffers[steps]
 
 
 def count_policy(td):
@@ -116,6 +122,26 @@ def test_compiled_chunks_run_eagerly_under_a_dispatch_mode_and_compile_after():
     assert loop.compiled
     eager = torch.cat([collect(eager_env, buffer=eager_buf).clone() for _ in range(3)], dim=1)
     assert_same(eager, torch.cat(out, dim=1), float_exact=False)
+
+
+@pytest.mark.slow
+def test_compiled_collect_with_a_trainable_policy_feeds_a_learner():
+    net = torch.nn.Linear(4, 2)  # parameters require grad
+
+    def policy(td):
+        logits = net(td["observation"])
+        td["action"] = logits.argmax(-1)
+        td["logits"] = logits
+        return td
+
+    env = gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0)
+    for _ in range(3):  # eager first chunk, then compiled
+        traj = collect(env, policy, steps=4, compile=True)
+    assert compiled_loop(env, policy, collect_buffer(env, 4)).compiled
+    assert not traj["logits"].requires_grad
+    loss = net(traj["observation"]).logsumexp(-1).mean()
+    loss.backward()
+    assert net.weight.grad is not None and bool(torch.isfinite(net.weight.grad).all())
 
 
 def test_cudagraph_on_cpu_is_a_clear_error():

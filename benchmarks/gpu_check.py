@@ -72,36 +72,24 @@ class Plan:
     memory_envs: int
 
     @staticmethod
-    def gpu(args: argparse.Namespace) -> Plan:
-        return Plan(
-            device=torch.device("cuda", torch.cuda.current_device()),
-            smoke=False,
-            sizes=tuple(sorted(args.sizes or (4096, 65536, 1048576))),
-            modes=MODES,
-            steps=args.steps or 64,
-            repeats=args.repeats or 10,
-            collections=args.collections or 1000,
-            loop_envs=4096,
-            loop_iterations=10,
-            graph_envs=1024,
-            memory_envs=65536,
-        )
+    def from_args(args: argparse.Namespace) -> Plan:
+        """The GPU run's sizes, or with ``--smoke`` the CPU's tiny ones; the options override."""
+        smoke = bool(args.smoke)
+        base = _SMOKE if smoke else _GPU
+        device = torch.device("cpu") if smoke else torch.device("cuda", torch.cuda.current_device())
+        chosen = {name: getattr(args, name) or base[name] for name in ("sizes", "steps", "repeats", "collections")}
+        return Plan(device=device, smoke=smoke, **{**base, **chosen, "sizes": tuple(sorted(chosen["sizes"]))})
 
-    @staticmethod
-    def cpu_smoke(args: argparse.Namespace) -> Plan:
-        return Plan(
-            device=torch.device("cpu"),
-            smoke=True,
-            sizes=tuple(sorted(args.sizes or (8, 64))),
-            modes=("eager", "compile"),
-            steps=args.steps or 16,
-            repeats=args.repeats or 3,
-            collections=args.collections or 50,
-            loop_envs=64,
-            loop_iterations=3,
-            graph_envs=16,
-            memory_envs=256,
-        )
+
+# what a run measures: on the GPU, and in the CPU smoke run (tiny, every step that can run there)
+_GPU = dict(
+    sizes=(4096, 65536, 1048576), modes=MODES, steps=64, repeats=10, collections=1000,
+    loop_envs=4096, loop_iterations=10, graph_envs=1024, memory_envs=65536,
+)  # fmt: skip
+_SMOKE = dict(
+    sizes=(8, 64), modes=("eager", "compile"), steps=16, repeats=3, collections=50,
+    loop_envs=64, loop_iterations=3, graph_envs=16, memory_envs=256,
+)  # fmt: skip
 
 
 class Budget:
@@ -409,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     budget = Budget(args.budget_s)
-    plan = Plan.cpu_smoke(args) if args.smoke else Plan.gpu(args)
+    plan = Plan.from_args(args)
     if plan.smoke:
         torch.set_num_threads(1)
         where = "CPU smoke run (tiny sizes)"

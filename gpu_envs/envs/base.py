@@ -20,6 +20,9 @@ Example (a subclass)::
 
     class MyEnv(BatchedTorchEnv):
         state_size = 2
+        default_max_episode_steps = 100
+        def _build(self):
+            ...                               # spaces and constants
         def reset(self, *, seed=None, options=None):
             options = self._begin_reset(seed, options)
             fresh = self._rng.uniform(self._rng.bounds([-1, -1], [1, 1]))
@@ -50,7 +53,8 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         expose_final_obs: if True, ``step`` returns ``info = {"final_obs": obs before the
             auto-reset, "_final_obs": done mask [N]}``; if False, ``info = {}`` (Isaac Lab
             style: the final observation of ended rows is lost).
-        max_episode_steps: truncation limit (``truncated = elapsed_steps >= limit``).
+        max_episode_steps: truncation limit (``truncated = elapsed_steps >= limit``);
+            ``None``: the env's gymnasium limit (``default_max_episode_steps``).
         seed: keys the env's counter-based generator, the only source of randomness;
             ``None`` draws a fresh seed. ``reset(seed=...)`` re-keys it.
         env_index_offset: global index of row 0. Row ``i`` draws what row
@@ -71,17 +75,20 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
     render_mode = None
     supports_reset_mask = True
     state_size: ClassVar[int]
+    default_max_episode_steps: ClassVar[int]  # gymnasium's TimeLimit of the env
 
     def __init__(
         self,
-        num_envs: int,
-        device: str | torch.device,
+        num_envs: int = 1,
+        device: str | torch.device = "cpu",
         *,
-        expose_final_obs: bool,
-        max_episode_steps: int,
-        seed: int | None,
+        expose_final_obs: bool = True,
+        max_episode_steps: int | None = None,
+        seed: int | None = None,
         env_index_offset: int = 0,
     ) -> None:
+        if max_episode_steps is None:
+            max_episode_steps = self.default_max_episode_steps
         if int(num_envs) < 1:
             raise InvalidArgumentError(f"num_envs must be >= 1, got {num_envs}.")
         if int(max_episode_steps) < 1:
@@ -100,6 +107,11 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         self._rng = CounterRNG(self.num_envs, self.state_size, self.device, seed, env_index_offset)
         self._needs_reset = True
         self._closed = False
+        self._build()
+
+    def _build(self) -> None:
+        """Subclasses: spaces, reset bounds and step constants, once the state exists."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ state
     @property

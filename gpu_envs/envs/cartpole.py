@@ -51,12 +51,9 @@ class CartPoleEnv(BatchedTorchEnv):
         expose_final_obs: if True, ``step`` returns ``info = {"final_obs": obs before the
             auto-reset [N, 4], "_final_obs": done mask [N]}``; if False, ``info = {}``
             (Isaac Lab style, the final observation of ended rows is lost).
-        max_episode_steps: truncation limit (``truncated = elapsed_steps >= limit``).
-        seed: keys the env's counter-based generator (see
-            :mod:`gpu_envs.envs.counter_rng`), the only source of randomness; ``None``
-            draws a fresh seed. ``reset(seed=...)`` re-keys it.
-        env_index_offset: global index of row 0 (a shard of a larger run draws exactly
-            what its rows draw there).
+        max_episode_steps: truncation limit, 500 by default (gymnasium's).
+        seed, env_index_offset: the keys of the per-row random streams, as in
+            :class:`~gpu_envs.envs.base.BatchedTorchEnv`.
 
     Attributes:
         state: ``[N, 4]`` float32, updated in place by ``reset``/``step``.
@@ -88,6 +85,7 @@ class CartPoleEnv(BatchedTorchEnv):
     ``gpu_envs.interop.to_torchrl(gpu_envs.make("CartPole-v1", num_envs=8))``.
     """
 
+    default_max_episode_steps = 500
     state_size = 4
     _ROW_VIEWS_MIN_ENVS = 512  # see __init__
 
@@ -105,24 +103,8 @@ class CartPoleEnv(BatchedTorchEnv):
     reset_low = -0.05
     reset_high = 0.05
 
-    def __init__(
-        self,
-        num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        *,
-        expose_final_obs: bool = True,
-        max_episode_steps: int = 500,
-        seed: int | None = None,
-        env_index_offset: int = 0,
-    ) -> None:
-        super().__init__(
-            num_envs,
-            device,
-            expose_final_obs=expose_final_obs,
-            max_episode_steps=max_episode_steps,
-            seed=seed,
-            env_index_offset=env_index_offset,
-        )
+    def _build(self) -> None:
+        """Spaces and step constants (after the base set up the state and the generator)."""
         high = np.array(
             [self.x_threshold * 2, np.inf, self.theta_threshold_radians * 2, np.inf],
             dtype=np.float32,

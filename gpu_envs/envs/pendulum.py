@@ -51,12 +51,9 @@ class PendulumEnv(BatchedTorchEnv):
         device: where every tensor (state, outputs, random generator) lives.
         expose_final_obs: if True, ``step`` returns ``info = {"final_obs": obs before the
             auto-reset [N, 3], "_final_obs": done mask [N]}``; if False, ``info = {}``.
-        max_episode_steps: truncation limit (``truncated = elapsed_steps >= limit``).
-        seed: keys the env's counter-based generator (see
-            :mod:`gpu_envs.envs.counter_rng`), the only source of randomness; ``None``
-            draws a fresh seed. ``reset(seed=...)`` re-keys it.
-        env_index_offset: global index of row 0 (a shard of a larger run draws exactly
-            what its rows draw there).
+        max_episode_steps: truncation limit, 200 by default (gymnasium's).
+        seed, env_index_offset: the keys of the per-row random streams, as in
+            :class:`~gpu_envs.envs.base.BatchedTorchEnv`.
 
     Attributes:
         state: ``[N, 2]`` float32, updated in place by ``reset``/``step``.
@@ -82,6 +79,7 @@ class PendulumEnv(BatchedTorchEnv):
     ``gpu_envs.interop.to_torchrl(gpu_envs.make("Pendulum-v1", num_envs=8))``.
     """
 
+    default_max_episode_steps = 200
     state_size = 2
 
     # gymnasium PendulumEnv constants
@@ -94,24 +92,8 @@ class PendulumEnv(BatchedTorchEnv):
     default_x_init = math.pi
     default_y_init = 1.0
 
-    def __init__(
-        self,
-        num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        *,
-        expose_final_obs: bool = True,
-        max_episode_steps: int = 200,
-        seed: int | None = None,
-        env_index_offset: int = 0,
-    ) -> None:
-        super().__init__(
-            num_envs,
-            device,
-            expose_final_obs=expose_final_obs,
-            max_episode_steps=max_episode_steps,
-            seed=seed,
-            env_index_offset=env_index_offset,
-        )
+    def _build(self) -> None:
+        """Spaces and step constants (after the base set up the state and the generator)."""
         high = np.array([1.0, 1.0, self.max_speed], dtype=np.float32)
         self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)
         self.single_action_space = spaces.Box(low=-self.max_torque, high=self.max_torque, shape=(1,), dtype=np.float32)

@@ -18,8 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import inspect
-
 import gymnasium
 
 from gpu_envs.envs import BUILTIN_ENVS
@@ -33,7 +31,6 @@ def register_gymnasium_ids() -> list[str]:
     for env_id, cls in BUILTIN_ENVS.items():
         gym_id = f"{NAMESPACE}/{env_id}"
         if gym_id not in gymnasium.registry:
-            limit = inspect.signature(cls).parameters["max_episode_steps"].default
-            gymnasium.register(gym_id, vector_entry_point=cls, max_episode_steps=limit)
+            gymnasium.register(gym_id, vector_entry_point=cls, max_episode_steps=cls.default_max_episode_steps)
         ids.append(gym_id)
     return ids

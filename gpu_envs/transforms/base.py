@@ -117,6 +117,22 @@ class Transform:
         """
         return self.root(td)
 
+    # ------------------------------------------------------ shared statistics
+    def pending_stats(self) -> torch.Tensor | None:
+        """Statistics this process gathered since the last merge, as ONE flat float64 tensor.
+
+        ``None`` (the default) for transforms without statistics. Used by
+        :func:`gpu_envs.distributed.sync_stats`, which gathers it from every process.
+        """
+        return None
+
+    def merge_stats(self, gathered: torch.Tensor) -> None:
+        """Fold in every process's :meth:`pending_stats` (rows of ``gathered``, in rank order).
+
+        Afterwards the statistics are those of all processes' data; each process
+        computes the same result from the same rows, so all of them agree.
+        """
+
     # ----------------------------------------------------------------- state
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor this transform updates per step, live (not copies); none by default.

@@ -15,6 +15,10 @@ It also sums finished episodes into device tensors (count, total return, total
 length); :meth:`EpisodeStats.summary` is the only method that reads them back to the
 host (one sync), e.g. for a progress line every N iterations.
 
+Several processes (torchrun): :func:`gpu_envs.distributed.sync_stats` adds every
+process's finished episodes since the last sync to every process's aggregate, so
+``summary()`` then gives the job's global figures on every rank.
+
 The return is the sum of the rewards this transform sees: put ``EpisodeStats`` first
 (next to the env) to record raw returns, after a ``RewardScale`` to record scaled ones.
 A ``reset`` interrupts the current episodes of the reset rows: they are dropped, not
@@ -95,6 +99,8 @@ class EpisodeStats(Transform):
         self._episodes = torch.zeros(1, dtype=torch.int64, device=dev)
         self._total_return = torch.zeros(1, dtype=torch.float64, device=dev)
         self._total_length = torch.zeros(1, dtype=torch.int64, device=dev)
+        # the aggregate right after the last sync (count, return, length): what is global already
+        self._synced = torch.zeros(3, dtype=torch.float64, device=dev)
         info = specs.info_spec.to(dev)
         info["episode_return"] = Box(-math.inf, math.inf, (1,), torch.float32, device=dev)
         info["episode_length"] = Box(0, math.inf, (1,), torch.int64, device=dev)
@@ -148,9 +154,7 @@ class EpisodeStats(Transform):
 
     def summary(self) -> EpisodeSummary:
         """Finished episodes, mean return and mean length. Synchronises once (reads 3 numbers)."""
-        count, ret, length = torch.cat(
-            [self._episodes.to(torch.float64), self._total_return, self._total_length.to(torch.float64)]
-        ).tolist()
+        count, ret, length = self._aggregate().tolist()
         if count == 0:
             return EpisodeSummary(0, math.nan, math.nan)
         return EpisodeSummary(int(count), ret / count, length / count)
@@ -160,6 +164,23 @@ class EpisodeStats(Transform):
         self._episodes.zero_()
         self._total_return.zero_()
         self._total_length.zero_()
+        self._synced.zero_()
+
+    # --------------------------------------------- sharing across processes
+    def _aggregate(self) -> torch.Tensor:
+        return torch.cat([self._episodes.to(torch.float64), self._total_return, self._total_length.to(torch.float64)])
+
+    def pending_stats(self) -> torch.Tensor:
+        """Episodes finished here since the last sync: ``[count, sum of returns, sum of lengths]``."""
+        return self._aggregate() - self._synced
+
+    def merge_stats(self, gathered: torch.Tensor) -> None:
+        """Add every process's pending episodes (rows) to the aggregate."""
+        total = self._synced + gathered.to(device=self.device, dtype=torch.float64).sum(dim=0)
+        self._episodes.copy_(total[0:1].round().to(torch.int64))
+        self._total_return.copy_(total[1:2])
+        self._total_length.copy_(total[2:3].round().to(torch.int64))
+        self._synced.copy_(total)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {
@@ -168,6 +189,7 @@ class EpisodeStats(Transform):
             "episodes": self._episodes,
             "total_return": self._total_return,
             "total_length": self._total_length,
+            "synced": self._synced,
         }
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -181,3 +203,4 @@ class EpisodeStats(Transform):
         self._check_state(state, self.state_dict() if getattr(self, "_bound", False) else {})
         for name in ("episodes", "total_return", "total_length"):
             getattr(self, name).copy_(state[name])  # 0-d views of the (1,) state
+        self._synced.copy_(self._aggregate())  # restored figures are not pending: no process re-adds them

@@ -14,6 +14,16 @@ observations on the reset rows. Rows that carry a placeholder (``("next",
 placeholders never poison the mean. ``freeze()`` stops updating (evaluation, or a
 pretrained normaliser loaded with ``load_state_dict``); ``unfreeze()`` resumes.
 
+Several processes (torchrun): each merges only what it sees, with no communication per
+step; :func:`gpu_envs.distributed.sync_stats` then merges every process's statistics
+since the last sync into every process (counts, means and M2, the same parallel
+formula), so all of them normalise with the same, global statistics. The statistics
+stay ONE set of tensors updated in place (what :meth:`ObservationNorm.state_tensors`
+exposes, so CUDA graphs and ``torch.compile`` see the synced values); a snapshot of
+them at the last sync (or ``load_state_dict``) tells what this process added since,
+which is what it contributes to the next sync: shared statistics are never counted
+twice.
+
 By default every floating-point observation key is normalised (integer keys are left
 alone); pass ``keys`` to choose. The observation spec keeps its shapes and dtypes; its
 bounds become ``(-inf, inf)`` (``[-clip, clip]`` with ``clip``).
@@ -50,6 +60,38 @@ def _next(key: Key) -> tuple[str, ...]:
 
 def _name(key: Key) -> str:
     return "/".join(key) if isinstance(key, tuple) else key
+
+
+Moments = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (count, mean, M2), float64
+
+
+def merge_moments(a: Moments, b: Moments) -> Moments:
+    """Count, mean and M2 of the union of two samples (Chan et al.'s parallel update).
+
+    ``count`` tensors broadcast against ``mean``/``M2``; an empty side (count 0) leaves
+    the other unchanged. Pure tensor ops: no host sync.
+    """
+    count_a, mean_a, m2_a = a
+    count_b, mean_b, m2_b = b
+    total = count_a + count_b
+    frac = count_b / total.clamp(min=1)  # 0 when b is empty: nothing changes
+    delta = mean_b - mean_a
+    return total, mean_a + delta * frac, m2_a + (m2_b + delta * delta * count_a * frac)
+
+
+def remove_moments(total: Moments, a: Moments) -> Moments:
+    """The moments ``b`` with ``merge_moments(a, b) == total``: what ``total`` adds to its part ``a``.
+
+    Count 0 (and zero mean and M2) when nothing was added. Pure tensor ops: no host sync.
+    """
+    count, mean, m2 = total
+    count_a, mean_a, m2_a = a
+    count_b = count - count_a
+    some = count_b > 0
+    mean_b = torch.where(some, mean + (mean - mean_a) * (count_a / count_b.clamp(min=1)), 0.0)
+    delta = mean_b - mean_a
+    m2_b = torch.where(some, (m2 - m2_a - delta * delta * count_a * count_b / count.clamp(min=1)).clamp(min=0), 0.0)
+    return count_b, mean_b, m2_b
 
 
 class ObservationNorm(Transform):
@@ -112,6 +154,7 @@ class ObservationNorm(Transform):
         dev = specs.device
         f64 = {"dtype": torch.float64, "device": dev}
         self._count, self._mean, self._m2, self._loc, self._scale, self._view = {}, {}, {}, {}, {}, {}
+        self._synced: dict[Key, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         obs_spec = specs.observation_spec.to(dev)
         bound = math.inf if self.clip is None else self.clip
         for key in self.keys:
@@ -122,6 +165,8 @@ class ObservationNorm(Transform):
             self._m2[key] = torch.zeros(leaf.shape, **f64)
             self._loc[key] = torch.zeros(leaf.shape, dtype=leaf.dtype, device=dev)
             self._scale[key] = torch.ones(leaf.shape, dtype=leaf.dtype, device=dev)
+            # the statistics at the last sync / load_state_dict (count, mean, M2): shared already
+            self._synced[key] = (torch.zeros(1, **f64), torch.zeros(leaf.shape, **f64), torch.zeros(leaf.shape, **f64))
             self._view[key] = (specs.num_envs,) + (1,) * len(leaf.shape)
             obs_spec[key] = Box(-bound, bound, leaf.shape, leaf.dtype, device=dev)
         return specs.replace(observation_spec=obs_spec)
@@ -165,14 +210,17 @@ class ObservationNorm(Transform):
         mean_b = torch.where(m, x, 0).sum(dim=0).to(torch.float64) / safe_b
         dev = torch.where(m, x - mean_b.to(x.dtype), 0)
         m2_b = (dev * dev).sum(dim=0).to(torch.float64)
-        state, mean_a = self._count[key], self._mean[key]
-        count_a = state.view(())
-        total = count_a + count_b
-        frac = count_b / total.clamp(min=1)  # 0 when the batch had no valid row: nothing changes
-        delta = mean_b - mean_a
-        self._m2[key].add_(m2_b + delta * delta * count_a * frac)
-        mean_a.add_(delta * frac)
-        state.copy_(total.view(1))
+        self._set(key, merge_moments(self._moments(key), (count_b, mean_b, m2_b)))
+
+    def _moments(self, key: Key) -> Moments:
+        return self._count[key].view(()), self._mean[key], self._m2[key]
+
+    def _set(self, key: Key, moments: Moments) -> None:
+        """Write ``moments`` into ``key``'s statistics tensors, in place, and refresh loc/scale."""
+        count, mean, m2 = moments
+        self._m2[key].copy_(m2)
+        self._mean[key].copy_(mean)
+        self._count[key].copy_(count.view(1))
         self._refresh(key)
 
     def _refresh(self, key: Key) -> None:
@@ -215,17 +263,51 @@ class ObservationNorm(Transform):
             raise InvalidArgumentError(f"{key!r} is not normalised here; normalised keys: {self.keys}.")
         return key
 
+    # --------------------------------------------- sharing across processes
+    def pending_stats(self) -> torch.Tensor:
+        """Count, mean and M2 of what each key merged since the last sync, flat float64."""
+        parts = []
+        for key in self.keys:
+            count, mean, m2 = remove_moments(self._moments(key), self._synced_moments(key))
+            parts.append(torch.cat([count.view(1), mean.reshape(-1), m2.reshape(-1)]))
+        return torch.cat(parts)
+
+    def merge_stats(self, gathered: torch.Tensor) -> None:
+        """Add every process's pending statistics (rows, rank order) to the synced ones, in place."""
+        gathered, start = gathered.to(device=self.device, dtype=torch.float64), 0
+        for key in self.keys:
+            shape, size = self._mean[key].shape, self._mean[key].numel()
+            total = self._synced_moments(key)
+            for row in gathered:
+                part = row[start : start + 1 + 2 * size]
+                total = merge_moments(total, (part[0], part[1 : 1 + size].view(shape), part[1 + size :].view(shape)))
+            start += 1 + 2 * size
+            self._set(key, total)
+            self._mark_synced(key)
+
+    def _synced_moments(self, key: Key) -> Moments:
+        count, mean, m2 = self._synced[key]
+        return count.view(()), mean, m2
+
+    def _mark_synced(self, key: Key) -> None:
+        for snapshot, now in zip(self._synced[key], (self._count[key], self._mean[key], self._m2[key]), strict=True):
+            snapshot.copy_(now)
+
     def state_tensors(self) -> dict[str, torch.Tensor]:
         out = {}
         for key in self.keys:
-            for field, store in (
-                ("count", self._count),
-                ("mean", self._mean),
-                ("m2", self._m2),
-                ("loc", self._loc),
-                ("scale", self._scale),
+            synced_count, synced_mean, synced_m2 = self._synced[key]
+            for field, tensor in (
+                ("count", self._count[key]),
+                ("mean", self._mean[key]),
+                ("m2", self._m2[key]),
+                ("loc", self._loc[key]),
+                ("scale", self._scale[key]),
+                ("synced_count", synced_count),
+                ("synced_mean", synced_mean),
+                ("synced_m2", synced_m2),
             ):
-                out[f"{_name(key)}.{field}"] = store[key]
+                out[f"{_name(key)}.{field}"] = tensor
         return out
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -238,12 +320,14 @@ class ObservationNorm(Transform):
         return out
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore saved statistics (as synced ones: a later sync does not count them once per process)."""
         self._check_state(state, self.state_dict())
         for key in self.keys:
             self._count[key].copy_(state[f"{_name(key)}.count"].reshape(1))
             self._mean[key].copy_(state[f"{_name(key)}.mean"])
             self._m2[key].copy_(state[f"{_name(key)}.m2"])
             self._refresh(key)
+            self._mark_synced(key)
 
     def __repr__(self) -> str:
         keys = self.keys or self._requested or "float keys"

@@ -87,6 +87,8 @@ def make(
     device: torch.device | str | None = None,
     backend: str = "auto",
     seed: int | None = None,
+    *,
+    distributed: bool = False,
     **kwargs: Any,
 ) -> BatchedEnv:
     """Build ``num_envs`` copies of ``env_id`` behind a :class:`BatchedEnv`.
@@ -97,24 +99,53 @@ def make(
     (e.g. ``expose_final_obs`` for built-in envs), except ``missing_obs_value`` and
     ``validate``, which configure the :class:`BatchedEnv`.
 
+    ``distributed=True`` (under torchrun, see :mod:`gpu_envs.distributed`) builds this
+    process's shard: ``num_envs`` envs per process, on ``cuda:LOCAL_RANK`` (or the CPU)
+    unless ``device`` is given, env ``i`` seeded as global env ``rank * num_envs + i``;
+    ``env.rank`` and ``env.world_size`` say which shard. Outside a torchrun job it
+    changes nothing.
+
     Example::
 
         env = gpu_envs.make("Pendulum-v1", num_envs=1024, device="cpu", seed=0)
     """
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
         raise InvalidArgumentError(f"num_envs must be an int >= 1, got {num_envs!r}.")
+    shard = None
+    if distributed:
+        from gpu_envs.distributed import init
+
+        shard = init()
+        if device is None and shard.is_distributed:
+            device = shard.device
     device = torch.device(device) if device is not None else default_device()
     env_kwargs, backend_kwargs = _split_kwargs(dict(kwargs))
     candidates = plugins(MAKE_ORDER) if backend == "auto" else [get_plugin(backend)]
     for plugin in candidates:
         if plugin.available() and plugin.can_make(env_id):
+            if shard is not None and shard.is_distributed:
+                backend_kwargs = _shard_kwargs(plugin, backend_kwargs, shard.env_index_offset(num_envs))
             raw = plugin.make(env_id, num_envs, device, **backend_kwargs)
-            return BatchedEnv(raw, seed=seed, **env_kwargs)
+            env = BatchedEnv(raw, seed=seed, **env_kwargs)
+            if shard is not None:
+                env.rank, env.world_size = shard.rank, shard.world_size
+            return env
     known = "; ".join(
         f"{name}: {', '.join(ids[:12])}{' ...' if len(ids) > 12 else ''}" for name, ids in available_envs().items() if ids
     )
     where = "any backend" if backend == "auto" else f"backend {backend!r}"
     raise UnknownEnvError(f"unknown env id {env_id!r} for {where}. Available ids -- {known}. `gpu-envs list` prints them all.")
+
+
+def _shard_kwargs(plugin: Any, backend_kwargs: dict[str, Any], offset: int) -> dict[str, Any]:
+    """The backend's keyword arguments with this shard's ``env_index_offset`` added."""
+    if not getattr(plugin, "accepts_env_index_offset", False):
+        raise InvalidArgumentError(
+            f"the {plugin.name} backend cannot give each process its own seed stream (it takes no "
+            "env_index_offset), so make(..., distributed=True) cannot shard it. Use the torch (built-in) or "
+            "gymnasium backend, or build the env yourself on every rank with a seed of its own."
+        )
+    return {**backend_kwargs, "env_index_offset": backend_kwargs.get("env_index_offset", 0) + offset}
 
 
 def wrap(obj: Any, device: torch.device | str | None = None, backend: str = "auto", **kwargs: Any) -> BatchedEnv:

@@ -91,7 +91,14 @@ class BatchedEnv(BatchedSpecs):
     Specs: ``observation_spec``, ``action_spec``, ``reward_spec``, ``done_spec`` and
     ``info_spec`` have the batch dims (torchrl's convention); ``single_observation_spec``
     and the other ``single_*_spec`` describe one env (see :mod:`gpu_envs.specs.env_specs`).
+
+    Attributes:
+        rank, world_size: which shard of a torchrun job this env is (``make(...,
+            distributed=True)`` sets them; 0 and 1 otherwise).
     """
+
+    rank: int = 0
+    world_size: int = 1
 
     def __init__(
         self,

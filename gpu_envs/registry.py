@@ -2,9 +2,12 @@
 
 Each backend module exposes a ``PLUGIN`` object with ``name``, ``available()``,
 ``env_ids()``, ``can_make(env_id)``, ``make(env_id, num_envs, device, **kw)``,
-``detect(obj)`` and ``wrap(obj, device, **kw)``. Modules are imported lazily, so an
-optional dependency (isaaclab, jax, stable_baselines3, gym, mo_gymnasium, minigrid) is
-only imported when its backend is used: detectors look at class modules and attributes.
+``detect(obj)`` and ``wrap(obj, device, **kw)``, and ``accepts_env_index_offset = True``
+when its ``make`` takes ``env_index_offset=k`` (env ``i`` gets the seed stream of global
+env ``k + i``: what ``make(..., distributed=True)`` needs to shard seeds across
+processes). Modules are imported lazily, so an optional dependency (isaaclab, jax,
+stable_baselines3, gym, mo_gymnasium, minigrid, ray) is only imported when its backend
+is used: detectors look at class modules and attributes.
 
 Example::
 

@@ -362,6 +362,7 @@ class TorchPlugin:
     """Registry entry: built-in torch envs for ``make``, protocol envs for ``wrap``."""
 
     name = "torch"
+    accepts_env_index_offset = True  # the built-in envs take it (make(..., distributed=True) shards seeds)
 
     def available(self) -> bool:
         return True

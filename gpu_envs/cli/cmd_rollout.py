@@ -4,6 +4,12 @@ The env is wrapped in :class:`~gpu_envs.transforms.EpisodeStats` and collected w
 :func:`gpu_envs.rollout.collect` in chunks of up to :data:`CHUNK` steps (episodes carry
 over between chunks, and each chunk reuses the buffer ``collect`` caches on the env). The
 progress bar moves between chunks; the episode summary is read (one sync) at the end.
+
+Under torchrun with ``--distributed`` every process rolls out its own shard of
+``--num-envs`` envs (:mod:`gpu_envs.distributed`); the episode statistics are merged at
+the end and rank 0 alone shows the progress bar and prints the job's global summary::
+
+    torchrun --standalone --nproc_per_node=2 -m gpu_envs.cli rollout --distributed
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ),
     )
     add_env_arguments(parser, num_envs=64, steps=1000, env_required=False)
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="under torchrun: each process rolls out its own shard of NUM_ENVS envs; rank 0 prints the global summary",
+    )
     parser.set_defaults(func=run)
 
 
@@ -37,35 +48,46 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
+    from gpu_envs import distributed
     from gpu_envs.rollout import collect
     from gpu_envs.transforms import EpisodeStats, TransformedEnv
 
     console = Console()
     stats = EpisodeStats()
-    with TransformedEnv(make_env(args), stats) as env:
-        env.reset()
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        start = time.perf_counter()
-        with Progress(*columns, console=console, transient=False) as progress:
-            task = progress.add_task(f"{args.env_id} x{env.num_envs}", total=args.steps)
-            done = 0
-            while done < args.steps:
-                size = min(CHUNK, args.steps - done)
-                collect(env, None, size)  # episodes carry over; the buffer is cached on env
-                done += size
-                progress.update(task, completed=done)
-        if env.device.type == "cuda":
-            torch.cuda.synchronize(env.device)
-        elapsed = time.perf_counter() - start
-        summary = stats.summary()
-        table = Table(title=f"gpu-envs rollout: {args.env_id} on {env.device}")
-        table.add_column("metric")
-        table.add_column("value", justify="right")
-        table.add_row("backend", env.backend.describe())
-        table.add_row("envs x steps", f"{env.num_envs} x {args.steps}")
-        table.add_row("env-steps/s", f"{env.num_envs * args.steps / elapsed:,.0f}")
-        table.add_row("episodes finished", f"{summary.episodes}")
-        table.add_row("mean episode return", "n/a" if summary.episodes == 0 else f"{summary.mean_return:.2f}")
-        table.add_row("mean episode length", "n/a" if summary.episodes == 0 else f"{summary.mean_length:.1f}")
-    console.print(table)
+    try:
+        with TransformedEnv(make_env(args), stats) as env:
+            main = env.rank == 0
+            env.reset()
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            start = time.perf_counter()
+            with Progress(*columns, console=console, transient=False, disable=not main) as progress:
+                label = f"{args.env_id} x{env.num_envs}" + (f" x{env.world_size} ranks" if env.world_size > 1 else "")
+                task = progress.add_task(label, total=args.steps)
+                done = 0
+                while done < args.steps:
+                    size = min(CHUNK, args.steps - done)
+                    collect(env, None, size)  # episodes carry over; the buffer is cached on env
+                    done += size
+                    progress.update(task, completed=done)
+            if env.device.type == "cuda":
+                torch.cuda.synchronize(env.device)
+            elapsed = distributed.all_max(time.perf_counter() - start)  # the job is as slow as its slowest rank
+            distributed.sync_stats(stats)  # every rank's episodes, on every rank
+            summary = stats.summary()
+            table = Table(title=f"gpu-envs rollout: {args.env_id} on {env.device}")
+            table.add_column("metric")
+            table.add_column("value", justify="right")
+            table.add_row("backend", env.backend.describe())
+            if env.world_size > 1:
+                table.add_row("processes (ranks)", f"{env.world_size}")
+            total_envs = env.num_envs * env.world_size
+            table.add_row("envs x steps", f"{total_envs} x {args.steps}")
+            table.add_row("env-steps/s", f"{total_envs * args.steps / elapsed:,.0f}")
+            table.add_row("episodes finished", f"{summary.episodes}")
+            table.add_row("mean episode return", "n/a" if summary.episodes == 0 else f"{summary.mean_return:.2f}")
+            table.add_row("mean episode length", "n/a" if summary.episodes == 0 else f"{summary.mean_length:.1f}")
+        if main:
+            console.print(table)
+    finally:
+        distributed.shutdown()
     return 0

@@ -31,4 +31,11 @@ def make_env(args: argparse.Namespace) -> Any:
 
     if args.steps < 1:
         raise gpu_envs.InvalidArgumentError(f"--steps must be >= 1, got {args.steps}.")
-    return gpu_envs.make(args.env_id, num_envs=args.num_envs, device=args.device, backend=args.backend, seed=args.seed)
+    return gpu_envs.make(
+        args.env_id,
+        num_envs=args.num_envs,
+        device=args.device,
+        backend=args.backend,
+        seed=args.seed,
+        distributed=getattr(args, "distributed", False),
+    )

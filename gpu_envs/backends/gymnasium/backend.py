@@ -47,7 +47,9 @@ Non-numeric entries are dropped with one warning. Spaces: :mod:`.spaces`
 (``one_hot_actions=True`` for one-hot Discrete actions).
 
 Seeding: ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i`` (gymnasium's rule); with
-the same seed and actions, runs are identical bit for bit.
+the same seed and actions, runs are identical bit for bit. With ``env_index_offset=k``
+(the global index of sub-env 0 when this env is one shard of a larger job, see
+:mod:`gpu_envs.distributed`) sub-env ``i`` gets ``s + k + i``.
 
 Options of ``make``/``wrap`` (:mod:`.plugin`): ``one_hot_actions``,
 ``info_spec`` (a Composite declaring the info entries to keep, instead of discovery);
@@ -106,6 +108,8 @@ class GymnasiumBackend(Backend):
         reward_spec: ONE env's reward spec when the env's rewards are vectors ``[N, K]``
             (multi-objective envs, :mod:`gpu_envs.backends.mo_gymnasium`); ``None`` for
             the usual scalar rewards ``[N]``.
+        env_index_offset: global index of sub-env 0: ``reset(seed=s)`` seeds sub-env ``i``
+            with ``s + env_index_offset + i``.
     """
 
     name = "gymnasium"
@@ -124,13 +128,17 @@ class GymnasiumBackend(Backend):
         default_key: str = "observation",
         single: bool = False,
         reward_spec: Spec | None = None,
+        env_index_offset: int = 0,
     ) -> None:
         if not isinstance(env, gym.vector.VectorEnv):
             raise NotAnEnvError(
                 f"the gymnasium backend wraps gymnasium.Env or gymnasium.vector.VectorEnv objects, got "
                 f"{type(env).__module__}.{type(env).__name__}. Build one with gymnasium.make / gymnasium.make_vec."
             )
+        if not isinstance(env_index_offset, int) or isinstance(env_index_offset, bool) or env_index_offset < 0:
+            raise InvalidArgumentError(f"env_index_offset must be an int >= 0, got {env_index_offset!r}.")
         self.env = env
+        self.env_index_offset = env_index_offset
         self.num_envs = n = int(env.num_envs)
         self.device = normalize_device(device if device is not None else default_device())
         self.mode = autoreset_mode(env)
@@ -224,7 +232,7 @@ class GymnasiumBackend(Backend):
                 raise BackendError(f"a step of {self.describe()} failed half-way; reset every env with env.reset().")
             options = {"reset_mask": rows.copy()} if not rows.all() else None
         if seed is not None:
-            seed = int(seed)
+            seed = int(seed) + self.env_index_offset
         obs, _info = self._call("reset", self.env.reset, seed=seed, options=options)
         self._stale = False
         self._last_obs = dict(zip(self._keys, self._reset_stage.publish(self._layout.read(obs)), strict=True))

@@ -32,7 +32,7 @@ from gpu_envs.specs import Composite
 __all__ = ["PLUGIN", "GymnasiumPlugin"]
 
 AutoresetMode = gym.vector.AutoresetMode
-_BACKEND_KWARGS = ("one_hot_actions", "info_spec")
+_BACKEND_KWARGS = ("one_hot_actions", "info_spec", "env_index_offset")
 _PER_ENV_KWARGS = ("from_pixels", "pixels_only", "frame_skip")
 
 
@@ -40,6 +40,7 @@ class GymnasiumPlugin:
     """Registry entry: gymnasium ids for ``make``, gymnasium Env/VectorEnv objects for ``wrap``."""
 
     name = "gymnasium"
+    accepts_env_index_offset = True  # make(..., distributed=True) can shard its seeds
 
     def available(self) -> bool:
         return True
@@ -70,6 +71,7 @@ class GymnasiumPlugin:
         num_workers: int | None = None,
         one_hot_actions: bool = False,
         info_spec: Composite | None = None,
+        env_index_offset: int = 0,
         from_pixels: bool = False,
         pixels_only: bool = True,
         frame_skip: int = 1,
@@ -121,7 +123,12 @@ class GymnasiumPlugin:
         default_key = "pixels" if from_pixels and pixels_only else "observation"
         try:
             return GymnasiumBackend(
-                venv, device, one_hot_actions=one_hot_actions, info_spec=info_spec, default_key=default_key
+                venv,
+                device,
+                one_hot_actions=one_hot_actions,
+                info_spec=info_spec,
+                default_key=default_key,
+                env_index_offset=env_index_offset,
             )
         except BaseException:
             venv.close()

@@ -13,19 +13,31 @@ Run::
     python examples/ppo_cartpole.py                 # full run: solves CartPole-v1 (>= 475)
     python examples/ppo_cartpole.py --quick         # ~100k steps, a few seconds
     python examples/ppo_cartpole.py --device cuda --num-envs 1024 --compile
+    torchrun --standalone --nproc_per_node=2 examples/ppo_cartpole.py --distributed
+
+With ``--distributed`` (under torchrun) every process collects its own shard of
+``--num-envs`` envs (``gpu_envs.make(..., distributed=True)``: disjoint seeds, device
+``cuda:LOCAL_RANK`` or the CPU) and the gradients are averaged by DDP (gloo on the CPU,
+NCCL on CUDA); ``--total-steps`` counts the env-steps of all processes. The last line
+printed (by rank 0) is a JSON summary: world size, env-steps over all ranks, wall time,
+evaluation returns.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributions import Categorical
+from torch.nn.parallel import DistributedDataParallel
 
 import gpu_envs
+import gpu_envs.distributed
 from gpu_envs.rollout import collect, gae
 
 
@@ -44,7 +56,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--vf-coef", type=float, default=0.5)
     p.add_argument("--max-grad-norm", type=float, default=0.5)
     p.add_argument("--eval-episodes", type=int, default=100)
-    p.add_argument("--device", default="cpu")
+    p.add_argument(
+        "--device", default=None, help="torch device (default: cpu; with --distributed, cuda:LOCAL_RANK if CUDA is there)"
+    )
+    p.add_argument(
+        "--distributed", action="store_true", help="under torchrun: one env shard per process, DDP gradients"
+    )
     p.add_argument("--compile", action="store_true", help="collect with torch.compile")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -77,6 +94,11 @@ class Agent(nn.Module):
     def dist(self, obs: torch.Tensor) -> Categorical:
         return Categorical(logits=self.actor(obs), validate_args=False)
 
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probability of ``action``, entropy and value: the loss's inputs, in one call (what DDP wraps)."""
+        dist = self.dist(obs)
+        return dist.log_prob(action), dist.entropy(), self.value(obs).squeeze(-1)
+
     @torch.no_grad()
     def act(self, td):
         """The collection policy: TensorDict in, ``"action"`` sampled into it."""
@@ -106,13 +128,21 @@ def evaluate(agent: Agent, episodes: int, device: str, seed: int, greedy: bool) 
 def train(args: argparse.Namespace) -> dict:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    env = gpu_envs.make("CartPole-v1", num_envs=args.num_envs, device=args.device, seed=args.seed)
+    device = "cpu" if args.device is None and not args.distributed else args.device
+    env = gpu_envs.make(
+        "CartPole-v1", num_envs=args.num_envs, device=device, seed=args.seed, distributed=args.distributed
+    )
+    world, main = env.world_size, env.rank == 0
     n, t_len = env.num_envs, args.steps
     agent = Agent(env.single_observation_spec["observation"].shape[0], env.action_spec.n).to(env.device)
+    model = agent
+    if world > 1:  # same initial weights everywhere (DDP also broadcasts rank 0's); gradients averaged
+        model = DistributedDataParallel(agent, device_ids=[env.device] if env.device.type == "cuda" else None)
+        torch.manual_seed(args.seed + env.rank)  # but each rank samples its own actions and minibatches
     opt = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5)
     batch = n * t_len
     mb_size = batch // args.minibatches
-    iterations = max(1, args.total_steps // batch)
+    iterations = max(1, args.total_steps // (batch * world))
     running = torch.zeros(n, device=env.device)  # return of each env's ongoing episode
     history = []  # (env-steps, mean return of the episodes that ended in that iteration)
     start = time.perf_counter()
@@ -150,48 +180,64 @@ def train(args: argparse.Namespace) -> dict:
             perm = torch.randperm(batch, device=env.device)
             for i in range(0, batch, mb_size):
                 idx = perm[i : i + mb_size]
-                dist = agent.dist(b_obs[idx])
-                ratio = (dist.log_prob(b_act[idx]) - b_logp[idx]).exp()
+                logp, entropy, value = model(b_obs[idx], b_act[idx])
+                ratio = (logp - b_logp[idx]).exp()
                 mb_adv = b_adv[idx]
                 mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 pg_loss = torch.max(-mb_adv * ratio, -mb_adv * ratio.clamp(1 - args.clip, 1 + args.clip)).mean()
-                v_loss = 0.5 * (agent.value(b_obs[idx]).squeeze(-1) - b_target[idx]).pow(2).mean()
-                loss = pg_loss - args.ent_coef * dist.entropy().mean() + args.vf_coef * v_loss
+                v_loss = 0.5 * (value - b_target[idx]).pow(2).mean()
+                loss = pg_loss - args.ent_coef * entropy.mean() + args.vf_coef * v_loss
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 opt.step()
 
-        n_ended = int(ended.item())  # one sync per iteration, for the log
-        mean_ret = ended_sum.item() / n_ended if n_ended else float("nan")
-        history.append(((it + 1) * batch, mean_ret))
-        if not args.quiet and (it % 10 == 0 or it == iterations - 1):
+        episodes = torch.stack([ended_sum, ended.to(ended_sum.dtype)])
+        if world > 1:  # the episodes of every rank, for the log
+            dist.all_reduce(episodes)
+        ended_sum, n_ended = episodes[0].item(), int(episodes[1].item())  # one sync per iteration, for the log
+        mean_ret = ended_sum / n_ended if n_ended else float("nan")
+        steps_done = (it + 1) * batch * world
+        history.append((steps_done, mean_ret))
+        if main and not args.quiet and (it % 10 == 0 or it == iterations - 1):
             elapsed = time.perf_counter() - start
-            print(f"iter {it + 1:4d}/{iterations}  env-steps {(it + 1) * batch:>9,}  "
+            print(f"iter {it + 1:4d}/{iterations}  env-steps {steps_done:>9,}  "
                   f"mean return {mean_ret:7.1f} ({n_ended} episodes)  {elapsed:6.1f}s")  # fmt: skip
 
     wall = time.perf_counter() - start
     result = {
-        "env_steps": iterations * batch,
+        "world_size": world,
+        "rank": env.rank,
+        "env_steps": iterations * batch * world,
         "wall_s": wall,
         "final_train_return": history[-1][1],
         "history": history,
-        "eval_return": evaluate(agent, args.eval_episodes, args.device, args.seed + 1000, greedy=False),
-        "eval_return_greedy": evaluate(agent, args.eval_episodes, args.device, args.seed + 2000, greedy=True),
+        "eval_return": None,
+        "eval_return_greedy": None,
     }
+    if main:  # every rank holds the same weights: one evaluation is enough
+        result["eval_return"] = evaluate(agent, args.eval_episodes, env.device, args.seed + 1000, greedy=False)
+        result["eval_return_greedy"] = evaluate(agent, args.eval_episodes, env.device, args.seed + 2000, greedy=True)
+    env.close()
     return result
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    result = train(args)
-    print(
-        f"done: {result['env_steps']:,} env-steps in {result['wall_s']:.1f}s "
-        f"({result['env_steps'] / result['wall_s']:,.0f} env-steps/s incl. learning); "
-        f"last-iteration training return {result['final_train_return']:.1f}; "
-        f"evaluation over {args.eval_episodes} episodes: {result['eval_return']:.1f} (sampled actions), "
-        f"{result['eval_return_greedy']:.1f} (greedy); solved (>= 475): {result['eval_return'] >= 475}"
-    )
+    try:
+        result = train(args)
+    finally:
+        gpu_envs.distributed.shutdown()
+    if result["rank"] == 0:
+        print(
+            f"done: {result['env_steps']:,} env-steps in {result['wall_s']:.1f}s "
+            f"({result['env_steps'] / result['wall_s']:,.0f} env-steps/s incl. learning); "
+            f"last-iteration training return {result['final_train_return']:.1f}; "
+            f"evaluation over {args.eval_episodes} episodes: {result['eval_return']:.1f} (sampled actions), "
+            f"{result['eval_return_greedy']:.1f} (greedy); solved (>= 475): {result['eval_return'] >= 475}"
+        )
+        summary = {k: result[k] for k in ("world_size", "env_steps", "wall_s", "final_train_return", "eval_return")}
+        print(json.dumps({**summary, "eval_return_greedy": result["eval_return_greedy"]}))
     return result
 
 

@@ -44,6 +44,7 @@ from gpu_envs.errors import DeviceMismatchError, InvalidArgumentError
 __all__ = [
     "FRAMEWORKS",
     "HostStaging",
+    "RowBlocks",
     "array_device",
     "framework_of",
     "from_torch",
@@ -137,6 +138,40 @@ def jax_reader(device: torch.device | str) -> Any:
     return _jax_cpu_view if torch.device(device).type == "cpu" else torch.from_dlpack
 
 
+class RowBlocks(tuple):
+    """One field's value given as consecutive blocks of rows, e.g. one block per remote worker.
+
+    :meth:`HostStaging.publish` writes the blocks straight into their rows of the field
+    (packed path) or concatenates them once (CPU path): assembling a batch from several
+    sources costs no extra copy. The blocks' first dimensions must add up to the field's.
+
+    Example::
+
+        obs_t, = stage.publish([RowBlocks([obs_of_worker0, obs_of_worker1])])
+    """
+
+    __slots__ = ()
+
+
+def _write_rows(view: np.ndarray, blocks: RowBlocks) -> None:
+    start = 0
+    for block in blocks:
+        stop = start + len(block)
+        np.copyto(view[start:stop], block, casting="same_kind")
+        start = stop
+    if start != len(view):
+        raise InvalidArgumentError(f"row blocks of {start} rows in all fill a field of {len(view)} rows.")
+
+
+def _fresh(value: Any, np_dtype: np.dtype, rows: int) -> np.ndarray:
+    if isinstance(value, RowBlocks):
+        out = np.concatenate(value, axis=0, dtype=np_dtype, casting="same_kind")
+        if len(out) != rows:
+            raise InvalidArgumentError(f"row blocks of {len(out)} rows in all fill a field of {rows} rows.")
+        return out
+    return np.array(value, dtype=np_dtype)
+
+
 class HostStaging:
     """Host data that must cross to ``device`` every step: one copy per value, one transfer.
 
@@ -160,7 +195,8 @@ class HostStaging:
     Either way every call returns fresh tensors: a transition kept from step k is never
     rewritten at step k + 1, and the caller may pass its own reused scratch arrays
     (nothing keeps a reference to them). A ``None`` value skips its field (e.g. final
-    observations on a step where no episode ended) and gives ``None`` back.
+    observations on a step where no episode ended) and gives ``None`` back; a
+    :class:`RowBlocks` value assembles the field from blocks of rows (one copy still).
     :meth:`put` is the one-field form that :func:`to_torch` uses.
 
     Args:
@@ -224,13 +260,17 @@ class HostStaging:
             return [
                 None
                 if value is None
-                else torch.from_numpy(value if give else np.array(value, dtype=np_dtype))
-                for value, np_dtype, give in zip(values, self._np_dtypes, owned, strict=True)
+                else torch.from_numpy(
+                    value if give and not isinstance(value, RowBlocks) else _fresh(value, np_dtype, shape[0] if shape else 0)
+                )
+                for value, np_dtype, give, (shape, _) in zip(values, self._np_dtypes, owned, self.fields, strict=True)
             ]
         if self._event is not None:
             self._event.synchronize()  # the previous transfer has finished reading the buffer
         for value, view in zip(values, self._views, strict=True):
-            if value is not None:
+            if isinstance(value, RowBlocks):
+                _write_rows(view, value)
+            elif value is not None:
                 np.copyto(view, value, casting="same_kind")
         # on the CPU (the forced packed path of the tests) a clone stands for the transfer's copy
         host = self.host

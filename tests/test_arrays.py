@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gpu_envs import DeviceMismatchError, InvalidArgumentError
-from gpu_envs.arrays import HostStaging, array_device, framework_of, from_torch, is_zero_copy, to_torch
+from gpu_envs.arrays import HostStaging, RowBlocks, array_device, framework_of, from_torch, is_zero_copy, to_torch
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -205,6 +205,21 @@ def test_packed_staging_gives_the_values_in_every_dtype():
         assert second[:5] == [None] * 5 and second[5].tolist() == [9.0, 9.0, 9.0]
         assert first[5].tolist() == [0.25, 0.5, 0.75], "a published tensor changed after the next publish"
         assert stage.host is host and (host is None) == (not packed), "one packed buffer, allocated once"
+
+
+def test_host_staging_assembles_a_field_from_row_blocks():
+    """Blocks from several sources (Ray workers) land in their rows with one copy, on both paths."""
+    fields = [((5, 2), torch.float32), ((5,), torch.bool), ((5,), torch.float32)]
+    obs = [np.arange(6, dtype=np.float64).reshape(3, 2), np.array([[7.0, 8.0], [9.0, 10.0]])]
+    done = [np.array([True, False, False]), np.array([False, True])]
+    for packed in (True, False):
+        stage = HostStaging(fields, "cpu", packed=packed)
+        got_obs, got_done, got_rew = stage.publish([RowBlocks(obs), RowBlocks(done), np.arange(5.0)])
+        assert got_obs.dtype == torch.float32 and got_obs.tolist() == np.concatenate(obs).tolist()
+        assert got_done.tolist() == [True, False, False, False, True]
+        assert got_rew.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+        with pytest.raises(InvalidArgumentError, match="3 rows in all fill a field of 5 rows"):
+            stage.publish([RowBlocks(obs[:1]), None, None])  # 3 rows for a 5-row field
 
 
 def test_to_torch_without_staging_moves_explicitly():

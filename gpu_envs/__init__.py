@@ -27,6 +27,7 @@ from gpu_envs.errors import (
     GpuEnvsError,
     InterruptedStepError,
     InvalidArgumentError,
+    MissingComponentError,
     NotAnEnvError,
     ObservationError,
     ResetMaskError,
@@ -56,6 +57,7 @@ __all__ = [
     "GpuEnvsError",
     "InterruptedStepError",
     "InvalidArgumentError",
+    "MissingComponentError",
     "NotAnEnvError",
     "ObservationError",
     "ResetMaskError",
@@ -68,6 +70,7 @@ __all__ = [
     "default_device",
     "make",
     "wrap",
+    "wrap_ray",
 ]
 
 
@@ -120,13 +123,17 @@ def make(
             device = shard.device
     device = torch.device(device) if device is not None else default_device()
     env_kwargs, backend_kwargs = _split_kwargs(dict(kwargs))
-    candidates = plugins(MAKE_ORDER) if backend == "auto" else [get_plugin(backend)]
+    candidates = plugins(MAKE_ORDER) if backend == "auto" else [_installed(get_plugin(backend))]
     for plugin in candidates:
         if plugin.available() and plugin.can_make(env_id):
             if shard is not None and shard.is_distributed:
                 backend_kwargs = _shard_kwargs(plugin, backend_kwargs, shard.env_index_offset(num_envs))
             raw = plugin.make(env_id, num_envs, device, **backend_kwargs)
-            env = BatchedEnv(raw, seed=seed, **env_kwargs)
+            try:
+                env = BatchedEnv(raw, seed=seed, **env_kwargs)
+            except BaseException:
+                raw.close()  # a backend with processes (async gymnasium, Ray) leaves none behind
+                raise
             if shard is not None:
                 env.rank, env.world_size = shard.rank, shard.world_size
             return env
@@ -135,6 +142,15 @@ def make(
     )
     where = "any backend" if backend == "auto" else f"backend {backend!r}"
     raise UnknownEnvError(f"unknown env id {env_id!r} for {where}. Available ids -- {known}. `gpu-envs list` prints them all.")
+
+
+def _installed(plugin: Any) -> Any:
+    """``plugin``, or a clear error when the library behind it is not installed."""
+    if not plugin.available():
+        extra = getattr(plugin, "extra", None)  # the pyproject extra that installs it, where a plugin names one
+        how = f": pip install 'gpu-envs[{extra}]'" if extra else ""
+        raise MissingComponentError(f"the {plugin.name} backend needs a library that is not installed{how}.")
+    return plugin
 
 
 def _shard_kwargs(plugin: Any, backend_kwargs: dict[str, Any], offset: int) -> dict[str, Any]:
@@ -173,3 +189,39 @@ def wrap(obj: Any, device: torch.device | str | None = None, backend: str = "aut
         "MO-Gymnasium and minigrid envs, and torch vector envs "
         "(reset/step/num_envs/single_observation_space/single_action_space; see gpu_envs.backends.torch)."
     )
+
+
+def wrap_ray(
+    env_fn: Any,
+    num_envs: int | None = None,
+    num_workers: int | None = None,
+    device: torch.device | str | None = None,
+    seed: int | None = None,
+    **kwargs: Any,
+) -> BatchedEnv:
+    """``num_envs`` envs built by ``env_fn`` on ``num_workers`` Ray actors, as one :class:`BatchedEnv`.
+
+    ``env_fn`` builds one gymnasium env (it is called once per env, inside the actors;
+    a list of ``num_envs`` functions builds env ``i`` with the ``i``-th). Each actor
+    steps its share as a SAME_STEP ``SyncVectorEnv`` (``autoreset_mode=`` for another
+    mode), all in parallel; the batch reaches ``device`` in one staged copy. Options:
+    ``step_timeout`` (seconds, default 60), ``start_timeout``, ``cpus_per_worker``,
+    ``address`` (a Ray cluster; default: the one this process uses, ``RAY_ADDRESS``,
+    or a new local one), ``ray_init_kwargs``, ``one_hot_actions``, ``info_spec``,
+    ``env_index_offset``, plus ``missing_obs_value``/``validate``. Needs
+    ``pip install 'gpu-envs[ray]'``; see :mod:`gpu_envs.backends.ray`.
+
+    Example::
+
+        env = gpu_envs.wrap_ray(lambda: gym.make("Pendulum-v1"), num_envs=64, num_workers=8, seed=0)
+    """
+    from gpu_envs.backends.ray import wrap_env_fns
+
+    _installed(get_plugin("ray"))
+    env_kwargs, backend_kwargs = _split_kwargs(dict(kwargs))
+    raw = wrap_env_fns(env_fn, num_envs, None if device is None else torch.device(device), num_workers=num_workers, **backend_kwargs)
+    try:
+        return BatchedEnv(raw, seed=seed, **env_kwargs)
+    except BaseException:
+        raw.close()
+        raise

@@ -43,6 +43,7 @@ _MODULES = {
     "legacy_gym": "gpu_envs.backends.legacy_gym",
     "mo_gymnasium": "gpu_envs.backends.mo_gymnasium",
     "minigrid": "gpu_envs.backends.minigrid",
+    "ray": "gpu_envs.backends.ray",  # by name only: make(id, backend="ray"), gpu_envs.wrap_ray
 }
 
 

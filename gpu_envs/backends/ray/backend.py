@@ -1,0 +1,311 @@
+""":class:`RayBackend`: W Ray actors step their shares of N envs in parallel; one batch on the device.
+
+Per step the driver
+
+1. copies the action once to the host (the tensor's own memory on the CPU; a reused,
+   pinned buffer from CUDA) and sends each worker its rows;
+2. waits (``step_timeout``) for every worker's answer: numpy arrays of its rows, with
+   the true final observations and info entries read by the gymnasium backend inside
+   the worker (:mod:`.worker`);
+3. writes each worker's arrays straight into their rows of ONE staging buffer
+   (:class:`gpu_envs.arrays.HostStaging` with :class:`~gpu_envs.arrays.RowBlocks`) and
+   moves it with one transfer (a fresh array per field on a CPU target).
+
+Rows are in worker order: worker ``w`` steps rows ``[start_w, stop_w)``, so global env
+``i`` is always the same env, seeded with ``s + i`` by ``reset(seed=s)`` (plus the
+backend's ``env_index_offset``). Partial resets send each worker its rows of the mask
+(workers without a masked row are not called).
+
+Failures, all as :class:`~gpu_envs.errors.BackendError`:
+
+* an env raising inside a worker: the env's own traceback, and the env must be reset
+  (the other workers stepped: the batch is half-stepped);
+* a worker process that died (killed, out of memory, its node lost): named with its
+  rows, pid and host; the env cannot be used any more and every worker is stopped;
+* no answer within ``step_timeout`` seconds: the workers that did not answer are
+  named; they are stopped (they may hang), and the env with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from gpu_envs.arrays import HostStaging, RowBlocks
+from gpu_envs.backends.base import Backend, ObsDict, RawStep
+from gpu_envs.backends.gymnasium.info import InfoSpec
+from gpu_envs.backends.ray import cluster
+from gpu_envs.backends.ray.worker import StepResult
+from gpu_envs.devices import default_device, normalize_device
+from gpu_envs.errors import BackendError, ClosedEnvError, InvalidArgumentError
+from gpu_envs.specs import Composite, numpy_dtype
+
+DEFAULT_STEP_TIMEOUT = 60.0  # seconds a step/reset may take before the workers are declared hung
+DEFAULT_START_TIMEOUT = 180.0  # seconds to place the actors and build their envs
+
+
+def split_rows(num_envs: int, num_workers: int) -> list[int]:
+    """How many envs each worker runs: as even as possible, the first ones one more."""
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+        raise InvalidArgumentError(f"num_workers must be an int >= 1, got {num_workers!r}.")
+    if num_workers > num_envs:
+        raise InvalidArgumentError(
+            f"num_workers={num_workers} is more than num_envs={num_envs}: every worker needs at least one env."
+        )
+    base, extra = divmod(num_envs, num_workers)
+    return [base + (i < extra) for i in range(num_workers)]
+
+
+def _positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidArgumentError(f"{name} must be a number of seconds > 0, got {value!r}.")
+    return float(value)
+
+
+class RayBackend(Backend):
+    """Backend over W Ray actors, each a gymnasium vector env of its share (see the module doc).
+
+    Args:
+        builders: one picklable callable per worker, run inside its actor, returning a
+            CPU :class:`~gpu_envs.backends.gymnasium.GymnasiumBackend` of its envs.
+        sizes: how many envs each builder builds (rows, in order).
+        device: target device; ``None`` means :func:`gpu_envs.devices.default_device`.
+        step_timeout: seconds every worker has to answer a step or reset.
+        start_timeout: seconds to place the actors and build their envs.
+        cpus_per_worker: Ray CPU slots each actor reserves.
+        address: Ray cluster to join (``None``: the one this process uses, or
+            ``RAY_ADDRESS``, else a local one started for these envs).
+        ray_init_kwargs: extra ``ray.init`` arguments when this call starts or joins Ray.
+        label: what ``describe`` shows.
+    """
+
+    name = "ray"
+    supports_partial_reset = True
+
+    def __init__(
+        self,
+        builders: Sequence[Callable[[], Any]],
+        sizes: Sequence[int],
+        device: torch.device | str | None = None,
+        *,
+        step_timeout: float = DEFAULT_STEP_TIMEOUT,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+        cpus_per_worker: float = 1.0,
+        address: str | None = None,
+        ray_init_kwargs: dict[str, Any] | None = None,
+        label: str = "envs",
+    ) -> None:
+        self.step_timeout = _positive("step_timeout", step_timeout)
+        start_timeout = _positive("start_timeout", start_timeout)
+        if isinstance(cpus_per_worker, bool) or not isinstance(cpus_per_worker, (int, float)) or cpus_per_worker < 0:
+            raise InvalidArgumentError(f"cpus_per_worker must be a number >= 0, got {cpus_per_worker!r}.")
+        self.device = normalize_device(device if device is not None else default_device())
+        self.num_envs = n = int(sum(sizes))
+        self._label = label
+        self._closed = False
+        self._broken: str | None = None
+        self._stale = False
+        self._owned = cluster.connect(address, ray_init_kwargs)
+        try:
+            self.workers, facts = cluster.start_workers(
+                builders, sizes, cpus_per_worker=float(cpus_per_worker), start_timeout=start_timeout
+            )
+        except BaseException:
+            cluster.release(self._owned)
+            raise
+        self._ray = cluster.import_ray()
+        first = facts[0]
+        self._keys = list(first["keys"])
+        self._inner = first["describe"]
+        for w, f in zip(self.workers, facts, strict=True):
+            if f["keys"] != self._keys or repr(f["observation_spec"]) != repr(first["observation_spec"]):
+                self.close()
+                raise BackendError(
+                    f"Ray worker {w.index} built envs with observation spec {f['observation_spec']!r}, worker 0 "
+                    f"with {first['observation_spec']!r}: every worker must build the same kind of env."
+                )
+        self.observation_spec: Composite = first["observation_spec"].to(self.device)
+        self.action_spec = first["action_spec"].to(self.device)
+        self.info_spec = InfoSpec({}, device=self.device)
+        self._obs_fields = [((n, *self.observation_spec[k].shape), self.observation_spec[k].dtype) for k in self._keys]
+        self._reset_stage = HostStaging(self._obs_fields, self.device)
+        self._stage: HostStaging | None = None
+        self._info_keys: list = []
+        self._last_obs: list[list[np.ndarray]] = [[] for _ in self.workers]  # each worker's latest obs rows
+        self._zeros: dict = {}
+        shape, dtype = (n, *self.action_spec.shape), self.action_spec.dtype
+        self._action_host = None
+        if self.device.type != "cpu":
+            self._action_host = torch.empty(shape, dtype=dtype, pin_memory=self.device.type == "cuda")
+
+    def describe(self) -> str:
+        return f"ray({len(self.workers)} workers x {self._inner})"
+
+    # ------------------------------------------------------------------ calls
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ClosedEnvError("this Ray env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap_ray().")
+        if self._broken is not None:
+            raise BackendError(f"{self.describe()} cannot be used any more: {self._broken} Build a new env.")
+
+    def _gather(self, what: str, calls: list[tuple[cluster.Worker, Any]]) -> list[Any]:
+        """Wait for every call (``step_timeout``); the answers in order, or a clear error."""
+        ray = self._ray
+        refs = [ref for _, ref in calls]
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=self.step_timeout)
+        failures, answers = [], []
+        for w, ref in calls:
+            if ref in pending:
+                continue
+            try:
+                answers.append(ray.get(ref))
+            except ray.exceptions.RayTaskError as err:
+                failures.append(f"{w.label()}: its env raised in {what}:\n{cluster.explain(err)}")
+            except ray.exceptions.RayActorError as err:
+                w.alive = False
+                detail = cluster.explain(err).splitlines()[0]
+                self._broken = f"Ray {w.label()} died ({detail})."
+                failures.append(self._broken)
+        if pending:
+            late = [w for w, ref in calls if ref in pending]
+            names = ", ".join(w.label() for w in late)
+            self._broken = (
+                f"no answer to {what} within step_timeout={self.step_timeout:g} s from Ray {names} "
+                "(an env that hangs, or one slower than step_timeout: raise it for slow envs)."
+            )
+            failures.insert(0, self._broken)
+        if failures:
+            if self._broken is not None:
+                cluster.stop_workers(self.workers, graceful=False)  # hung or lost: nothing to keep
+                raise BackendError(f"{self.describe()} failed: {' '.join(failures)} Every worker was stopped; build a new env.")
+            self._stale = True
+            raise BackendError(
+                f"{self.describe()}: " + "\n".join(failures) + "\nThe other workers stepped: call env.reset() before stepping again."
+            )
+        return answers
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
+        self._check_usable()
+        seed = None if seed is None else int(seed)
+        if mask is None:
+            calls = [(w, w.actor.reset.remote(seed, None)) for w in self.workers]
+        else:
+            rows = mask.detach().to("cpu", torch.bool).numpy().reshape(self.num_envs)
+            if self._stale and not rows.all():
+                raise BackendError(f"a step of {self.describe()} failed half-way; reset every env with env.reset().")
+            calls = [
+                (w, w.actor.reset.remote(seed, None if rows.all() else rows[w.start : w.stop]))
+                for w in self.workers
+                if rows[w.start : w.stop].any()
+            ]
+            if not calls and self._last_obs[0]:
+                return self._publish_obs()
+        for (w, _), obs in zip(calls, self._gather("reset", calls), strict=True):
+            self._last_obs[w.index] = obs
+        if mask is None or rows.all():
+            self._stale = False
+        return self._publish_obs()
+
+    def _publish_obs(self) -> ObsDict:
+        blocks = [RowBlocks(self._last_obs[w.index][k] for w in self.workers) for k in range(len(self._keys))]
+        return dict(zip(self._keys, self._reset_stage.publish(blocks), strict=True))
+
+    # ------------------------------------------------------------------- step
+    def step(self, action: torch.Tensor) -> RawStep:
+        if self._closed or self._broken is not None or self._stale:
+            self._check_usable()
+            raise BackendError(f"a step of {self.describe()} failed half-way; call env.reset() before stepping again.")
+        if self._action_host is None:
+            host = action.detach().numpy()
+        else:
+            self._action_host.copy_(action.detach())  # blocking: the workers need the values now
+            host = self._action_host.numpy()
+        calls = [(w, w.actor.step.remote(host[w.start : w.stop])) for w in self.workers]
+        results: list[StepResult] = self._gather("step", calls)
+        if self._stage is None:
+            self._build_step_stage()
+        for w, r in zip(self.workers, results, strict=True):
+            self._last_obs[w.index] = r[0]
+        k = len(self._keys)
+        final_blocks, final_mask = self._final(results)
+        values: list[Any] = [RowBlocks(r[0][i] for r in results) for i in range(k)]
+        values += [RowBlocks(r[j] for r in results) for j in (1, 2, 3)]
+        values.append(final_mask)
+        values += final_blocks if final_blocks is not None else [None] * k
+        values += [RowBlocks(self._info_rows(w, r[6], key) for w, r in zip(self.workers, results, strict=True)) for key in self._info_keys]
+        out = self._stage.publish(values)
+        return RawStep(
+            obs=dict(zip(self._keys, out[:k], strict=True)),
+            reward=out[k],
+            terminated=out[k + 1],
+            truncated=out[k + 2],
+            final_obs=None if final_blocks is None else dict(zip(self._keys, out[k + 4 : 2 * k + 4], strict=True)),
+            final_mask=out[k + 3],
+            info=dict(zip(self._info_keys, out[2 * k + 4 :], strict=True)),
+        )
+
+    def _final(self, results: list[StepResult]) -> tuple[list | None, RowBlocks | None]:
+        """The final observations of the batch (a worker without any: its obs as filler) and their mask.
+
+        The mask is ``None`` when every ended row of every worker has its final observation.
+        """
+        if all(r[4] is None for r in results):
+            return None, None
+        blocks = [RowBlocks(r[0][i] if r[4] is None else r[4][i] for r in results) for i in range(len(self._keys))]
+        masks, exact = [], True
+        for r in results:
+            done = np.logical_or(r[2], r[3])
+            if r[4] is None:
+                exact = exact and not done.any()
+                masks.append(np.zeros_like(done))
+            elif r[5] is None:
+                masks.append(done)
+            else:
+                exact = False
+                masks.append(np.asarray(r[5], bool))
+        return blocks, None if exact else RowBlocks(masks)
+
+    def _info_rows(self, w: cluster.Worker, info: dict, key: Any) -> np.ndarray:
+        value = info.get(key)
+        if value is not None:
+            return value
+        zeros = self._zeros.get((w.index, key))
+        if zeros is None:  # a key this worker did not discover: 0 on its rows, as for absent entries
+            leaf = self.info_spec[key]
+            zeros = self._zeros[(w.index, key)] = np.zeros((w.stop - w.start, *leaf.shape), numpy_dtype(leaf.dtype))
+        return zeros
+
+    def _build_step_stage(self) -> None:
+        """Fields of every step, once: the union of the info entries the workers discovered."""
+        specs = self._ray.get([w.actor.info_spec.remote() for w in self.workers], timeout=self.step_timeout)
+        for spec in specs:
+            for key in spec.keys(True, True):
+                leaf = spec[key].to(self.device)
+                if key in self._info_keys:
+                    if repr(self.info_spec[key]) != repr(leaf):
+                        raise BackendError(
+                            f"the Ray workers report info entry {key!r} differently ({self.info_spec[key]!r} vs {leaf!r}); "
+                            "declare it with info_spec= so every worker reads it the same way."
+                        )
+                    continue
+                self.info_spec[key] = leaf
+                self._info_keys.append(key)
+        n = self.num_envs
+        flags = [((n,), torch.float32), ((n,), torch.bool), ((n,), torch.bool), ((n,), torch.bool)]
+        info = [((n, *self.info_spec[key].shape), self.info_spec[key].dtype) for key in self._info_keys]
+        self._stage = HostStaging(self._obs_fields + flags + self._obs_fields + info, self.device)
+
+    # -------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Close every worker's envs, kill the actors, and stop a local Ray started for them."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            cluster.stop_workers(self.workers)
+        finally:
+            cluster.release(self._owned)

@@ -1,0 +1,164 @@
+"""The Ray backend's registry entry (``make(id, backend="ray")``) and :func:`wrap_env_fns` (``wrap_ray``).
+
+``make`` splits ``num_envs`` gymnasium envs of a registered id among ``num_workers``
+actors (each a SAME_STEP ``SyncVectorEnv`` built by the gymnasium backend's own
+``make``, so ``frame_skip``, ``from_pixels``, ``one_hot_actions``, env keyword
+arguments... all work); :func:`wrap_env_fns` does the same for envs built by your
+own functions. ``make(backend="auto")`` and ``wrap`` never pick Ray: it is asked for
+by name.
+
+Example::
+
+    backend = PLUGIN.make("Pendulum-v1", num_envs=16, device=torch.device("cpu"), num_workers=2, frame_skip=50)
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
+from gpu_envs.backends.ray.backend import DEFAULT_START_TIMEOUT, DEFAULT_STEP_TIMEOUT, RayBackend, split_rows
+from gpu_envs.backends.ray.worker import make_share, wrap_share
+from gpu_envs.errors import InvalidArgumentError, NotAnEnvError
+
+_OWN_GYMNASIUM_KWARGS = ("vectorization", "num_workers")  # the gymnasium backend's, meaningless inside a worker
+
+
+def _default_workers(num_envs: int) -> int:
+    return max(1, min(num_envs, os.cpu_count() or 1))
+
+
+def _check_offset(env_index_offset: Any) -> int:
+    if not isinstance(env_index_offset, int) or isinstance(env_index_offset, bool) or env_index_offset < 0:
+        raise InvalidArgumentError(f"env_index_offset must be an int >= 0, got {env_index_offset!r}.")
+    return env_index_offset
+
+
+class RayPlugin:
+    """Registry entry: gymnasium ids spread over Ray actors (asked for by name only)."""
+
+    name = "ray"
+    extra = "ray"  # pip install 'gpu-envs[ray]'
+    accepts_env_index_offset = True
+
+    def available(self) -> bool:
+        return importlib.util.find_spec("ray") is not None
+
+    def env_ids(self) -> list[str]:
+        return GYMNASIUM.env_ids()
+
+    def can_make(self, env_id: str) -> bool:
+        return GYMNASIUM.can_make(env_id)
+
+    def make(
+        self,
+        env_id: str,
+        num_envs: int,
+        device: torch.device | None,
+        *,
+        num_workers: int | None = None,
+        step_timeout: float = DEFAULT_STEP_TIMEOUT,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+        cpus_per_worker: float = 1.0,
+        address: str | None = None,
+        ray_init_kwargs: dict[str, Any] | None = None,
+        env_index_offset: int = 0,
+        **gymnasium_kwargs: Any,
+    ) -> RayBackend:
+        """``num_envs`` envs of a gymnasium id over ``num_workers`` actors (default: one per local core)."""
+        clash = sorted(set(gymnasium_kwargs) & set(_OWN_GYMNASIUM_KWARGS))
+        if clash:
+            raise InvalidArgumentError(
+                f"backend='ray' runs a SyncVectorEnv in each Ray worker, so {clash} do not apply; "
+                "num_workers= sets the number of Ray workers."
+            )
+        offset = _check_offset(env_index_offset)
+        sizes = split_rows(num_envs, _default_workers(num_envs) if num_workers is None else num_workers)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        builders = [
+            functools.partial(make_share, env_id, size, offset + start, gymnasium_kwargs)
+            for size, start in zip(sizes, starts, strict=True)
+        ]
+        return RayBackend(
+            builders,
+            sizes,
+            device,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+            cpus_per_worker=cpus_per_worker,
+            address=address,
+            ray_init_kwargs=ray_init_kwargs,
+            label=env_id,
+        )
+
+    def detect(self, obj: Any) -> bool:
+        # asked only for wrap(obj, backend="ray") (Ray is not in wrap()'s automatic order): answer
+        # for gymnasium envs, so that wrap() explains that wrap_ray is the way
+        return GYMNASIUM.detect(obj)
+
+    def wrap(self, obj: Any, device: torch.device | None, **kwargs: Any) -> Any:
+        raise NotAnEnvError(
+            "the ray backend builds its envs inside its workers, so it cannot wrap an existing env object: "
+            "use gpu_envs.wrap_ray(env_fn, num_envs=N, num_workers=W) with a function that builds one env."
+        )
+
+
+def wrap_env_fns(
+    env_fns: Callable[[], gym.Env] | Sequence[Callable[[], gym.Env]],
+    num_envs: int | None,
+    device: torch.device | str | None,
+    *,
+    num_workers: int | None = None,
+    autoreset_mode: Any = gym.vector.AutoresetMode.SAME_STEP,
+    one_hot_actions: bool = False,
+    info_spec: Any = None,
+    env_index_offset: int = 0,
+    step_timeout: float = DEFAULT_STEP_TIMEOUT,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
+    cpus_per_worker: float = 1.0,
+    address: str | None = None,
+    ray_init_kwargs: dict[str, Any] | None = None,
+) -> RayBackend:
+    """A :class:`RayBackend` over envs built by ``env_fns`` (one function for all, or one per env)."""
+    if callable(env_fns):
+        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
+            raise InvalidArgumentError(f"wrap_ray(env_fn, num_envs=N) needs num_envs, an int >= 1; got {num_envs!r}.")
+        fns = [env_fns] * num_envs
+    elif isinstance(env_fns, Sequence) and env_fns and all(callable(f) for f in env_fns):
+        fns = list(env_fns)
+        if num_envs is not None and num_envs != len(fns):
+            raise InvalidArgumentError(f"wrap_ray got {len(fns)} env functions but num_envs={num_envs}.")
+    else:
+        raise NotAnEnvError(
+            "wrap_ray takes a function that builds one gymnasium env (called once per env), or a list of such "
+            f"functions (one per env); got {type(env_fns).__name__}."
+        )
+    offset = _check_offset(env_index_offset)
+    sizes = split_rows(len(fns), _default_workers(len(fns)) if num_workers is None else num_workers)
+    kwargs = {"one_hot_actions": one_hot_actions, "info_spec": info_spec}
+    builders, start = [], 0
+    for size in sizes:
+        builders.append(functools.partial(wrap_share, fns[start : start + size], offset + start, autoreset_mode, kwargs))
+        start += size
+    name = getattr(env_fns, "__name__", type(env_fns).__name__)
+    return RayBackend(
+        builders,
+        sizes,
+        device,
+        step_timeout=step_timeout,
+        start_timeout=start_timeout,
+        cpus_per_worker=cpus_per_worker,
+        address=address,
+        ray_init_kwargs=ray_init_kwargs,
+        label=name,
+    )
+
+
+PLUGIN = RayPlugin()

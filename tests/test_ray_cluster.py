@@ -38,7 +38,7 @@ def no_ray_around():
 
 def step_once(env) -> None:
     td = env.reset(seed=0)
-    td["action"] = env.action_spec.rand(env.batch_size)
+    td["action"] = env.action_spec.rand()
     env.step(td)
 
 

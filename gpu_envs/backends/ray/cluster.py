@@ -75,6 +75,7 @@ def connect(address: str | None, init_kwargs: dict[str, Any] | None) -> bool:
                 kwargs.setdefault("include_dashboard", False)
             ray.init(**kwargs)
             owned = True
+            _owned_users = 0  # Ray was down: envs counted on an earlier connection (shut down since) are gone
         if owned:
             _owned_users += 1
         return owned

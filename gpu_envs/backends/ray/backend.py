@@ -28,6 +28,7 @@ Failures, all as :class:`~gpu_envs.errors.BackendError`:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -155,7 +156,12 @@ class RayBackend(Backend):
         """Wait for every call (``step_timeout``); the answers in order, or a clear error."""
         ray = self._ray
         refs = [ref for _, ref in calls]
-        _, pending = ray.wait(refs, num_returns=len(refs), timeout=self.step_timeout)
+        deadline = time.monotonic() + self.step_timeout
+        try:
+            return ray.get(refs, timeout=self.step_timeout)  # the usual case: one call
+        except Exception:
+            pass  # a worker failed or is late: find out which, below
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.monotonic()))
         failures, answers = [], []
         for w, ref in calls:
             if ref in pending:

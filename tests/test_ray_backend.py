@@ -63,6 +63,16 @@ def test_counting_envs_through_ray_match_the_sequential_reference(mode):
         assert list(env.info_spec.keys()) == ["step_count"]
 
 
+def test_the_packed_staging_path_of_accelerators_matches_the_oracle_too(monkeypatch):
+    """Workers' rows written into ONE packed buffer (what a CUDA target uses), run on the CPU."""
+    from gpu_envs.backends.ray import RayBackend
+
+    monkeypatch.setattr(RayBackend, "staging_packed", True)
+    with gpu_envs.wrap_ray(counting_fns(7), num_workers=2, device="cpu") as env:
+        assert env.backend._reset_stage.packed
+        counting_oracle(env, 7, 720)
+
+
 def test_make_seeds_env_i_with_seed_plus_i_over_global_indices():
     n, steps, seed = 6, 400, 3
     actions = np.random.default_rng(1).integers(0, 2, size=(n, steps))
@@ -152,7 +162,7 @@ def test_a_killed_worker_gives_a_clear_error_within_10s_and_nothing_survives_clo
     assert time.monotonic() - start < 10
     assert "build a new env" in str(info.value)
     with pytest.raises(gpu_envs.BackendError, match="cannot be used any more"):
-        env.step(td)
+        env.reset()  # its envs are gone: not even a reset brings them back
     env.close()
     assert_gone(pids)
 
@@ -192,6 +202,8 @@ def test_bad_arguments_are_refused_clearly():
         gpu_envs.make("CartPole-v1", num_envs=2, backend="ray", num_workers=1, step_timeout=0)
     with pytest.raises(gpu_envs.InvalidArgumentError, match="needs num_envs"):
         gpu_envs.wrap_ray(lambda: CountingEnv(0))
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=r"unknown keyword arguments \['step_timout'\]"):
+        gpu_envs.wrap_ray(lambda: CountingEnv(0), num_envs=2, step_timout=3)
     with pytest.raises(gpu_envs.NotAnEnvError, match="function that builds one gymnasium env"):
         gpu_envs.wrap_ray(CountingEnv(0), num_envs=2)
     with pytest.raises(gpu_envs.NotAnEnvError, match="wrap_ray"):

@@ -13,10 +13,10 @@ Example::
 
 Read in this order:
 
-* :mod:`.plugin` -- ``make`` by gymnasium id and :func:`wrap_env_fns` (``wrap_ray``);
-  the options: ``num_workers``, ``step_timeout`` (seconds, default
-  :data:`DEFAULT_STEP_TIMEOUT`), ``start_timeout``, ``cpus_per_worker``, ``address``,
-  ``ray_init_kwargs``, plus the gymnasium backend's own;
+* :mod:`.plugin` -- ``make`` by gymnasium id and :func:`wrap_env_fns` (``wrap_ray``):
+  ``num_workers``, the :class:`RayOptions` (``step_timeout`` in seconds, default
+  :data:`DEFAULT_STEP_TIMEOUT`; ``start_timeout``, ``cpus_per_worker``, ``address``,
+  ``ray_init_kwargs``), plus the gymnasium backend's own options;
 * :mod:`.backend` -- :class:`RayBackend`, the driver: parallel steps, one batch, errors;
 * :mod:`.worker` -- what each actor runs (the gymnasium backend, numpy in and out);
 * :mod:`.cluster` -- joining or starting Ray, placing and stopping the actors.
@@ -29,7 +29,15 @@ comes back with its own traceback; a dead worker or one that does not answer wit
 ``step_timeout`` gives a :class:`~gpu_envs.errors.BackendError` naming it.
 """
 
-from gpu_envs.backends.ray.backend import DEFAULT_START_TIMEOUT, DEFAULT_STEP_TIMEOUT, RayBackend
+from gpu_envs.backends.ray.backend import DEFAULT_START_TIMEOUT, DEFAULT_STEP_TIMEOUT, RayBackend, RayOptions
 from gpu_envs.backends.ray.plugin import PLUGIN, RayPlugin, wrap_env_fns
 
-__all__ = ["DEFAULT_START_TIMEOUT", "DEFAULT_STEP_TIMEOUT", "PLUGIN", "RayBackend", "RayPlugin", "wrap_env_fns"]
+__all__ = [
+    "DEFAULT_START_TIMEOUT",
+    "DEFAULT_STEP_TIMEOUT",
+    "PLUGIN",
+    "RayBackend",
+    "RayOptions",
+    "RayPlugin",
+    "wrap_env_fns",
+]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,38 @@ def _positive(name: str, value: Any) -> float:
     return float(value)
 
 
+@dataclass(frozen=True)
+class RayOptions:
+    """How the Ray backend uses Ray (every ``make(backend="ray")`` / ``wrap_ray`` takes these keywords).
+
+    Attributes:
+        step_timeout: seconds every worker has to answer a step or reset (default 60).
+        start_timeout: seconds to place the actors and build their envs (default 180).
+        cpus_per_worker: Ray CPU slots each actor reserves (default 1).
+        address: the Ray cluster to join (``None``: the one this process uses, or
+            ``RAY_ADDRESS``, else a new local one started for these envs).
+        ray_init_kwargs: extra ``ray.init`` arguments when the envs initialise Ray.
+    """
+
+    step_timeout: float = DEFAULT_STEP_TIMEOUT
+    start_timeout: float = DEFAULT_START_TIMEOUT
+    cpus_per_worker: float = 1.0
+    address: str | None = None
+    ray_init_kwargs: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "step_timeout", _positive("step_timeout", self.step_timeout))
+        object.__setattr__(self, "start_timeout", _positive("start_timeout", self.start_timeout))
+        cpus = self.cpus_per_worker
+        if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or cpus < 0:
+            raise InvalidArgumentError(f"cpus_per_worker must be a number >= 0, got {cpus!r}.")
+
+    @classmethod
+    def take(cls, kwargs: dict[str, Any]) -> RayOptions:
+        """The options among ``kwargs``, removed from it (the rest is for the envs)."""
+        return cls(**{f.name: kwargs.pop(f.name) for f in fields(cls) if f.name in kwargs})
+
+
 class RayBackend(Backend):
     """Backend over W Ray actors, each a gymnasium vector env of its share (see the module doc).
 
@@ -74,45 +107,32 @@ class RayBackend(Backend):
             CPU :class:`~gpu_envs.backends.gymnasium.GymnasiumBackend` of its envs.
         sizes: how many envs each builder builds (rows, in order).
         device: target device; ``None`` means :func:`gpu_envs.devices.default_device`.
-        step_timeout: seconds every worker has to answer a step or reset.
-        start_timeout: seconds to place the actors and build their envs.
-        cpus_per_worker: Ray CPU slots each actor reserves.
-        address: Ray cluster to join (``None``: the one this process uses, or
-            ``RAY_ADDRESS``, else a local one started for these envs).
-        ray_init_kwargs: extra ``ray.init`` arguments when this call starts or joins Ray.
-        label: what ``describe`` shows.
+        options: timeouts, CPUs per worker and the cluster (:class:`RayOptions`).
     """
 
     name = "ray"
     supports_partial_reset = True
+    # None: packed staging buffer + one transfer off the CPU; tests set True to run that path on the CPU
+    staging_packed: bool | None = None
 
     def __init__(
         self,
         builders: Sequence[Callable[[], Any]],
         sizes: Sequence[int],
         device: torch.device | str | None = None,
-        *,
-        step_timeout: float = DEFAULT_STEP_TIMEOUT,
-        start_timeout: float = DEFAULT_START_TIMEOUT,
-        cpus_per_worker: float = 1.0,
-        address: str | None = None,
-        ray_init_kwargs: dict[str, Any] | None = None,
-        label: str = "envs",
+        options: RayOptions | None = None,
     ) -> None:
-        self.step_timeout = _positive("step_timeout", step_timeout)
-        start_timeout = _positive("start_timeout", start_timeout)
-        if isinstance(cpus_per_worker, bool) or not isinstance(cpus_per_worker, (int, float)) or cpus_per_worker < 0:
-            raise InvalidArgumentError(f"cpus_per_worker must be a number >= 0, got {cpus_per_worker!r}.")
+        options = options or RayOptions()
+        self.step_timeout = options.step_timeout
         self.device = normalize_device(device if device is not None else default_device())
         self.num_envs = n = int(sum(sizes))
-        self._label = label
         self._closed = False
         self._broken: str | None = None
         self._stale = False
-        self._owned = cluster.connect(address, ray_init_kwargs)
+        self._owned = cluster.connect(options.address, options.ray_init_kwargs)
         try:
             self.workers, facts = cluster.start_workers(
-                builders, sizes, cpus_per_worker=float(cpus_per_worker), start_timeout=start_timeout
+                builders, sizes, cpus_per_worker=float(options.cpus_per_worker), start_timeout=options.start_timeout
             )
         except BaseException:
             cluster.release(self._owned)
@@ -132,7 +152,7 @@ class RayBackend(Backend):
         self.action_spec = first["action_spec"].to(self.device)
         self.info_spec = InfoSpec({}, device=self.device)
         self._obs_fields = [((n, *self.observation_spec[k].shape), self.observation_spec[k].dtype) for k in self._keys]
-        self._reset_stage = HostStaging(self._obs_fields, self.device)
+        self._reset_stage = HostStaging(self._obs_fields, self.device, self.staging_packed)
         self._stage: HostStaging | None = None
         self._info_keys: list = []
         self._last_obs: list[list[np.ndarray]] = [[] for _ in self.workers]  # each worker's latest obs rows
@@ -237,43 +257,53 @@ class RayBackend(Backend):
         for w, r in zip(self.workers, results, strict=True):
             self._last_obs[w.index] = r[0]
         k = len(self._keys)
-        final_blocks, final_mask = self._final(results)
-        values: list[Any] = [RowBlocks(r[0][i] for r in results) for i in range(k)]
+        second, final_mask, as_next = self._transition_obs(results)
+        workers = list(zip(self.workers, results, strict=True))
+        values = [RowBlocks(r[0][i] for r in results) for i in range(k)]
         values += [RowBlocks(r[j] for r in results) for j in (1, 2, 3)]
-        values.append(final_mask)
-        values += final_blocks if final_blocks is not None else [None] * k
-        values += [RowBlocks(self._info_rows(w, r[6], key) for w, r in zip(self.workers, results, strict=True)) for key in self._info_keys]
+        values += [final_mask, *second]
+        values += [RowBlocks(self._info_rows(w, r[7], key) for w, r in workers) for key in self._info_keys]
         out = self._stage.publish(values)
+        other = None if second[0] is None else dict(zip(self._keys, out[k + 4 : 2 * k + 4], strict=True))
         return RawStep(
             obs=dict(zip(self._keys, out[:k], strict=True)),
             reward=out[k],
             terminated=out[k + 1],
             truncated=out[k + 2],
-            final_obs=None if final_blocks is None else dict(zip(self._keys, out[k + 4 : 2 * k + 4], strict=True)),
-            final_mask=out[k + 3],
+            next_obs=other if as_next else None,
+            final_obs=None if as_next else other,
+            final_mask=None if as_next else out[k + 3],
             info=dict(zip(self._info_keys, out[2 * k + 4 :], strict=True)),
         )
 
-    def _final(self, results: list[StepResult]) -> tuple[list | None, RowBlocks | None]:
-        """The final observations of the batch (a worker without any: its obs as filler) and their mask.
+    def _transition_obs(self, results: list[StepResult]) -> tuple[list, RowBlocks | None, bool]:
+        """The second observation of the transition: ``(blocks per key, final mask, is it next_obs)``.
 
-        The mask is ``None`` when every ended row of every worker has its final observation.
+        Every worker with its rows' next observations (gymnasium's own vector envs, always
+        here): the batch's ``next_obs``, nothing to merge. Otherwise final observations for
+        the env to merge: a worker's next obs (valid where a row ended), its final obs and
+        mask, or (no row ended there) its obs as filler, masked out.
         """
-        if all(r[4] is None for r in results):
-            return None, None
-        blocks = [RowBlocks(r[0][i] if r[4] is None else r[4][i] for r in results) for i in range(len(self._keys))]
-        masks, exact = [], True
+        k = len(self._keys)
+        if all(r[4] is not None for r in results):
+            return [RowBlocks(r[4][i] for r in results) for i in range(k)], None, True
+        if all(r[4] is None and r[5] is None for r in results):
+            return [None] * k, None, False
+        blocks, masks, exact = [], [], True
         for r in results:
             done = np.logical_or(r[2], r[3])
-            if r[4] is None:
-                exact = exact and not done.any()
-                masks.append(np.zeros_like(done))
-            elif r[5] is None:
+            if r[4] is not None:
+                blocks.append(r[4])
                 masks.append(done)
+            elif r[5] is not None:
+                blocks.append(r[5])
+                masks.append(done if r[6] is None else np.asarray(r[6], bool) & done)
+                exact = exact and r[6] is None
             else:
-                exact = False
-                masks.append(np.asarray(r[5], bool))
-        return blocks, None if exact else RowBlocks(masks)
+                blocks.append(r[0])
+                masks.append(np.zeros_like(done))
+                exact = exact and not done.any()
+        return [RowBlocks(b[i] for b in blocks) for i in range(k)], None if exact else RowBlocks(masks), False
 
     def _info_rows(self, w: cluster.Worker, info: dict, key: Any) -> np.ndarray:
         value = info.get(key)
@@ -303,7 +333,8 @@ class RayBackend(Backend):
         n = self.num_envs
         flags = [((n,), torch.float32), ((n,), torch.bool), ((n,), torch.bool), ((n,), torch.bool)]
         info = [((n, *self.info_spec[key].shape), self.info_spec[key].dtype) for key in self._info_keys]
-        self._stage = HostStaging(self._obs_fields + flags + self._obs_fields + info, self.device)
+        # obs, reward, terminated, truncated, final-obs mask, next (or final) obs, info: one buffer
+        self._stage = HostStaging(self._obs_fields + flags + self._obs_fields + info, self.device, self.staging_packed)
 
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:

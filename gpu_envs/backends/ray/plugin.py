@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import os
@@ -24,7 +25,7 @@ import gymnasium as gym
 import torch
 
 from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
-from gpu_envs.backends.ray.backend import DEFAULT_START_TIMEOUT, DEFAULT_STEP_TIMEOUT, RayBackend, split_rows
+from gpu_envs.backends.ray.backend import RayBackend, RayOptions, split_rows
 from gpu_envs.backends.ray.worker import make_share, wrap_share
 from gpu_envs.errors import InvalidArgumentError, NotAnEnvError
 
@@ -64,39 +65,25 @@ class RayPlugin:
         device: torch.device | None,
         *,
         num_workers: int | None = None,
-        step_timeout: float = DEFAULT_STEP_TIMEOUT,
-        start_timeout: float = DEFAULT_START_TIMEOUT,
-        cpus_per_worker: float = 1.0,
-        address: str | None = None,
-        ray_init_kwargs: dict[str, Any] | None = None,
         env_index_offset: int = 0,
-        **gymnasium_kwargs: Any,
+        **kwargs: Any,
     ) -> RayBackend:
-        """``num_envs`` envs of a gymnasium id over ``num_workers`` actors (default: one per local core)."""
-        clash = sorted(set(gymnasium_kwargs) & set(_OWN_GYMNASIUM_KWARGS))
+        """``num_envs`` envs of a gymnasium id over ``num_workers`` actors (default: one per local core).
+
+        ``kwargs``: the :class:`RayOptions`, the rest goes to the gymnasium backend's ``make``.
+        """
+        options = RayOptions.take(kwargs)
+        clash = sorted(set(kwargs) & set(_OWN_GYMNASIUM_KWARGS))
         if clash:
             raise InvalidArgumentError(
                 f"backend='ray' runs a SyncVectorEnv in each Ray worker, so {clash} do not apply; "
                 "num_workers= sets the number of Ray workers."
             )
         offset = _check_offset(env_index_offset)
-        sizes = split_rows(num_envs, _default_workers(num_envs) if num_workers is None else num_workers)
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        builders = [
-            functools.partial(make_share, env_id, size, offset + start, gymnasium_kwargs)
-            for size, start in zip(sizes, starts, strict=True)
-        ]
-        return RayBackend(
-            builders,
-            sizes,
-            device,
-            step_timeout=step_timeout,
-            start_timeout=start_timeout,
-            cpus_per_worker=cpus_per_worker,
-            address=address,
-            ray_init_kwargs=ray_init_kwargs,
-            label=env_id,
-        )
+        return _backend(
+            num_envs, num_workers, offset, device, options,
+            lambda start, size, first: functools.partial(make_share, env_id, size, first, kwargs),
+        )  # fmt: skip
 
     def detect(self, obj: Any) -> bool:
         # asked only for wrap(obj, backend="ray") (Ray is not in wrap()'s automatic order): answer
@@ -120,13 +107,12 @@ def wrap_env_fns(
     one_hot_actions: bool = False,
     info_spec: Any = None,
     env_index_offset: int = 0,
-    step_timeout: float = DEFAULT_STEP_TIMEOUT,
-    start_timeout: float = DEFAULT_START_TIMEOUT,
-    cpus_per_worker: float = 1.0,
-    address: str | None = None,
-    ray_init_kwargs: dict[str, Any] | None = None,
+    **options: Any,
 ) -> RayBackend:
-    """A :class:`RayBackend` over envs built by ``env_fns`` (one function for all, or one per env)."""
+    """A :class:`RayBackend` over envs built by ``env_fns`` (one function for all, or one per env).
+
+    ``options``: the :class:`RayOptions` (``step_timeout``, ``address``, ...).
+    """
     if callable(env_fns):
         if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
             raise InvalidArgumentError(f"wrap_ray(env_fn, num_envs=N) needs num_envs, an int >= 1; got {num_envs!r}.")
@@ -140,25 +126,33 @@ def wrap_env_fns(
             "wrap_ray takes a function that builds one gymnasium env (called once per env), or a list of such "
             f"functions (one per env); got {type(env_fns).__name__}."
         )
-    offset = _check_offset(env_index_offset)
-    sizes = split_rows(len(fns), _default_workers(len(fns)) if num_workers is None else num_workers)
-    kwargs = {"one_hot_actions": one_hot_actions, "info_spec": info_spec}
-    builders, start = [], 0
-    for size in sizes:
-        builders.append(functools.partial(wrap_share, fns[start : start + size], offset + start, autoreset_mode, kwargs))
-        start += size
-    name = getattr(env_fns, "__name__", type(env_fns).__name__)
-    return RayBackend(
-        builders,
-        sizes,
-        device,
-        step_timeout=step_timeout,
-        start_timeout=start_timeout,
-        cpus_per_worker=cpus_per_worker,
-        address=address,
-        ray_init_kwargs=ray_init_kwargs,
-        label=name,
-    )
+    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(RayOptions)})
+    if unknown:
+        raise InvalidArgumentError(
+            f"wrap_ray got unknown keyword arguments {unknown}; it takes num_workers, autoreset_mode, one_hot_actions, "
+            f"info_spec, env_index_offset, {', '.join(f.name for f in dataclasses.fields(RayOptions))}, "
+            "missing_obs_value, validate and seed."
+        )
+    backend_kwargs = {"one_hot_actions": one_hot_actions, "info_spec": info_spec}
+    return _backend(
+        len(fns), num_workers, _check_offset(env_index_offset), device, RayOptions(**options),
+        lambda start, size, first: functools.partial(wrap_share, fns[start : start + size], first, autoreset_mode, backend_kwargs),
+    )  # fmt: skip
+
+
+def _backend(
+    num_envs: int,
+    num_workers: int | None,
+    offset: int,
+    device: torch.device | str | None,
+    options: RayOptions,
+    builder: Callable[[int, int, int], Callable[[], Any]],
+) -> RayBackend:
+    """Split the rows among the workers: ``builder(first row, rows, global index of the first env)`` each."""
+    sizes = split_rows(num_envs, _default_workers(num_envs) if num_workers is None else num_workers)
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    builders = [builder(start, size, offset + start) for start, size in zip(starts, sizes, strict=True)]
+    return RayBackend(builders, sizes, device, options)
 
 
 PLUGIN = RayPlugin()

@@ -34,9 +34,10 @@ from gpu_envs.arrays import to_torch
 from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
 from gpu_envs.backends.gymnasium import GymnasiumBackend
 
-# One step of a worker: obs leaves, reward, terminated, truncated, final obs leaves (or
-# None: no row ended), final-obs validity mask (None: every ended row), info {key: array}.
-StepResult = tuple[list, np.ndarray, np.ndarray, np.ndarray, "list | None", "np.ndarray | None", dict]
+# One step of a worker: obs leaves, reward, terminated, truncated, next obs leaves (every
+# row's next observation, when the backend has them), final obs leaves (or None),
+# final-obs validity mask (None: every ended row), info {key: array}.
+StepResult = tuple[list, np.ndarray, np.ndarray, np.ndarray, "list | None", "list | None", "np.ndarray | None", dict]
 
 
 class WorkerFailure(Exception):
@@ -102,13 +103,15 @@ class EnvWorker:
 
     def step(self, action: np.ndarray) -> StepResult:
         raw = self._guard(self.backend.step, to_torch(action))  # shares Ray's read-only buffer
-        final = None if raw.final_obs is None else _numpy([raw.final_obs[key] for key in self.keys])
-        return (
+        rows = self.backend.num_envs
+        reward_shape = () if self.backend.reward_spec is None else tuple(self.backend.reward_spec.shape)
+        return (  # flat [rows] flags and [rows, *reward shape] rewards, whichever layout the backend chose
             _numpy([raw.obs[key] for key in self.keys]),
-            raw.reward.numpy(),
-            raw.terminated.numpy(),
-            raw.truncated.numpy(),
-            final,
+            raw.reward.numpy().reshape(rows, *reward_shape),
+            raw.terminated.numpy().reshape(rows),
+            raw.truncated.numpy().reshape(rows),
+            None if raw.next_obs is None else _numpy([raw.next_obs[key] for key in self.keys]),
+            None if raw.final_obs is None else _numpy([raw.final_obs[key] for key in self.keys]),
             None if raw.final_mask is None else raw.final_mask.numpy(),
             {key: value.numpy() for key, value in raw.info.items()},
         )

@@ -150,6 +150,7 @@ class RayBackend(Backend):
                 )
         self.observation_spec: Composite = first["observation_spec"].to(self.device)
         self.action_spec = first["action_spec"].to(self.device)
+        self.reward_spec = None if first["reward_spec"] is None else first["reward_spec"].to(self.device)
         self.info_spec = InfoSpec({}, device=self.device)
         self._obs_fields = [((n, *self.observation_spec[k].shape), self.observation_spec[k].dtype) for k in self._keys]
         self._reset_stage = HostStaging(self._obs_fields, self.device, self.staging_packed)
@@ -331,7 +332,8 @@ class RayBackend(Backend):
                 self.info_spec[key] = leaf
                 self._info_keys.append(key)
         n = self.num_envs
-        flags = [((n,), torch.float32), ((n,), torch.bool), ((n,), torch.bool), ((n,), torch.bool)]
+        reward_shape = () if self.reward_spec is None else tuple(self.reward_spec.shape)
+        flags = [((n, *reward_shape), torch.float32), ((n,), torch.bool), ((n,), torch.bool), ((n,), torch.bool)]
         info = [((n, *self.info_spec[key].shape), self.info_spec[key].dtype) for key in self._info_keys]
         # obs, reward, terminated, truncated, final-obs mask, next (or final) obs, info: one buffer
         self._stage = HostStaging(self._obs_fields + flags + self._obs_fields + info, self.device, self.staging_packed)

@@ -86,6 +86,7 @@ class EnvWorker:
         return {
             "observation_spec": self.backend.observation_spec,
             "action_spec": self.backend.action_spec,
+            "reward_spec": self.backend.reward_spec,
             "keys": self.keys,
             "describe": self.backend.describe(),
             "pid": os.getpid(),

@@ -237,6 +237,24 @@ def test_graph_picks_up_resets_and_eager_steps_between_replays():
     assert_same(eager, graphed)
 
 
+def test_graph_replays_normalise_with_statistics_merged_between_them():
+    """sync_stats between collections writes the merged statistics into the tensors the graph replays."""
+    from gpu_envs.transforms import ObservationNorm
+
+    def between(env, i):
+        for t in env.transforms:
+            pending = t.pending_stats()
+            if pending is not None:  # as if a second rank had seen twice these observations
+                t.merge_stats(torch.stack([pending, pending * 2]))
+
+    graphed, _, graph_env = graph_runs(transformed_env, None, 4, 10, between)
+    eager, eager_env = eager_runs(transformed_env, None, 4, 10, between), transformed_env()
+    assert_same(eager, graphed)
+    norm = next(t for t in graph_env.transforms if isinstance(t, ObservationNorm))
+    assert float(norm.count()) == 3 * 4 * 10 * eager_env.num_envs + 3 * eager_env.num_envs  # steps and first reset, x3
+    assert not norm.pending_stats().any()
+
+
 def test_graph_refuses_python_side_step_state():
     class PythonCounter(CountingTorchVectorEnv):
         calls = 0

@@ -118,11 +118,14 @@ def test_loaded_statistics_are_not_recounted_by_a_sync():
     torch.testing.assert_close(target.state_dict(), source.state_dict())
 
 
-def test_backends_without_env_index_offset_are_refused_when_sharding():
+def test_sharding_passes_env_index_offset_to_backends_that_take_it_and_refuses_the_others():
     from gpu_envs import _shard_kwargs
     from gpu_envs.registry import get_plugin
 
     assert _shard_kwargs(get_plugin("gymnasium"), {"env_index_offset": 2}, 6) == {"env_index_offset": 8}
+    assert _shard_kwargs(get_plugin("torch"), {}, 6) == {"env_index_offset": 6}  # the built-in envs' row keys
+    shard = gpu_envs.make("CartPole-v1", num_envs=2, device="cpu", **_shard_kwargs(get_plugin("torch"), {}, 6))
+    assert shard.backend.env.env_index_offset == 6
     with pytest.raises(gpu_envs.InvalidArgumentError, match="cannot give each process its own seed stream"):
         _shard_kwargs(get_plugin("isaaclab"), {}, 4)
 

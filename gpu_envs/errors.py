@@ -59,6 +59,14 @@ class ResetNeededError(GpuEnvsError, RuntimeError):
     """``step`` was called before the first ``reset``."""
 
 
+class EnvInterruptedError(ResetNeededError):
+    """A ``reset``/``step`` call was interrupted mid-way (an exception or Ctrl-C escaped it).
+
+    The env's cached state may disagree with the simulator, so every call but
+    ``reset()`` (which recovers it) and ``close()`` raises this until then.
+    """
+
+
 class ClosedEnvError(GpuEnvsError, RuntimeError):
     """The env was used after ``close()``."""
 
@@ -73,6 +81,10 @@ class InterruptedStepError(ResetNeededError, BackendError):
     Both a :class:`ResetNeededError` (what to do) and a :class:`BackendError` (the
     simulator may be half-stepped).
     """
+
+
+class StepTimeoutError(BackendError):
+    """Sub-envs in other processes did not answer a ``reset``/``step`` within ``step_timeout`` seconds."""
 
 
 class InvalidArgumentError(GpuEnvsError, ValueError):

@@ -28,7 +28,7 @@ PACKAGE = "gpu_envs"
 # the package root ("gpu_envs": make/wrap), which covers itself only.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # make()/wrap() and the registry (which imports backends by name, at run time), the CLI, check_env
-    ("entry points and tools", ("gpu_envs", "gpu_envs.registry", "gpu_envs.cli", "gpu_envs.check")),
+    ("entry points and tools", ("gpu_envs", "gpu_envs.building", "gpu_envs.registry", "gpu_envs.cli", "gpu_envs.check")),
     # to_torchrl, to_sb3, ...: another library's env type around a BatchedEnv
     ("interop", ("gpu_envs.interop",)),
     # collect() and its cache and CUDA graphs, GAE, multi-process collection
@@ -46,7 +46,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("specs", ("gpu_envs.specs",)),
     # torch <-> numpy/DLPack, host staging
     ("arrays", ("gpu_envs.arrays",)),
-    ("errors and small utilities", ("gpu_envs.errors", "gpu_envs.devices", "gpu_envs.tensordicts", "gpu_envs.state_dicts")),
+    # argument checks, devices, memory estimates, the hang watchdog, TensorDict construction, state dicts
+    ("small utilities", ("gpu_envs.arguments", "gpu_envs.devices", "gpu_envs.memory", "gpu_envs.watchdog", "gpu_envs.tensordicts", "gpu_envs.state_dicts")),
+    ("errors", ("gpu_envs.errors",)),
 ]
 
 

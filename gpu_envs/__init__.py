@@ -15,7 +15,9 @@ from typing import Any
 
 import torch
 
-from gpu_envs.devices import default_device
+from gpu_envs.arguments import as_bool, as_int, as_seed
+from gpu_envs.building import batched, build, check_kwargs, env_options, make_plugin, require_plugin
+from gpu_envs.devices import default_device, resolve_device
 from gpu_envs.env import BatchedEnv
 from gpu_envs.envs.gymnasium_ids import register_gymnasium_ids
 from gpu_envs.errors import (
@@ -24,6 +26,7 @@ from gpu_envs.errors import (
     BackendError,
     ClosedEnvError,
     DeviceMismatchError,
+    EnvInterruptedError,
     GpuEnvsError,
     InterruptedStepError,
     InvalidArgumentError,
@@ -33,19 +36,19 @@ from gpu_envs.errors import (
     ResetMaskError,
     ResetNeededError,
     SpecError,
+    StepTimeoutError,
     UnknownBackendError,
     UnknownEnvError,
     UnsupportedSpaceError,
 )
+from gpu_envs.memory import ensure_fits
 from gpu_envs.registry import MAKE_ORDER, WRAP_ORDER, get_plugin, plugins
+from gpu_envs.watchdog import watchdog
 
 __version__ = "0.1.0"
 
 # gymnasium.make_vec("gpu_envs/CartPole-v1", ...) builds the built-in envs once gpu_envs is imported
 register_gymnasium_ids()
-
-# Keyword arguments consumed by BatchedEnv itself; the rest go to the backend.
-_ENV_KWARGS = ("missing_obs_value", "validate")
 
 __all__ = [
     "ActionError",
@@ -54,6 +57,7 @@ __all__ = [
     "BatchedEnv",
     "ClosedEnvError",
     "DeviceMismatchError",
+    "EnvInterruptedError",
     "GpuEnvsError",
     "InterruptedStepError",
     "InvalidArgumentError",
@@ -63,25 +67,28 @@ __all__ = [
     "ResetMaskError",
     "ResetNeededError",
     "SpecError",
+    "StepTimeoutError",
     "UnknownBackendError",
     "UnknownEnvError",
     "UnsupportedSpaceError",
     "available_envs",
     "default_device",
     "make",
+    "watchdog",
     "wrap",
     "wrap_ray",
 ]
 
 
-def _split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    env_kwargs = {k: kwargs.pop(k) for k in _ENV_KWARGS if k in kwargs}
-    return env_kwargs, kwargs
-
-
 def available_envs() -> dict[str, list[str]]:
     """Env ids ``make`` accepts, per installed backend (``{"torch": [...], ...}``)."""
     return {p.name: p.env_ids() for p in plugins(MAKE_ORDER) if p.available()}
+
+
+def _backend_name(backend: Any) -> str:
+    if not isinstance(backend, str):
+        raise InvalidArgumentError(f"backend must be a backend name such as 'torch' or 'gymnasium' (or 'auto'), got {type(backend).__name__}.")
+    return backend
 
 
 def make(
@@ -98,9 +105,14 @@ def make(
 
     ``backend="auto"`` prefers a built-in torch implementation of the id, then
     gymnasium's registry, then Isaac Lab's. ``device=None`` means CUDA when available.
-    ``seed`` seeds the first ``reset()``. Other keyword arguments go to the backend
-    (e.g. ``expose_final_obs`` for built-in envs), except ``missing_obs_value`` and
-    ``validate``, which configure the :class:`BatchedEnv`.
+    ``seed`` (an int >= 0) seeds the first ``reset()``. Other keyword arguments go to the
+    backend (e.g. ``expose_final_obs`` and ``max_episode_steps`` for built-in envs;
+    ``vectorization``, ``num_workers``, ``step_timeout`` for gymnasium), except
+    ``missing_obs_value``, ``validate`` and ``watchdog_s``, which configure the
+    :class:`BatchedEnv`. Every argument is checked before anything is built: a bad
+    one raises a :class:`GpuEnvsError` naming it (unknown keyword arguments list the
+    accepted ones; a backend whose library is missing names the ``pip install``;
+    ``num_envs`` that cannot fit in the device's memory is refused up front).
 
     ``distributed=True`` (under torchrun, see :mod:`gpu_envs.distributed`) builds this
     process's shard: ``num_envs`` envs per process, on ``cuda:LOCAL_RANK`` (or the CPU)
@@ -112,45 +124,36 @@ def make(
 
         env = gpu_envs.make("Pendulum-v1", num_envs=1024, device="cpu", seed=0)
     """
-    if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
-        raise InvalidArgumentError(f"num_envs must be an int >= 1, got {num_envs!r}.")
+    if not isinstance(env_id, str) or not env_id:
+        raise InvalidArgumentError(
+            f"env_id must be an env id string such as 'CartPole-v1' (`gpu-envs list` prints them), got {env_id!r}; "
+            "to put an env object behind a BatchedEnv, use gpu_envs.wrap(obj)."
+        )
+    num_envs = as_int(num_envs, "num_envs", minimum=1)
     shard = None
-    if distributed:
+    if as_bool(distributed, "distributed"):
         from gpu_envs.distributed import init
 
         shard = init()
         if device is None and shard.is_distributed:
             device = shard.device
-    device = torch.device(device) if device is not None else default_device()
-    env_kwargs, backend_kwargs = _split_kwargs(dict(kwargs))
-    candidates = plugins(MAKE_ORDER) if backend == "auto" else [_installed(get_plugin(backend))]
-    for plugin in candidates:
-        if plugin.available() and plugin.can_make(env_id):
-            if shard is not None and shard.is_distributed:
-                backend_kwargs = _shard_kwargs(plugin, backend_kwargs, shard.env_index_offset(num_envs))
-            raw = plugin.make(env_id, num_envs, device, **backend_kwargs)
-            try:
-                env = BatchedEnv(raw, seed=seed, **env_kwargs)
-            except BaseException:
-                raw.close()  # a backend with processes (async gymnasium, Ray) leaves none behind
-                raise
-            if shard is not None:
-                env.rank, env.world_size = shard.rank, shard.world_size
-            return env
-    known = "; ".join(
-        f"{name}: {', '.join(ids[:12])}{' ...' if len(ids) > 12 else ''}" for name, ids in available_envs().items() if ids
-    )
-    where = "any backend" if backend == "auto" else f"backend {backend!r}"
-    raise UnknownEnvError(f"unknown env id {env_id!r} for {where}. Available ids -- {known}. `gpu-envs list` prints them all.")
-
-
-def _installed(plugin: Any) -> Any:
-    """``plugin``, or a clear error when the library behind it is not installed."""
-    if not plugin.available():
-        extra = getattr(plugin, "extra", None)  # the pyproject extra that installs it, where a plugin names one
-        how = f": pip install 'gpu-envs[{extra}]'" if extra else ""
-        raise MissingComponentError(f"the {plugin.name} backend needs a library that is not installed{how}.")
-    return plugin
+    device = resolve_device(device)
+    seed = as_seed(seed)
+    backend_kwargs = dict(kwargs)
+    options = env_options(backend_kwargs)
+    plugin = make_plugin(env_id, _backend_name(backend))
+    check_kwargs(plugin, "make", env_id, backend_kwargs)
+    if shard is not None and shard.is_distributed:
+        backend_kwargs = _shard_kwargs(plugin, backend_kwargs, shard.env_index_offset(num_envs))
+    per_env = getattr(plugin, "min_bytes_per_env", None)
+    what = f"make({env_id!r}, num_envs={num_envs}, backend={plugin.name!r})"
+    if callable(per_env):
+        ensure_fits(num_envs * per_env(env_id), device, what, "Use fewer envs (num_envs), or a device with more memory.")
+    raw = build(what, lambda: plugin.make(env_id, num_envs, device, **backend_kwargs), device)
+    env = batched(raw, owned=True, seed=seed, options=options)
+    if shard is not None:
+        env.rank, env.world_size = shard.rank, shard.world_size
+    return env
 
 
 def _shard_kwargs(plugin: Any, backend_kwargs: dict[str, Any], offset: int) -> dict[str, Any]:
@@ -164,7 +167,13 @@ def _shard_kwargs(plugin: Any, backend_kwargs: dict[str, Any], offset: int) -> d
     return {**backend_kwargs, "env_index_offset": backend_kwargs.get("env_index_offset", 0) + offset}
 
 
-def wrap(obj: Any, device: torch.device | str | None = None, backend: str = "auto", **kwargs: Any) -> BatchedEnv:
+def wrap(
+    obj: Any,
+    device: torch.device | str | None = None,
+    backend: str = "auto",
+    seed: int | None = None,
+    **kwargs: Any,
+) -> BatchedEnv:
     """Put an existing env object behind a :class:`BatchedEnv`, detecting its backend.
 
     Accepts torch vector envs (see ``gpu_envs.backends.torch``), gymnasium ``Env`` and
@@ -172,17 +181,31 @@ def wrap(obj: Any, device: torch.device | str | None = None, backend: str = "aut
     Stable-Baselines3 ``VecEnv`` s, legacy ``gym`` 0.26 envs, MO-Gymnasium envs (vector
     rewards) and minigrid envs (``mission=``, ``mission_length=``); see their modules in
     ``gpu_envs.backends``. ``device=None`` keeps a device-resident env where it lives
-    (CPU backends default to CUDA when available).
+    (CPU backends default to CUDA when available). ``seed`` seeds the first ``reset()``,
+    as in :func:`make`; ``missing_obs_value``, ``validate`` and ``watchdog_s`` configure
+    the :class:`BatchedEnv`, other keyword arguments go to the backend. One env object
+    is driven by one BatchedEnv at a time.
 
     Example::
 
         env = gpu_envs.wrap(MyTorchVectorEnv(num_envs=4096, device="cuda"))
     """
-    env_kwargs, backend_kwargs = _split_kwargs(dict(kwargs))
-    candidates = plugins(WRAP_ORDER) if backend == "auto" else [get_plugin(backend)]
+    if isinstance(obj, BatchedEnv) or (hasattr(obj, "step_and_maybe_reset") and hasattr(obj, "root")):
+        raise NotAnEnvError(
+            f"wrap() was given a {type(obj).__name__}, which already has the BatchedEnv API; use it as it is "
+            "(or TransformedEnv(env, ...) to add transforms)."
+        )
+    device = None if device is None else resolve_device(device)
+    seed = as_seed(seed)
+    backend_kwargs = dict(kwargs)
+    options = env_options(backend_kwargs)
+    candidates = plugins(WRAP_ORDER) if _backend_name(backend) == "auto" else [get_plugin(backend)]
     for plugin in candidates:
         if plugin.detect(obj):
-            return BatchedEnv(plugin.wrap(obj, None if device is None else torch.device(device), **backend_kwargs), **env_kwargs)
+            check_kwargs(plugin, "wrap", obj, backend_kwargs)
+            what = f"wrap({type(obj).__name__}, backend={plugin.name!r})"
+            raw = build(what, lambda plugin=plugin: plugin.wrap(obj, device, **backend_kwargs), device)
+            return batched(raw, owned=False, seed=seed, options=options)
     raise NotAnEnvError(
         f"wrap() does not know how to wrap a {type(obj).__module__}.{type(obj).__name__}. It accepts "
         "gymnasium Env/VectorEnv objects, Isaac Lab envs, JAX envs, Stable-Baselines3 VecEnvs, gym 0.26 envs, "
@@ -208,20 +231,20 @@ def wrap_ray(
     ``step_timeout`` (seconds, default 60), ``start_timeout``, ``cpus_per_worker``,
     ``address`` (a Ray cluster; default: the one this process uses, ``RAY_ADDRESS``,
     or a new local one), ``ray_init_kwargs``, ``one_hot_actions``, ``info_spec``,
-    ``env_index_offset``, plus ``missing_obs_value``/``validate``. Needs
+    ``env_index_offset``, plus ``missing_obs_value``/``validate``/``watchdog_s``. Needs
     ``pip install 'gpu-envs[ray]'``; see :mod:`gpu_envs.backends.ray`.
 
     Example::
 
         env = gpu_envs.wrap_ray(lambda: gym.make("Pendulum-v1"), num_envs=64, num_workers=8, seed=0)
     """
+    require_plugin("ray")
     from gpu_envs.backends.ray import wrap_env_fns
 
-    _installed(get_plugin("ray"))
-    env_kwargs, backend_kwargs = _split_kwargs(dict(kwargs))
-    raw = wrap_env_fns(env_fn, num_envs, None if device is None else torch.device(device), num_workers=num_workers, **backend_kwargs)
-    try:
-        return BatchedEnv(raw, seed=seed, **env_kwargs)
-    except BaseException:
-        raw.close()
-        raise
+    device = None if device is None else resolve_device(device)
+    seed = as_seed(seed)
+    backend_kwargs = dict(kwargs)
+    options = env_options(backend_kwargs)
+    what = f"wrap_ray(num_envs={num_envs!r}, num_workers={num_workers!r})"
+    raw = build(what, lambda: wrap_env_fns(env_fn, num_envs, device, num_workers=num_workers, **backend_kwargs), device)
+    return batched(raw, owned=True, seed=seed, options=options)

@@ -40,7 +40,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.arguments import as_bool, as_seed, optional_seconds
+from gpu_envs.backends.base import Backend, RawStep, release_simulator
 from gpu_envs.devices import normalize_device
 from gpu_envs.errors import (
     ActionError,
@@ -57,6 +58,7 @@ from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete
 from gpu_envs.specs.env_specs import BatchedSpecs
 from gpu_envs.state_dicts import prefixed, under
 from gpu_envs.tensordicts import get_entry, new_td, set_entry
+from gpu_envs.watchdog import Watchdog
 
 DONE_KEYS = ("done", "terminated", "truncated")
 
@@ -87,6 +89,9 @@ class BatchedEnv(BatchedSpecs):
         validate: check action values (ranges) on every step, at the cost of one host
             sync per step. Metadata (shape, dtype, device) is always checked.
         seed: seed used by the first ``reset()`` that is given none.
+        watchdog_s: if set, a ``reset``/``step`` call running longer than this many
+            seconds writes the stacks of every thread to stderr (see
+            :mod:`gpu_envs.watchdog`); ``None`` (default): no watchdog, no cost.
 
     Specs: ``observation_spec``, ``action_spec``, ``reward_spec``, ``done_spec`` and
     ``info_spec`` have the batch dims (torchrl's convention); ``single_observation_spec``
@@ -107,7 +112,11 @@ class BatchedEnv(BatchedSpecs):
         missing_obs_value: float | int | None = None,
         validate: bool = False,
         seed: int | None = None,
+        watchdog_s: float | None = None,
     ) -> None:
+        validate = as_bool(validate, "validate")
+        seed = as_seed(seed)
+        watchdog_s = optional_seconds(watchdog_s, "watchdog_s")
         self.backend = backend
         self.num_envs = backend.num_envs
         self.device = normalize_device(backend.device)
@@ -147,6 +156,15 @@ class BatchedEnv(BatchedSpecs):
         # env marked at the cost of two attribute writes: the next step asks for a reset.
         self._ready = False
         self.validate = validate
+        self._watchdog = None
+        if watchdog_s is not None:
+            self._start_watchdog(watchdog_s)
+
+    def _start_watchdog(self, seconds: float) -> None:
+        """Watch reset/step/step_and_maybe_reset (instance attributes: no cost without the option)."""
+        self._watchdog = Watchdog(seconds, name=f"BatchedEnv({self.backend.describe()})")
+        for name in ("reset", "step", "step_and_maybe_reset"):
+            setattr(self, name, self._watchdog.watch(getattr(self, name), name))
 
     # ------------------------------------------------------------------ reset
     def reset(self, seed: int | None = None, td: TensorDictBase | None = None) -> TensorDict:
@@ -422,7 +440,12 @@ class BatchedEnv(BatchedSpecs):
         if not self._closed:
             self._closed = True
             self._ready = False
-            self.backend.close()
+            if self._watchdog is not None:
+                self._watchdog.stop()
+            try:
+                self.backend.close()
+            finally:
+                release_simulator(self.backend)
 
     @property
     def is_closed(self) -> bool:

@@ -28,6 +28,7 @@ import math
 import torch
 
 from gpu_envs.backends.base import ObsDict
+from gpu_envs.errors import InvalidArgumentError
 from gpu_envs.specs import Composite
 
 # torch's CPU `where` is slow when a [N, 1] mask broadcasts over short rows (a per-row
@@ -43,6 +44,23 @@ def _row_dtype(shape: torch.Size, dtype: torch.dtype, num_envs: int, device: tor
     if num_envs < ROW_VIEW_MIN_ENVS or len(shape) == 0 or device.type not in ("cpu", "cuda"):
         return None
     return _ROW_DTYPES.get(row_bytes)
+
+
+def check_placeholder(value: float | int, dtype: torch.dtype, key: object) -> None:
+    """Refuse a ``missing_obs_value`` that ``dtype`` cannot hold exactly (NaN in ints, 2.5 in ints, 300 in uint8)."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return
+    fits = math.isfinite(value) and float(value).is_integer()
+    if fits and dtype == torch.bool:
+        fits = value in (0, 1)
+    elif fits:
+        info = torch.iinfo(dtype)
+        fits = info.min <= value <= info.max
+    if not fits:
+        raise InvalidArgumentError(
+            f"missing_obs_value={value!r} cannot be stored in observation {key!r} of dtype {dtype}; pass a value "
+            "that dtype holds exactly (e.g. -1 or 0 for integer observations), or None (NaN for floats, 0 for integers)."
+        )
 
 
 def _default_placeholder(dtype: torch.dtype) -> float | int | bool:
@@ -133,6 +151,7 @@ class FinalObsTransform:
         for key in self.keys:
             leaf = observation_spec[key]
             value = _default_placeholder(leaf.dtype) if missing_obs_value is None else missing_obs_value
+            check_placeholder(value, leaf.dtype, key)
             self._plans[key] = _KeyPlan(leaf.shape, leaf.dtype, leaf.device, num_envs, value)
         self._fills = [(key, plan.fill) for key, plan in self._plans.items()]
 

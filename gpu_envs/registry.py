@@ -47,6 +47,29 @@ _MODULES = {
 }
 
 
+# What to install for a backend, or for a package an env id imports (ModuleNotFoundError.name).
+INSTALL_HINTS = {
+    "jax": "pip install 'gpu-envs[jax]'",
+    "jaxlib": "pip install 'gpu-envs[jax]'",
+    "flax": "pip install 'gpu-envs[jax]'",
+    "gymnax": "pip install 'gpu-envs[jax]' && pip install --no-deps gymnax",
+    "isaaclab": "pip install 'gpu-envs[isaaclab]' (Isaac Lab 3.0 needs Python 3.12; see docker/README.md)",
+    "isaaclab_tasks": "pip install 'gpu-envs[isaaclab]' (Isaac Lab 3.0 needs Python 3.12; see docker/README.md)",
+    "cupy": "pip install 'gpu-envs[cupy]'",
+    "torchrl": "pip install 'gpu-envs[torchrl]'",
+    "ray": "pip install 'gpu-envs[ray]'",
+    "Box2D": "pip install 'gymnasium[box2d]'",
+    "mujoco": "pip install 'gymnasium[mujoco]'",
+    "ale_py": "pip install 'gymnasium[atari]'",
+    "pygame": "pip install 'gymnasium[classic-control]'",
+}
+
+
+def install_hint(name: str) -> str:
+    """The install command for backend or package ``name`` (``pip install <name>`` when unknown)."""
+    return INSTALL_HINTS.get(name, f"pip install {name}")
+
+
 def backend_names() -> list[str]:
     """Names of every backend this version knows (installed or not)."""
     return [name for name in _MODULES if _module_exists(name)]

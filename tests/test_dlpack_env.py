@@ -14,6 +14,7 @@ from tensordict import TensorDict
 
 import gpu_envs
 from gpu_envs.arrays import is_zero_copy
+from gpu_envs.backends.reuse import DECIDING_CALLS
 from tests.fakes import CountingTorchVectorEnv, reference_rollout
 from tests.sync_guard import no_sync
 
@@ -66,6 +67,8 @@ def test_numpy_speaking_env_matches_the_oracle(final_obs):
 def test_arrays_cross_without_copies():
     inner = NumpyCountingEnv(N)
     env = gpu_envs.wrap(inner)
+    env.rollout(DECIDING_CALLS)  # the first calls hand out copies while in-place rewrites are looked for
+    assert env.backend.copy_buffers is False
     td = env.reset()
     assert is_zero_copy(inner.last_obs, td["observation"])
     td["action"] = torch.ones(N, dtype=torch.long)

@@ -289,7 +289,7 @@ def test_seed_reaches_the_env(kind):
 # -------------------------------------------------------------- bad input
 def test_env_on_another_device_is_a_clear_error():
     with pytest.raises(gpu_envs.DeviceMismatchError, match=r"cfg\.sim\.device"):
-        gpu_envs.wrap(FakeIsaacDirectEnv(2), device="cuda")
+        gpu_envs.wrap(FakeIsaacDirectEnv(2), device="meta")  # a device this torch has, not the env's
     assert gpu_envs.wrap(FakeIsaacDirectEnv(2), device="cpu").device == torch.device("cpu")
 
 

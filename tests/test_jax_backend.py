@@ -381,7 +381,10 @@ def test_bad_inputs_get_clear_errors():
     wrapped = gym.wrappers.vector.RecordEpisodeStatistics(gym.make_vec("phys2d/CartPole-v1", num_envs=2))
     with pytest.raises(gpu_envs.NotAnEnvError, match="wrapper"):
         gpu_envs.wrap(wrapped)
-    if not any(d.platform == "gpu" for d in jax.devices()):
+    if not torch.cuda.is_available():  # a device this torch cannot use is refused first
+        with pytest.raises(gpu_envs.InvalidArgumentError, match=r"without CUDA|no CUDA GPU"):
+            gpu_envs.wrap(env, num_envs=2, device="cuda:0")
+    elif not any(d.platform == "gpu" for d in jax.devices()):
         with pytest.raises(gpu_envs.DeviceMismatchError, match="JAX sees no GPU"):
             gpu_envs.wrap(env, num_envs=2, device="cuda:0")
 

@@ -22,13 +22,14 @@ Example (a minimal backend over something that already speaks torch)::
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from gpu_envs.errors import RolloutError
+from gpu_envs.errors import InvalidArgumentError, RolloutError
 from gpu_envs.specs import Composite, Spec
 
 # Observations travel as flat dicts keyed by TensorDict keys: a string, or a tuple of
@@ -146,6 +147,57 @@ class Backend(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, most backends own nothing
         """Release the simulator's resources. Called once by ``BatchedEnv.close``."""
 
+    def recover(self) -> None:  # noqa: B027 - optional hook, most backends need nothing
+        """Make the simulator callable again after a ``reset``/``step`` that did not finish.
+
+        Called by ``BatchedEnv.reset`` after an interrupted call (an exception or Ctrl-C
+        escaped it), right before the full reset that follows. In-process simulators need
+        nothing (the reset restores them); backends that talk to other processes drain
+        or restart them here.
+        """
+
     def describe(self) -> str:
         """A short text for ``repr``: the wrapped object's type."""
         return self.name
+
+
+# ------------------------------------------------------------------ one owner per simulator
+# id(simulator) -> weak reference to the backend driving it. Two BatchedEnvs stepping one
+# simulator would interleave their steps (each caching its own root), silently.
+_OWNERS: dict[int, weakref.ref] = {}
+
+
+def claim_simulator(simulator: Any, backend: Backend) -> None:
+    """Record ``backend`` as the only driver of ``simulator``; refuse a second live one.
+
+    ``simulator`` should be the innermost object (``env.unwrapped``), so that two
+    wrappers around one simulator are caught too. The claim ends with
+    :func:`release_simulator` (``BatchedEnv.close``) or when the backend is garbage
+    collected.
+    """
+    key = id(simulator)
+    owner = _OWNERS.get(key)
+    current = owner() if owner is not None else None
+    if current is not None and current is not backend:
+        raise InvalidArgumentError(
+            f"this {type(simulator).__name__} is already driven by another BatchedEnv ({current.describe()}); "
+            "two BatchedEnvs over one simulator would interleave their steps silently. Close the other env first "
+            "(env.close()), keep using it, or build a second simulator."
+        )
+    _OWNERS[key] = weakref.ref(backend, lambda _ref, key=key: _OWNERS.pop(key, None) if _OWNERS.get(key) is _ref else None)
+
+
+def release_simulator(backend: Backend) -> None:
+    """End every claim of ``backend`` (it was closed)."""
+    for key, ref in list(_OWNERS.items()):
+        if ref() is backend:
+            _OWNERS.pop(key, None)
+
+
+def innermost(env: Any) -> Any:
+    """``env.unwrapped`` when it exists and works, else ``env`` itself."""
+    try:
+        inner = getattr(env, "unwrapped", env)
+    except Exception:  # a wrapper whose property raises: claim the wrapper
+        return env
+    return env if inner is None else inner

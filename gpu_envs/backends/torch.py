@@ -27,8 +27,14 @@ wrapped, with no numpy and no host synchronisation::
   placeholders and ``("next", "final_obs_missing")``.
 * ``reset(options={"reset_mask": mask})`` with ``mask`` ``[N]`` bool resets only those
   rows, if the env sets ``supports_reset_mask = True``.
-* An env that rewrites its output tensors in place on the next step must be wrapped
-  with ``copy_buffers=True`` (the Isaac Lab backend does that itself).
+* Return new tensors from every call. An env that rewrites its output tensors in place
+  (Isaac Gym style) is detected from its first calls -- an output whose storage an
+  earlier call already returned -- and from then on its outputs are copied each step
+  (``copy_buffers=None``, the default; see :mod:`gpu_envs.backends.reuse`).
+  ``copy_buffers=True`` copies from the start (no detection); ``copy_buffers=False``
+  refuses such an env with a clear error instead of copying.
+* One env object is driven by one ``BatchedEnv`` at a time: wrapping it (or another
+  wrapper around the same ``unwrapped`` env) again before closing the first is refused.
 * To be replayed by a CUDA graph (``collect(..., cudagraph=True)``) an env says where its
   per-step state is: ``state_dict()`` returning those tensors (live, not copies) with
   ``load_state_dict(d)`` copying values into them, or a class attribute
@@ -72,8 +78,11 @@ from typing import Any
 
 import torch
 
+from gpu_envs.arguments import as_bool, as_int, keywords_of
 from gpu_envs.arrays import framework_of, from_torch, to_torch
-from gpu_envs.backends.base import Backend, ObsDict, RawStep
+from gpu_envs.backends.base import Backend, ObsDict, RawStep, claim_simulator, innermost
+from gpu_envs.backends.reuse import ReuseDetector
+from gpu_envs.devices import resolve_device as check_device
 from gpu_envs.devices import same_device
 from gpu_envs.errors import (
     AutoresetModeError,
@@ -139,11 +148,17 @@ def resolve_device(env: Any, device: torch.device | str | None) -> torch.device:
     """The env's device, checked against the requested one (no silent cross-device copies)."""
     env_device = getattr(env, "device", None)
     if env_device is None:
-        return torch.device(device) if device is not None else torch.device("cpu")
-    env_device = torch.device(env_device)
+        return check_device(device) if device is not None else torch.device("cpu")
+    try:
+        env_device = torch.device(env_device)
+    except (RuntimeError, TypeError, ValueError):
+        raise NotAnEnvError(
+            f"{type(env).__name__}.device is {env_device!r}, not a torch device; set it to the torch.device its "
+            "tensors live on."
+        ) from None
     if device is None:
         return env_device
-    wanted = torch.device(device)
+    wanted = check_device(device)
     if same_device(wanted, env_device):
         return env_device
     raise DeviceMismatchError(
@@ -205,7 +220,7 @@ class TorchVectorBackend(Backend):
         env: Any,
         device: torch.device | str | None = None,
         *,
-        copy_buffers: bool = False,
+        copy_buffers: bool | None = None,
         observation_spec: Composite | None = None,
         action_spec: Spec | None = None,
     ) -> None:
@@ -217,8 +232,17 @@ class TorchVectorBackend(Backend):
                 "See gpu_envs.backends.torch for the protocol to implement."
             )
         check_same_step(env)
+        if copy_buffers is not None:
+            copy_buffers = as_bool(copy_buffers, "copy_buffers")
+        if observation_spec is not None and not isinstance(observation_spec, Composite):
+            raise InvalidArgumentError(
+                f"observation_spec must be a gpu_envs.specs.Composite of the observation keys, got "
+                f"{type(observation_spec).__name__}."
+            )
+        if action_spec is not None and not isinstance(action_spec, Spec):
+            raise InvalidArgumentError(f"action_spec must be a gpu_envs.specs spec, got {type(action_spec).__name__}.")
         self.env = env
-        self.num_envs = int(env.num_envs)
+        self.num_envs = as_int(env.num_envs, f"{type(env).__name__}.num_envs", minimum=1)
         self.device = resolve_device(env, device)
         self.observation_spec = observation_spec or observation_spec_from_space(
             env.single_observation_space, self.device
@@ -226,7 +250,9 @@ class TorchVectorBackend(Backend):
         self.action_spec = action_spec or spec_from_gym(env.single_action_space, device=self.device)
         self.info_spec = Composite({}, device=self.device)
         self.supports_partial_reset = bool(getattr(env, "supports_reset_mask", False))
-        self.copy_buffers = copy_buffers
+        # copy_buffers None: detect in-place rewrites from the first calls, then copy if found
+        self.copy_buffers = copy_buffers is True
+        self._reuse = None if copy_buffers else ReuseDetector(self.describe(), refuse=copy_buffers is False)
         self._obs_keys = list(self.observation_spec.keys(include_nested=True, leaves_only=True))
         self._single_tensor_obs = self._obs_keys == ["observation"]
         # "torch", or the array framework (cupy, jax, warp, numpy) the env speaks; read
@@ -234,6 +260,10 @@ class TorchVectorBackend(Backend):
         self.framework: str | None = None
         # the env's step_transition (module docstring), used once the env is known to speak torch
         self._transition = None if copy_buffers else transition_of(env)
+        claim_simulator(innermost(env), self)
+        if self._reuse is not None:  # until decided: instance-level wrappers (the class methods after: no cost)
+            self.reset = self._reset_deciding
+            self.step = self._step_deciding
 
     def describe(self) -> str:
         return f"torch({type(self.env).__name__})"
@@ -262,6 +292,46 @@ class TorchVectorBackend(Backend):
             return RawStep(obs, reward, terminated, truncated, None, None, NO_INFO, done, next_obs)
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._raw_step(obs, reward, terminated, truncated, info)
+
+    # ------------------------------------------------------- reused output buffers
+    def _reset_deciding(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
+        """``reset`` while deciding (first calls): remember the env's outputs, hand out copies."""
+        obs = TorchVectorBackend.reset(self, seed, mask)
+        if self._reuse.reused("reset", list(obs.values())):
+            self._copy_from_now_on()
+        out = {key: _copy(value) for key, value in obs.items()}
+        self._decided()
+        return out
+
+    def _step_deciding(self, action: torch.Tensor) -> RawStep:
+        """``step`` while deciding: the same, for every tensor of the step."""
+        raw = TorchVectorBackend.step(self, action)
+        extra = [*(raw.final_obs or {}).values(), *(raw.next_obs or {}).values()]
+        tensors = [*raw.obs.values(), *extra, raw.reward, raw.terminated, raw.truncated, raw.final_mask, raw.done]
+        if self._reuse.reused("step", tensors):
+            self._copy_from_now_on()
+        out = RawStep(
+            obs={key: _copy(value) for key, value in raw.obs.items()},
+            reward=_copy(raw.reward),
+            terminated=_copy(raw.terminated),
+            truncated=_copy(raw.truncated),
+            final_obs=None if raw.final_obs is None else {key: _copy(v) for key, v in raw.final_obs.items()},
+            final_mask=_copy(raw.final_mask),
+            info=raw.info,
+            done=_copy(raw.done),
+            next_obs=None if raw.next_obs is None else {key: _copy(v) for key, v in raw.next_obs.items()},
+        )
+        self._decided()
+        return out
+
+    def _copy_from_now_on(self) -> None:
+        self.copy_buffers = True
+        self._transition = None  # the fast path hands out the env's own tensors: take the copying one
+
+    def _decided(self) -> None:
+        if self.copy_buffers or not self._reuse.deciding:
+            self._reuse = None
+            del self.reset, self.step  # back to the class methods: nothing more per call
 
     def _foreign_step(self, action: torch.Tensor) -> RawStep:
         """A step of an env that speaks CuPy/JAX/Warp/numpy arrays, through DLPack."""
@@ -358,6 +428,10 @@ class TorchVectorBackend(Backend):
             close()
 
 
+def _copy(value: Any) -> Any:
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
 class TorchPlugin:
     """Registry entry: built-in torch envs for ``make``, protocol envs for ``wrap``."""
 
@@ -379,6 +453,21 @@ class TorchPlugin:
         from gpu_envs.envs import BUILTIN_ENVS
 
         return TorchVectorBackend(BUILTIN_ENVS[env_id](num_envs=num_envs, device=device, **kwargs))
+
+    def make_kwargs(self, env_id: str) -> list[str] | None:
+        """Options of a built-in env (``make`` takes ``seed`` itself)."""
+        from gpu_envs.envs import BUILTIN_ENVS
+
+        return keywords_of(BUILTIN_ENVS[env_id].__init__, skip=("self", "num_envs", "device", "seed"))
+
+    def min_bytes_per_env(self, env_id: str) -> int:
+        """A lower bound of one built-in env's memory: its state, held twice (state and observation)."""
+        from gpu_envs.envs import BUILTIN_ENVS
+
+        return 8 * int(getattr(BUILTIN_ENVS[env_id], "state_size", 1)) + 8
+
+    def wrap_kwargs(self, obj: Any) -> list[str] | None:
+        return keywords_of(TorchVectorBackend.__init__, skip=("self", "env", "device"))
 
     def detect(self, obj: Any) -> bool:
         return looks_like_torch_vector_env(obj)

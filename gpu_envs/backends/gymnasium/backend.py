@@ -62,6 +62,15 @@ arguments of the env. Vector-env facts (modes, worker shutdown) are in
 A failure inside the env (an exception, a dead async worker) raises
 :class:`~gpu_envs.errors.BackendError` with the env's message; an async env is shut
 down at once (no worker left behind).
+
+Async envs (:mod:`.workers`): every ``reset``/``step`` waits at most ``step_timeout``
+seconds (default :data:`~.workers.DEFAULT_STEP_TIMEOUT`, 60 s; ``None`` waits forever)
+for every worker; on expiry a :class:`~gpu_envs.errors.StepTimeoutError` names the
+sub-envs that did not answer, every worker is stopped, and ``env.reset()`` starts new
+ones. A call interrupted mid-way (Ctrl-C, an exception) is recovered by the next full
+``reset()``: the answers in flight are drained, or the workers restarted; gymnasium's
+``AlreadyPendingCallError`` never reaches you. Workers built by ``make`` ignore SIGINT
+and die with their parent, even when stuck in ``step``.
 """
 
 from __future__ import annotations
@@ -72,19 +81,22 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from gpu_envs.arguments import as_bool, as_int, optional_seconds
 from gpu_envs.arrays import HostStaging
-from gpu_envs.backends.base import Backend, ObsDict, RawStep
+from gpu_envs.backends.base import Backend, ObsDict, RawStep, claim_simulator, innermost
 from gpu_envs.backends.gymnasium.info import InfoReader, InfoSpec
 from gpu_envs.backends.gymnasium.spaces import ActionCodec, ObsLayout
-from gpu_envs.backends.gymnasium.vector import autoreset_mode, check_next_step, episode_statistics, shutdown_async
+from gpu_envs.backends.gymnasium.vector import autoreset_mode, check_next_step, episode_statistics
+from gpu_envs.backends.gymnasium.workers import DEFAULT_STEP_TIMEOUT, AsyncCalls, shutdown_async
 from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
-from gpu_envs.devices import default_device, normalize_device
+from gpu_envs.devices import normalize_device, resolve_device
 from gpu_envs.errors import (
     BackendError,
     ClosedEnvError,
     GpuEnvsError,
     InvalidArgumentError,
     NotAnEnvError,
+    StepTimeoutError,
 )
 from gpu_envs.specs import Composite, Spec
 
@@ -110,6 +122,8 @@ class GymnasiumBackend(Backend):
             the usual scalar rewards ``[N]``.
         env_index_offset: global index of sub-env 0: ``reset(seed=s)`` seeds sub-env ``i``
             with ``s + env_index_offset + i``.
+        step_timeout: AsyncVectorEnv only: seconds a ``reset``/``step`` may take (``None``:
+            no limit); see the module docstring.
     """
 
     name = "gymnasium"
@@ -129,24 +143,33 @@ class GymnasiumBackend(Backend):
         single: bool = False,
         reward_spec: Spec | None = None,
         env_index_offset: int = 0,
+        step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
     ) -> None:
         if not isinstance(env, gym.vector.VectorEnv):
             raise NotAnEnvError(
                 f"the gymnasium backend wraps gymnasium.Env or gymnasium.vector.VectorEnv objects, got "
                 f"{type(env).__module__}.{type(env).__name__}. Build one with gymnasium.make / gymnasium.make_vec."
             )
-        if not isinstance(env_index_offset, int) or isinstance(env_index_offset, bool) or env_index_offset < 0:
-            raise InvalidArgumentError(f"env_index_offset must be an int >= 0, got {env_index_offset!r}.")
+        if getattr(env, "closed", False):
+            raise ClosedEnvError(f"this {type(env).__name__} was closed; build a new one to wrap.")
+        one_hot_actions = as_bool(one_hot_actions, "one_hot_actions")
+        step_timeout = optional_seconds(step_timeout, "step_timeout")
+        base = env.unwrapped
+        if not isinstance(base, gym.vector.AsyncVectorEnv) and step_timeout != DEFAULT_STEP_TIMEOUT:
+            raise InvalidArgumentError(
+                f"step_timeout applies to an AsyncVectorEnv (sub-envs in worker processes, which can be stopped); "
+                f"{type(base).__name__} steps in this process, where a hang cannot be interrupted safely. Drop "
+                "step_timeout, and pass watchdog_s= to gpu_envs.make()/wrap() to get the stacks of a hung call."
+            )
         self.env = env
-        self.env_index_offset = env_index_offset
-        self.num_envs = n = int(env.num_envs)
-        self.device = normalize_device(device if device is not None else default_device())
+        self.env_index_offset = as_int(env_index_offset, "env_index_offset", minimum=0)
+        self.num_envs = n = as_int(env.num_envs, f"{type(env).__name__}.num_envs", minimum=1)
+        self.device = normalize_device(resolve_device(device))
         self.mode = autoreset_mode(env)
         if self.mode == AutoresetMode.NEXT_STEP and not single:
             check_next_step(env)
         self._same_step = self.mode == AutoresetMode.SAME_STEP
         self._single = single
-        base = env.unwrapped
         self._async = base if isinstance(base, gym.vector.AsyncVectorEnv) else None
         # gymnasium's own vector envs give a final observation for exactly the ended rows
         self._final_for_every_end = isinstance(base, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv))
@@ -179,6 +202,9 @@ class GymnasiumBackend(Backend):
         self._closed = False
         self._broken: str | None = None  # why the env cannot be used any more
         self._stale = False  # a step failed half-way: only a full reset helps
+        claim_simulator(base.envs[0].unwrapped if single else innermost(env), self)
+        # last: it takes over the AsyncVectorEnv's reset/step/close (timeouts, recovery)
+        self._calls = None if self._async is None else AsyncCalls(self._async, step_timeout, self.describe)
 
     def describe(self) -> str:
         base = self.env.unwrapped
@@ -198,6 +224,9 @@ class GymnasiumBackend(Backend):
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except StepTimeoutError:
+            self._stale = True  # the workers were stopped: a full reset restarts them
+            raise
         except GpuEnvsError:
             raise
         except Exception as err:
@@ -221,8 +250,18 @@ class GymnasiumBackend(Backend):
         return BackendError(f"{self.describe()} failed: {cause} All workers were shut down; build a new env.")
 
     # ------------------------------------------------------------------ reset
+    def recover(self) -> None:
+        """After an interrupted call: drain or restart async workers; the full reset that follows does the rest."""
+        if self._calls is not None and not self._closed and self._broken is None:
+            self._calls.recover()
+        self._stale = True
+
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
         self.check_usable()
+        if self._calls is not None and self._calls.pending:
+            if mask is not None:
+                raise BackendError(f"a call of {self.describe()} did not finish; reset every env with env.reset().")
+            self._calls.recover()
         options = None
         if mask is not None:
             rows = mask.detach().to("cpu", torch.bool).numpy().reshape(self.num_envs)

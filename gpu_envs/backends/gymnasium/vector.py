@@ -5,8 +5,6 @@
 * :func:`check_next_step`: whether a NEXT_STEP env can be made exact through masked
   resets (gymnasium's own Sync/AsyncVectorEnv; not an AsyncVectorEnv with
   ``shared_memory=False``, whose workers keep the pending reset after a masked reset);
-* :func:`shutdown_async`: stop every worker of a broken AsyncVectorEnv without talking
-  to it, so nothing hangs and no process is left behind;
 * :func:`episode_statistics`: the info entries a vector ``RecordEpisodeStatistics``
   adds only when episodes end, to declare them up front.
 
@@ -17,8 +15,6 @@ Example::
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import gymnasium as gym
 import numpy as np
@@ -65,23 +61,6 @@ def check_next_step(env: gym.vector.VectorEnv) -> None:
         "vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP}), or use "
         "gpu_envs.make(id, num_envs=n, backend='gymnasium')."
     )
-
-
-def shutdown_async(env: gym.vector.AsyncVectorEnv) -> None:
-    """Stop every worker of a broken AsyncVectorEnv without talking to it (no hang)."""
-    for process in env.processes:
-        if process.is_alive():
-            process.terminate()
-    for process in env.processes:
-        process.join(timeout=5)
-        if process.is_alive():
-            process.kill()
-            process.join(timeout=5)
-    for pipe in env.parent_pipes:
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
-    env.closed = True
 
 
 def episode_statistics(env: gym.vector.VectorEnv) -> dict:

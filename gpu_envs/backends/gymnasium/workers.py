@@ -1,0 +1,315 @@
+"""gymnasium's AsyncVectorEnv workers: timeouts, interrupted calls, and no orphans.
+
+gymnasium's ``AsyncVectorEnv`` waits on its worker processes with no timeout, leaves a
+pending call behind when the parent is interrupted (the next call then fails with
+``AlreadyPendingCallError``, or reads the previous call's answer), and its workers
+outlive a SIGKILLed parent when they are stuck in ``step``. This module fixes the three,
+without touching gymnasium:
+
+* :class:`AsyncCalls` takes over ``reset``/``step`` of ONE AsyncVectorEnv instance (an
+  instance attribute shadows the method, so vector wrappers above it go through it
+  too). Each call is ``*_async`` + a wait of at most ``step_timeout`` seconds on every
+  worker + ``*_wait`` (which then never blocks). On expiry: :class:`StepTimeoutError`
+  naming the sub-envs that did not answer (and whether their process is stopped, e.g.
+  by SIGSTOP), and every worker is stopped. It also records the PHASE of the call in
+  flight (sending, waiting, reading), so that after an interruption :meth:`AsyncCalls.recover`
+  knows what is safe: interrupted while waiting (where the parent spends nearly all its
+  time), every command was sent and no answer read, so the answers are drained; while
+  sending or reading (a message may be half-written or half-read) or after a timeout,
+  the workers are restarted from the env's own ``env_fns``.
+* :func:`guarded_worker` wraps gymnasium's worker loop: the worker ignores SIGINT (a
+  Ctrl-C in a terminal reaches the whole process group; the parent alone decides what
+  it means), dies with its parent (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` when the
+  env was built from the main thread, plus a thread watching the parent pid, for every
+  start method and OS), even when stuck in ``step``. ``make(..., vectorization="async")``
+  builds its workers with it; an AsyncVectorEnv you build yourself gets it by passing
+  ``worker=gpu_envs.backends.gymnasium.guarded_worker()`` (and always after a restart).
+
+Example::
+
+    calls = AsyncCalls(venv.unwrapped, step_timeout=60.0)   # venv.step(...) is now timed
+    ...
+    calls.recover()   # after an interrupted call: drain or restart
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector.async_vector_env import AsyncState, _async_worker
+
+from gpu_envs.errors import BackendError, StepTimeoutError
+
+__all__ = ["DEFAULT_STEP_TIMEOUT", "AsyncCalls", "guarded_worker", "shutdown_async"]
+
+DEFAULT_STEP_TIMEOUT = 60.0  # seconds a reset/step may take before its workers count as hung
+PARENT_POLL_S = 1.0  # how often a worker checks that its parent is alive
+_PR_SET_PDEATHSIG = 1
+_DRAIN_TIMEOUT = 10.0  # seconds to wait for answers in flight when recovering or closing
+
+
+# ----------------------------------------------------------------------- workers
+def _die_with_parent(parent_pid: int, pdeathsig: bool) -> None:
+    """In a worker: SIGKILL when the parent dies (kernel), and a thread checking its pid."""
+    if pdeathsig and sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the guard was in place
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="gpu_envs-parent-watch", daemon=True).start()
+
+
+def _guarded(
+    index: int,
+    env_fn: Callable,
+    pipe: Any,
+    parent_pipe: Any,
+    shared_memory: Any,
+    error_queue: Any,
+    autoreset_mode: Any,
+    semaphore: Any,
+    *,
+    parent_pid: int,
+    pdeathsig: bool,
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent_pid, pdeathsig)
+    _async_worker(index, env_fn, pipe, parent_pipe, shared_memory, error_queue, autoreset_mode, semaphore)
+
+
+def guarded_worker() -> Callable:
+    """A ``worker=`` for ``AsyncVectorEnv``: gymnasium's loop, ignoring SIGINT, dying with this process.
+
+    Build it in the thread that builds the env: ``PR_SET_PDEATHSIG`` fires when the
+    thread that started the worker exits, so it is only used from the main thread (the
+    parent-watching thread covers the rest).
+    """
+    return functools.partial(
+        _guarded, parent_pid=os.getpid(), pdeathsig=threading.current_thread() is threading.main_thread()
+    )
+
+
+def _process_state(pid: int | None) -> str:
+    """``"stopped"`` / ``"running"`` / ``"a zombie"`` from /proc, or ``""`` when unknown."""
+    if pid is None:
+        return ""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+    return {"T": "stopped (SIGSTOP?)", "t": "stopped by a tracer", "Z": "a zombie", "D": "in uninterruptible I/O"}.get(
+        state, "running"
+    )
+
+
+def shutdown_async(env: gym.vector.AsyncVectorEnv) -> None:
+    """Stop every worker of an AsyncVectorEnv without talking to it (no hang, no orphan).
+
+    Stopped (SIGSTOP) workers are continued so that they can take the SIGTERM; those
+    that still live are killed.
+    """
+    for process in env.processes:
+        if process.is_alive():
+            process.terminate()
+            with contextlib.suppress(OSError, TypeError):
+                os.kill(process.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 5
+    for process in env.processes:
+        process.join(timeout=max(deadline - time.monotonic(), 0.1))
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5)
+    for pipe in env.parent_pipes:
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    env.closed = True
+
+
+# ------------------------------------------------------------------------ calls
+class AsyncCalls:
+    """Timed, interruption-aware ``reset``/``step`` for one ``AsyncVectorEnv`` (module docstring).
+
+    Args:
+        env: the AsyncVectorEnv itself (``venv.unwrapped``).
+        step_timeout: seconds each ``reset``/``step`` may take; ``None`` waits forever.
+        describe: a callable naming the env in messages.
+    """
+
+    def __init__(self, env: gym.vector.AsyncVectorEnv, step_timeout: float | None, describe: Callable[[], str]) -> None:
+        self.env = env
+        self.step_timeout = step_timeout
+        self.describe = describe
+        self.phase: str | None = None  # "send" / "wait" / "read" while a call is in flight
+        self.call: str | None = None
+        self.stopped: str | None = None  # why the workers were stopped (a restart brings them back)
+        # shadow the methods on the instance: wrappers above it call env.step / env.reset
+        env.step = self.step  # type: ignore[method-assign]
+        env.reset = self.reset  # type: ignore[method-assign]
+        env.close_extras = self.close_extras  # type: ignore[method-assign]
+
+    # ------------------------------------------------------------------ calls
+    def step(self, actions: Any) -> Any:
+        env = self.env
+        self.call, self.phase = "step", "send"
+        env.step_async(actions)
+        self.phase = "wait"
+        self._await_answers()
+        self.phase = "read"
+        out = env.step_wait()
+        self.phase = None
+        return out
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        env = self.env
+        self.call, self.phase = "reset", "send"
+        env.reset_async(seed=seed, options=options)
+        self.phase = "wait"
+        self._await_answers()
+        self.phase = "read"
+        out = env.reset_wait()
+        self.phase = None
+        return out
+
+    @property
+    def pending(self) -> bool:
+        """True if a call did not finish (interrupted), or the workers were stopped."""
+        return self.phase is not None or self.stopped is not None or self.env._state != AsyncState.DEFAULT
+
+    def _await_answers(self) -> None:
+        """Wait until every worker has answered, at most ``step_timeout`` seconds in all."""
+        if self.step_timeout is None:
+            return
+        deadline = time.monotonic() + self.step_timeout
+        for pipe in self.env.parent_pipes:
+            if pipe is not None and not pipe.poll(max(deadline - time.monotonic(), 0.0)):
+                self._time_out()
+
+    def _time_out(self) -> None:
+        env, call = self.env, self.call
+        silent = []
+        for index, (pipe, process) in enumerate(zip(env.parent_pipes, env.processes, strict=True)):
+            if pipe is not None and not pipe.poll(0):
+                state = _process_state(process.pid) if process.is_alive() else f"dead, exit code {process.exitcode}"
+                silent.append(f"{index} (pid {process.pid}{', ' + state if state else ''})")
+        self.stop(f"sub-env(s) {', '.join(silent)} did not answer {call}() within step_timeout={self.step_timeout:g} s")
+        raise StepTimeoutError(
+            f"{self.describe()}: sub-env(s) {', '.join(silent)} did not answer {call}() within "
+            f"step_timeout={self.step_timeout:g} s: hung, stopped or too slow. Every worker was stopped; env.reset() "
+            "starts new ones. If the env is just slow, pass a larger step_timeout (seconds; None waits forever) to "
+            "gpu_envs.make()/wrap()."
+        )
+
+    # ---------------------------------------------------------------- recovery
+    def stop(self, why: str) -> None:
+        """Stop every worker now; :meth:`recover` restarts them."""
+        shutdown_async(self.env)
+        self.phase = None
+        self.stopped = why
+
+    def recover(self) -> None:
+        """After an interrupted call or a timeout: drain the answers in flight, or restart the workers."""
+        state = self.env._state
+        waiting = state in (AsyncState.WAITING_STEP, AsyncState.WAITING_RESET)
+        if self.stopped is None:
+            if self.phase is None and state == AsyncState.DEFAULT:
+                return
+            # gymnasium marks the call pending only once every command was sent, and clears it only
+            # after every answer was read: in between, nothing was read and the answers can be drained
+            if waiting and self.phase in (None, "send", "wait") and self._drain():
+                self.phase = None
+                return
+            if self.phase == "read" and state == AsyncState.DEFAULT:  # every answer was read
+                self.phase = None
+                return
+        self.restart()
+
+    def _drain(self) -> bool:
+        """Read the answers of the call in flight (every command was sent, none read)."""
+        env = self.env
+        wait = env.step_wait if env._state == AsyncState.WAITING_STEP else env.reset_wait
+        try:
+            wait(timeout=_DRAIN_TIMEOUT)
+        except Exception:  # a sub-env failed or did not answer: start afresh
+            return False
+        return True
+
+    def restart(self) -> None:
+        """Stop every worker and start new ones from the env's ``env_fns`` (a full reset must follow)."""
+        env = self.env
+        if not env.closed:
+            shutdown_async(env)
+        worker = env.worker
+        if worker is None or (isinstance(worker, functools.partial) and worker.func is _guarded):
+            worker = guarded_worker()
+        env.closed = False
+        try:
+            type(env).__init__(
+                env,
+                env.env_fns,
+                shared_memory=env.shared_memory,
+                copy=env.copy,
+                context=env.context,
+                daemon=env.daemon,
+                worker=worker,
+                observation_mode=env.observation_mode,
+                autoreset_mode=env.autoreset_mode,
+                max_concurrency=env.max_concurrency,
+            )
+        except Exception as err:
+            env.closed = True
+            raise BackendError(
+                f"{self.describe()}: restarting its worker processes failed ({type(err).__name__}: {err}). Build a new env."
+            ) from err
+        self.phase = None
+        self.stopped = None
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        """gymnasium's ``close_extras``, without ever blocking on a hung or stopped worker."""
+        env = self.env
+        if env.closed:
+            return
+        if terminate:
+            shutdown_async(env)
+            return
+        if self.pending:
+            waiting = env._state in (AsyncState.WAITING_STEP, AsyncState.WAITING_RESET)
+            if self.stopped is not None or not (waiting and self.phase in (None, "send", "wait") and self._drain()):
+                shutdown_async(env)
+                return
+        deadline = time.monotonic() + (_DRAIN_TIMEOUT if timeout is None else timeout)
+        pipes = [p for p in env.parent_pipes if p is not None and not p.closed]
+        try:
+            for pipe in pipes:
+                pipe.send(("close", None))
+            for pipe in pipes:
+                if not pipe.poll(max(deadline - time.monotonic(), 0.0)):
+                    raise TimeoutError
+                pipe.recv()
+        except (OSError, EOFError, TimeoutError):
+            shutdown_async(env)
+            return
+        for pipe in pipes:
+            pipe.close()
+        for process in env.processes:
+            process.join(timeout=max(deadline - time.monotonic(), 0.1))
+        if any(p.is_alive() for p in env.processes):
+            shutdown_async(env)

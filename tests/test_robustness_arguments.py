@@ -1,0 +1,206 @@
+"""make/wrap: every bad argument is refused before anything is built, with a gpu_envs error naming it.
+
+One test per kind of misuse (issue 10): wrong types, numpy scalars, bools as ints,
+floats as ints, negative/huge values, devices this torch cannot use, unknown keyword
+arguments, missing optional libraries, env objects with broken attributes. Each checks
+the error type, that the message names the cause (and the fix), and that nothing was
+built or left behind.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import gpu_envs
+from tests.fakes import CountingTorchVectorEnv
+
+
+def _refused(error, *words, call):
+    with pytest.raises(error) as info:
+        call()
+    assert isinstance(info.value, gpu_envs.GpuEnvsError)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+    return info.value
+
+
+# ----------------------------------------------------------------- ints and seeds
+
+
+def test_numpy_integers_are_accepted_wherever_ints_are():
+    env = gpu_envs.make("CartPole-v1", num_envs=np.int64(3), device="cpu", seed=np.uint32(7))
+    again = gpu_envs.make("CartPole-v1", num_envs=3, device="cpu", seed=7)
+    assert env.num_envs == 3 and type(env.num_envs) is int
+    torch.testing.assert_close(env.reset()["observation"], again.reset()["observation"])
+
+
+@pytest.mark.parametrize("value", [True, 2.0, 2.9, "4", None, 0, -1])
+def test_num_envs_must_be_a_positive_int(value):
+    _refused(gpu_envs.InvalidArgumentError, "num_envs", repr(value) if not isinstance(value, float) else str(value),
+             call=lambda: gpu_envs.make("CartPole-v1", num_envs=value, device="cpu"))
+
+
+@pytest.mark.parametrize("seed", [-1, -(2**63), 2**63, 1.7, True, "0"])
+@pytest.mark.parametrize("backend", ["torch", "gymnasium"])
+def test_seeds_follow_one_rule_on_every_backend(seed, backend):
+    err = _refused(gpu_envs.InvalidArgumentError, "seed", call=lambda: gpu_envs.make("CartPole-v1", device="cpu", backend=backend, seed=seed))
+    assert "[0, 2**63 - 1]" in str(err)
+
+
+def test_largest_seed_is_accepted():
+    env = gpu_envs.make("CartPole-v1", num_envs=2, device="cpu", seed=2**63 - 1)
+    assert env.reset()["observation"].shape == (2, 4)
+
+
+# --------------------------------------------------------------------- devices
+
+
+@pytest.mark.parametrize("device", ["banana", "cuda:-1", 1.5, True, object()])
+def test_a_device_torch_does_not_know_is_named(device):
+    _refused(gpu_envs.InvalidArgumentError, "device", call=lambda: gpu_envs.make("CartPole-v1", device=device))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a CPU-only torch; a CUDA machine has the device")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", torch.device("cuda", 1), 0])
+def test_cuda_on_a_cpu_only_torch_says_so_and_how_to_fix_it(device):
+    err = _refused(gpu_envs.InvalidArgumentError, "without CUDA", "device='cpu'", call=lambda: gpu_envs.make("CartPole-v1", device=device))
+    assert not isinstance(err, AssertionError)  # not torch's "Torch not compiled with CUDA enabled"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks a GPU index past the last one")
+def test_a_cuda_index_past_the_last_gpu_is_refused():
+    index = torch.cuda.device_count()
+    _refused(gpu_envs.InvalidArgumentError, f"cuda:{index}", "visible", call=lambda: gpu_envs.make("CartPole-v1", device=f"cuda:{index}"))
+
+
+def test_wrap_checks_the_device_too():
+    _refused(gpu_envs.InvalidArgumentError, "banana", call=lambda: gpu_envs.wrap(CountingTorchVectorEnv(2), device="banana"))
+
+
+# ---------------------------------------------------------------- sizes and memory
+
+
+@pytest.mark.parametrize(
+    ("backend", "kwargs"),
+    [("torch", {}), ("gymnasium", {}), ("gymnasium", {"vectorization": "async"})],
+)
+def test_num_envs_that_cannot_fit_is_refused_before_building(backend, kwargs):
+    # 10**12 envs: the torch env would ask the allocator for terabytes, gymnasium would build
+    # envs (and processes) until memory runs out; both must be refused up front, at once.
+    err = _refused(
+        gpu_envs.InvalidArgumentError, "num_envs=1000000000000", "available", "fewer envs",
+        call=lambda: gpu_envs.make("CartPole-v1", num_envs=10**12, device="cpu", backend=backend, **kwargs),
+    )
+    assert "bytes" not in str(err) or "TiB" in str(err)
+
+
+def test_async_workers_beyond_the_file_descriptor_limit_are_refused(monkeypatch):
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (64, 64))
+    _refused(gpu_envs.InvalidArgumentError, "file descriptors", "ulimit -n",
+             call=lambda: gpu_envs.make("CartPole-v1", num_envs=40, device="cpu", backend="gymnasium", vectorization="async"))
+
+
+# --------------------------------------------------------------- keyword arguments
+
+
+def test_make_lists_the_accepted_keywords_of_an_unknown_one():
+    err = _refused(gpu_envs.InvalidArgumentError, "'max_steps'", "max_episode_steps", "expose_final_obs", "validate",
+                   call=lambda: gpu_envs.make("CartPole-v1", device="cpu", max_steps=10))
+    assert not isinstance(err, TypeError)
+
+
+def test_wrap_takes_a_seed_like_make_and_refuses_unknown_keywords():
+    first = gpu_envs.wrap(CountingTorchVectorEnv(2), seed=0)
+    assert first.reset()["observation"].shape == (2, 3)
+    _refused(gpu_envs.InvalidArgumentError, "'sed'", "copy_buffers", call=lambda: gpu_envs.wrap(CountingTorchVectorEnv(2), sed=0))
+    seeded = [gpu_envs.wrap(gym.make("CartPole-v1"), device="cpu", seed=3).reset()["observation"] for _ in range(2)]
+    torch.testing.assert_close(seeded[0], seeded[1])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"missing_obs_value": "x"}, ["missing_obs_value", "'x'"]),
+        ({"missing_obs_value": True}, ["missing_obs_value", "True"]),
+        ({"validate": 1}, ["validate", "True or False"]),
+        ({"validate": "yes"}, ["validate"]),
+        ({"watchdog_s": 0}, ["watchdog_s", "> 0"]),
+        ({"watchdog_s": "10"}, ["watchdog_s"]),
+    ],
+)
+def test_batched_env_options_are_checked_before_building(kwargs, words):
+    _refused(gpu_envs.InvalidArgumentError, *words, call=lambda: gpu_envs.make("CartPole-v1", device="cpu", **kwargs))
+
+
+def test_a_placeholder_the_observation_dtype_cannot_hold_is_refused_and_nothing_leaks():
+    inner = CountingTorchVectorEnv(2, obs_dtype=torch.int64)
+    _refused(gpu_envs.InvalidArgumentError, "missing_obs_value=nan", "int64", call=lambda: gpu_envs.wrap(inner, missing_obs_value=float("nan")))
+    _refused(gpu_envs.InvalidArgumentError, "2.5", call=lambda: gpu_envs.wrap(inner, missing_obs_value=2.5))
+    env = gpu_envs.wrap(inner, missing_obs_value=-1)  # the refused wraps released the env
+    assert env.reset()["observation"].dtype == torch.int64
+
+
+@pytest.mark.parametrize("backend", [None, 3, ["torch"]])
+def test_backend_must_be_a_name(backend):
+    _refused(gpu_envs.InvalidArgumentError, "backend", call=lambda: gpu_envs.make("CartPole-v1", backend=backend))
+
+
+@pytest.mark.parametrize("env_id", [42, None, "", gym.make("CartPole-v1")])
+def test_make_wants_an_id_string(env_id):
+    _refused(gpu_envs.InvalidArgumentError, "env_id", call=lambda: gpu_envs.make(env_id))
+
+
+# --------------------------------------------------------------- missing libraries
+
+
+def test_a_backend_whose_library_is_missing_names_the_extra(monkeypatch):
+    from gpu_envs.backends.jax import PLUGIN
+
+    monkeypatch.setattr(type(PLUGIN), "available", lambda self: False)
+    _refused(gpu_envs.MissingComponentError, "backend='jax'", "pip install 'gpu-envs[jax]'",
+             call=lambda: gpu_envs.make("CartPole-v1", backend="jax"))
+    _refused(gpu_envs.MissingComponentError, "gymnax/Breakout-MinAtar", "gpu-envs[jax]",
+             call=lambda: gpu_envs.make("gymnax/Breakout-MinAtar"))
+
+
+def test_an_id_listed_by_gymnasium_that_needs_jax_names_the_extra(monkeypatch):
+    from gpu_envs.backends.jax import PLUGIN
+
+    monkeypatch.setattr(type(PLUGIN), "available", lambda self: False)
+    for name in [m for m in sys.modules if m == "jax" or m.startswith(("jax.", "gymnasium.envs.phys2d"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "jax", None)  # `import jax` now fails as if it were not installed
+    err = _refused(gpu_envs.MissingComponentError, "'jax'", "pip install 'gpu-envs[jax]'",
+                   call=lambda: gpu_envs.make("phys2d/CartPole-v1", num_envs=2, device="cpu"))
+    assert not isinstance(err, ModuleNotFoundError)
+
+
+# --------------------------------------------------------------------- env objects
+
+
+class _Sized(CountingTorchVectorEnv):
+    def __init__(self, num_envs):
+        super().__init__(2)
+        self.num_envs = num_envs
+
+
+@pytest.mark.parametrize("num_envs", [0, -1, 2.9, True, "2"])
+def test_wrap_refuses_a_batch_size_make_would_refuse(num_envs):
+    _refused(gpu_envs.InvalidArgumentError, "num_envs", call=lambda: gpu_envs.wrap(_Sized(num_envs)))
+
+
+def test_wrap_accepts_a_numpy_batch_size():
+    assert gpu_envs.wrap(_Sized(np.int32(2))).num_envs == 2
+
+
+def test_wrapping_a_batched_env_again_is_refused():
+    env = gpu_envs.make("CartPole-v1", num_envs=2, device="cpu")
+    _refused(gpu_envs.NotAnEnvError, "already has the BatchedEnv API", call=lambda: gpu_envs.wrap(env))
+

@@ -8,7 +8,9 @@ Read in this order:
   same-step transitions with true final observations, failures as clear errors;
 * :mod:`.spaces` -- gymnasium spaces as observation keys and action encodings;
 * :mod:`.info` -- numeric info entries as ``("next", key)`` tensors;
-* :mod:`.vector` -- facts about gymnasium's vector envs (auto-reset mode, worker shutdown);
+* :mod:`.vector` -- facts about gymnasium's vector envs (auto-reset mode, NEXT_STEP checks);
+* :mod:`.workers` -- AsyncVectorEnv workers: ``step_timeout``, recovery of interrupted
+  calls, workers that ignore Ctrl-C and die with their parent;
 * :mod:`.wrappers` -- per-env :class:`FrameSkip` and :func:`add_pixels`.
 
 Each step's numpy results cross to the target device through one
@@ -25,6 +27,17 @@ Example::
 from gpu_envs.backends.gymnasium.backend import GymnasiumBackend, wrap_single
 from gpu_envs.backends.gymnasium.plugin import PLUGIN, GymnasiumPlugin
 from gpu_envs.backends.gymnasium.vector import autoreset_mode
+from gpu_envs.backends.gymnasium.workers import DEFAULT_STEP_TIMEOUT, guarded_worker
 from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
 
-__all__ = ["PLUGIN", "FrameSkip", "GymnasiumBackend", "GymnasiumPlugin", "add_pixels", "autoreset_mode", "wrap_single"]
+__all__ = [
+    "DEFAULT_STEP_TIMEOUT",
+    "PLUGIN",
+    "FrameSkip",
+    "GymnasiumBackend",
+    "GymnasiumPlugin",
+    "add_pixels",
+    "autoreset_mode",
+    "guarded_worker",
+    "wrap_single",
+]

@@ -93,6 +93,7 @@ from gpu_envs.devices import normalize_device, resolve_device
 from gpu_envs.errors import (
     BackendError,
     ClosedEnvError,
+    EnvInterruptedError,
     GpuEnvsError,
     InvalidArgumentError,
     NotAnEnvError,
@@ -224,8 +225,8 @@ class GymnasiumBackend(Backend):
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except StepTimeoutError:
-            self._stale = True  # the workers were stopped: a full reset restarts them
+        except (StepTimeoutError, EnvInterruptedError):
+            self._stale = True  # a full reset drains or restarts the workers
             raise
         except GpuEnvsError:
             raise
@@ -258,17 +259,15 @@ class GymnasiumBackend(Backend):
 
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
         self.check_usable()
-        if self._calls is not None and self._calls.pending:
-            if mask is not None:
-                raise BackendError(f"a call of {self.describe()} did not finish; reset every env with env.reset().")
-            self._calls.recover()
         options = None
         if mask is not None:
             rows = mask.detach().to("cpu", torch.bool).numpy().reshape(self.num_envs)
             if not rows.any() and self._last_obs is not None:
                 return self._last_obs
             if self._stale and not rows.all():
-                raise BackendError(f"a step of {self.describe()} failed half-way; reset every env with env.reset().")
+                raise EnvInterruptedError(
+                    f"interrupted mid-step: a call of {self.describe()} did not finish; reset every env with env.reset()."
+                )
             options = {"reset_mask": rows.copy()} if not rows.all() else None
         if seed is not None:
             seed = int(seed) + self.env_index_offset
@@ -281,7 +280,10 @@ class GymnasiumBackend(Backend):
     def step(self, action: torch.Tensor) -> RawStep:
         if self._closed or self._broken is not None or self._stale:
             self.check_usable()
-            raise BackendError(f"a step of {self.describe()} failed half-way; call env.reset() before stepping again.")
+            raise EnvInterruptedError(
+                f"interrupted mid-step: a call of {self.describe()} did not finish, so its sub-envs may be half-stepped. "
+                "Call env.reset() before stepping again."
+            )
         obs, reward, terminated, truncated, info = self._call("step", self.env.step, self._codec.to_numpy(action))
         if self._stage is None:
             self._build_step_stage(info)

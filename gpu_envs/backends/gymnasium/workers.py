@@ -48,9 +48,9 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector.async_vector_env import AsyncState, _async_worker
 
-from gpu_envs.errors import BackendError, StepTimeoutError
+from gpu_envs.errors import BackendError, EnvInterruptedError, StepTimeoutError
 
-__all__ = ["DEFAULT_STEP_TIMEOUT", "AsyncCalls", "guarded_worker", "shutdown_async"]
+__all__ = ["DEFAULT_STEP_TIMEOUT", "AsyncCalls", "AsyncState", "guarded_worker", "shutdown_async"]
 
 DEFAULT_STEP_TIMEOUT = 60.0  # seconds a reset/step may take before its workers count as hung
 PARENT_POLL_S = 1.0  # how often a worker checks that its parent is alive
@@ -169,6 +169,8 @@ class AsyncCalls:
     # ------------------------------------------------------------------ calls
     def step(self, actions: Any) -> Any:
         env = self.env
+        if self.phase is not None or self.stopped is not None:
+            self._refuse("step")
         self.call, self.phase = "step", "send"
         env.step_async(actions)
         self.phase = "wait"
@@ -180,6 +182,10 @@ class AsyncCalls:
 
     def reset(self, *, seed: Any = None, options: Any = None) -> Any:
         env = self.env
+        if self.pending:
+            if options is not None and "reset_mask" in options:
+                self._refuse("a partial reset")
+            self.recover()
         self.call, self.phase = "reset", "send"
         env.reset_async(seed=seed, options=options)
         self.phase = "wait"
@@ -188,6 +194,13 @@ class AsyncCalls:
         out = env.reset_wait()
         self.phase = None
         return out
+
+    def _refuse(self, what: str) -> None:
+        why = self.stopped or f"its last {self.call}() was interrupted before every worker had answered"
+        raise EnvInterruptedError(
+            f"interrupted mid-step: {self.describe()} cannot run {what}: {why}. Call env.reset() (every env): it "
+            "drains the answers in flight or restarts the workers."
+        )
 
     @property
     def pending(self) -> bool:

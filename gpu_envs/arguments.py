@@ -27,9 +27,11 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from tensordict import TensorDict, TensorDictBase
+
 from gpu_envs.errors import InvalidArgumentError
 
-__all__ = ["MAX_SEED", "as_bool", "as_int", "as_number", "as_seed", "describe", "keywords_of", "optional_seconds"]
+__all__ = ["MAX_SEED", "as_bool", "as_int", "as_number", "as_seed", "check_td", "describe", "keywords_of", "optional_seconds"]
 
 MAX_SEED = 2**63 - 1
 
@@ -98,13 +100,18 @@ def as_number(
     if math.isnan(number):
         if allow_nan:
             return number
-        raise InvalidArgumentError(f"{name} must be a number, not NaN.")
+        raise InvalidArgumentError(f"{name} must be a {'non-NaN' if allow_inf else 'finite'} number, got nan.")
     if math.isinf(number) and not allow_inf:
         raise InvalidArgumentError(f"{name} must be finite, got {number}.")
-    if minimum is not None and (number < minimum or (strict_minimum and number == minimum)):
-        raise InvalidArgumentError(f"{name} must be {'>' if strict_minimum else '>='} {minimum}, got {number}.")
-    if maximum is not None and number > maximum:
-        raise InvalidArgumentError(f"{name} must be <= {maximum}, got {number}.")
+    low = minimum is not None and (number < minimum or (strict_minimum and number == minimum))
+    high = maximum is not None and number > maximum
+    if (low or high) and minimum is not None and maximum is not None:
+        bracket = "(" if strict_minimum else "["
+        raise InvalidArgumentError(f"{name} must be a number in {bracket}{minimum:g}, {maximum:g}], got {number:g}.")
+    if low:
+        raise InvalidArgumentError(f"{name} must be {'>' if strict_minimum else '>='} {minimum:g}, got {number:g}.")
+    if high:
+        raise InvalidArgumentError(f"{name} must be <= {maximum:g}, got {number:g}.")
     return number
 
 
@@ -140,4 +147,17 @@ def keywords_of(fn: Callable, skip: tuple[str, ...] = ()) -> list[str] | None:
         p.name
         for p in params
         if p.name not in skip and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY)
+    )
+
+
+def check_td(td: Any, call: str) -> None:
+    """Refuse a step input that is not a TensorDict (a dict, ``None``, a tensor) before anything moves."""
+    if type(td) is TensorDict or isinstance(td, TensorDictBase):
+        return
+    hint = " Wrap it: TensorDict(d, batch_size=env.batch_size)." if isinstance(td, dict) else ""
+    if isinstance(td, tuple):
+        hint = " step_and_maybe_reset returns (td, td_root): pass td_root to the next step."
+    raise InvalidArgumentError(
+        f"{call}() takes the TensorDict holding 'action' (e.g. the root from env.reset() with td['action'] set), "
+        f"got {type(td).__name__}.{hint}"
     )

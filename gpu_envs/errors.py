@@ -59,14 +59,6 @@ class ResetNeededError(GpuEnvsError, RuntimeError):
     """``step`` was called before the first ``reset``."""
 
 
-class EnvInterruptedError(ResetNeededError):
-    """A ``reset``/``step`` call was interrupted mid-way (an exception or Ctrl-C escaped it).
-
-    The env's cached state may disagree with the simulator, so every call but
-    ``reset()`` (which recovers it) and ``close()`` raises this until then.
-    """
-
-
 class ClosedEnvError(GpuEnvsError, RuntimeError):
     """The env was used after ``close()``."""
 
@@ -76,10 +68,11 @@ class BackendError(GpuEnvsError, RuntimeError):
 
 
 class InterruptedStepError(ResetNeededError, BackendError):
-    """A step raised before it completed (the env or an interrupt): only ``reset()`` helps.
+    """A reset/step raised before it completed (the env, a timeout, Ctrl-C): only ``reset()`` helps.
 
     Both a :class:`ResetNeededError` (what to do) and a :class:`BackendError` (the
-    simulator may be half-stepped).
+    simulator may be half-stepped). Every call but ``reset()`` (which recovers) and
+    ``close()`` raises it until then.
     """
 
 

@@ -35,13 +35,16 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
+from gpu_envs.arguments import as_number
 from gpu_envs.errors import InvalidArgumentError
 from gpu_envs.specs.env_specs import require_scalar_reward
 
 __all__ = ["add_gae", "gae"]
 
+_FLAGS = ("terminated", "truncated", "final_obs_missing")
 
-def _as_nt(name: str, x: torch.Tensor, shape: torch.Size, dtype: torch.dtype | None) -> torch.Tensor:
+
+def _as_nt(name: str, x: torch.Tensor, shape: torch.Size, dtype: torch.dtype | None, device: torch.device) -> torch.Tensor:
     """View ``x`` as ``[N, T]`` (accepting ``[N, T]`` or ``[N, T, 1]``), checking metadata only."""
     if not isinstance(x, torch.Tensor):
         raise InvalidArgumentError(
@@ -52,6 +55,16 @@ def _as_nt(name: str, x: torch.Tensor, shape: torch.Size, dtype: torch.dtype | N
             f"gae: {name} has shape {tuple(x.shape)} but reward gives [N, T] = {tuple(shape)}; pass every input as "
             f"[N, T] or [N, T, 1] (e.g. traj['next', 'reward'] and critic outputs of shape [N, T, 1])."
         )
+    if x.device != device:
+        raise InvalidArgumentError(f"gae: {name} is on {x.device} but reward is on {device}; put every input on one device.")
+    if name in _FLAGS and x.dtype != torch.bool:
+        # a float flag has no exact meaning here (is 0.3 an episode end?): refuse rather than guess
+        raise InvalidArgumentError(
+            f"gae: {name} must be a bool tensor, got {x.dtype}. Pass traj['next', {name!r}] as gpu_envs gives it, "
+            f"or convert flags stored as numbers yourself (e.g. {name}.bool() for exact 0/1 values)."
+        )
+    if name not in _FLAGS and (x.dtype.is_complex or x.dtype == torch.bool):
+        raise InvalidArgumentError(f"gae: {name} must hold real numbers, got {x.dtype}.")
     x = x.reshape(shape)
     return x if dtype is None else x.to(dtype)
 
@@ -94,22 +107,27 @@ def gae(
         got = tuple(reward.shape) if isinstance(reward, torch.Tensor) else type(reward).__name__
         raise InvalidArgumentError(f"gae: reward must be [N, T] or [N, T, 1] (time on dim 1), got {got}.")
     shape = reward.shape[:2]
-    for name, x in (("gamma", gamma), ("lam", lam)):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.0 <= x <= 1.0:
-            raise InvalidArgumentError(f"gae: {name} must be a number in [0, 1], got {x!r}.")
+    if 0 in shape:
+        raise InvalidArgumentError(
+            f"gae: the rollout is empty (reward has shape {tuple(reward.shape)}: N = {shape[0]}, T = {shape[1]}); "
+            "collect at least one step of at least one env."
+        )
+    gamma = as_number(gamma, "gae: gamma", minimum=0.0, maximum=1.0)
+    lam = as_number(lam, "gae: lam", minimum=0.0, maximum=1.0)
     if not isinstance(value, torch.Tensor) or not isinstance(next_value, torch.Tensor):
         raise InvalidArgumentError("gae: value and next_value must be torch tensors of shape [N, T] or [N, T, 1].")
     dtype = torch.promote_types(torch.promote_types(reward.dtype, value.dtype), next_value.dtype)
     if not dtype.is_floating_point:
         dtype = torch.get_default_dtype()
-    r = _as_nt("reward", reward, shape, dtype)
-    v = _as_nt("value", value, shape, dtype)
-    nv = _as_nt("next_value", next_value, shape, dtype)
-    term = _as_nt("terminated", terminated, shape, torch.bool)
-    done = term | _as_nt("truncated", truncated, shape, torch.bool)
+    device = reward.device
+    r = _as_nt("reward", reward, shape, dtype, device)
+    v = _as_nt("value", value, shape, dtype, device)
+    nv = _as_nt("next_value", next_value, shape, dtype, device)
+    term = _as_nt("terminated", terminated, shape, None, device)
+    done = term | _as_nt("truncated", truncated, shape, None, device)
     if final_obs_missing is not None:
         # placeholder final observation: the current state's value stands in for it
-        nv = torch.where(_as_nt("final_obs_missing", final_obs_missing, shape, torch.bool), v, nv)
+        nv = torch.where(_as_nt("final_obs_missing", final_obs_missing, shape, None, device), v, nv)
     bootstrap = torch.where(term, 0.0, nv)
     # time-major copies: each step of the scan reads and writes one contiguous row
     delta = (r + gamma * bootstrap - v).T.contiguous()
@@ -148,7 +166,18 @@ def add_gae(
         add_gae(traj, gamma=0.99, lam=0.95)
         traj["advantage"], traj["value_target"]
     """
-    missing = [k for k in (value_key, ("next", value_key)) if k not in traj.keys(include_nested=True)]
+    if not isinstance(traj, TensorDictBase):
+        raise InvalidArgumentError(
+            f"add_gae: traj must be the rollout TensorDict (from collect or env.rollout), got {type(traj).__name__}."
+        )
+    keys = set(traj.keys(include_nested=True))
+    needed = [("next", "reward"), ("next", "terminated"), ("next", "truncated")]
+    absent = [k for k in needed if k not in keys]
+    if absent:
+        raise InvalidArgumentError(
+            f"add_gae: the rollout has no {absent[0]!r} entry; pass the TensorDict collect() or env.rollout() returned."
+        )
+    missing = [k for k in (value_key, ("next", value_key)) if k not in keys]
     if missing:
         raise InvalidArgumentError(
             f"add_gae: the rollout has no {missing[0]!r} entry; compute the values first, e.g. "

@@ -51,11 +51,12 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
+from gpu_envs.arguments import as_bool
 from gpu_envs.errors import InvalidArgumentError
 from gpu_envs.gae import add_gae, gae
 from gpu_envs.rollout_cache import collect_cache
 from gpu_envs.rollout_compile import compiled_loop
-from gpu_envs.rollout_loop import Policy, RolloutBuffer, check_steps, make_step, run_loop
+from gpu_envs.rollout_loop import Policy, RolloutBuffer, check_env, check_policy, check_steps, make_step, run_loop
 
 __all__ = ["DEFAULT_STEPS", "Policy", "RolloutBuffer", "add_gae", "collect", "gae"]
 
@@ -105,12 +106,19 @@ def collect(
         traj = collect(env, steps=32)                          # random actions
         traj = collect(env, actor, steps=32, compile=True)     # continues the episodes
     """
+    check_env(env, "collect")
+    check_policy(policy)
+    compile = as_bool(compile, "compile")
+    cudagraph = as_bool(cudagraph, "cudagraph")
     if buffer is None:
         steps = DEFAULT_STEPS if steps is None else check_steps(steps)
         cache = collect_cache(env)
         buffer = cache.buffers.get(steps)
         if buffer is None:
             buffer = cache.buffers[steps] = RolloutBuffer(env, steps)
+        # an eager collection into this cache's own buffer follows a new policy's keys (compiled
+        # loops keep the layout they were traced with)
+        buffer.relayout = not compile and not cudagraph
     else:
         if not isinstance(buffer, RolloutBuffer):
             raise InvalidArgumentError(f"buffer must be a RolloutBuffer (or None), got {type(buffer).__name__}.")

@@ -27,21 +27,56 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from gpu_envs.arguments import as_bool, as_int
 from gpu_envs.devices import normalize_device
 from gpu_envs.errors import InvalidArgumentError, ResetNeededError, RolloutError
+from gpu_envs.memory import ensure_fits
 from gpu_envs.tensordicts import entries
 
-__all__ = ["DONE_KEYS", "Policy", "RolloutBuffer", "check_steps", "make_step", "rollout", "run_loop", "start"]
+__all__ = [
+    "DONE_KEYS",
+    "ENV_API",
+    "Policy",
+    "RolloutBuffer",
+    "check_env",
+    "check_policy",
+    "check_steps",
+    "make_step",
+    "rollout",
+    "run_loop",
+    "start",
+]
 
 Policy = Callable[[TensorDictBase], "TensorDictBase | None"]
 DONE_KEYS = ("done", "terminated", "truncated")
 
 
+# What the loop uses of an env (BatchedEnv, TransformedEnv, or anything with their API).
+ENV_API = ("reset", "step_and_maybe_reset", "root", "batch_size", "device")
+
+
 def check_steps(steps: Any) -> int:
-    """``steps`` if it is an int >= 1, else a clear :class:`InvalidArgumentError`."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InvalidArgumentError(f"steps must be an int >= 1, got {steps!r}.")
-    return steps
+    """``steps`` as an int >= 1 (numpy ints accepted), else a clear :class:`InvalidArgumentError`."""
+    return as_int(steps, "steps", minimum=1)
+
+
+def check_env(env: Any, who: str) -> None:
+    """Refuse something that is not an env (``collect(42, steps=4)``) with what is expected."""
+    missing = [name for name in ENV_API if not hasattr(env, name)]
+    if missing:
+        raise InvalidArgumentError(
+            f"{who} needs an env (a gpu_envs.BatchedEnv or TransformedEnv, from gpu_envs.make/wrap) as its first "
+            f"argument, got {type(env).__name__} (it lacks {', '.join(missing)})."
+        )
+
+
+def check_policy(policy: Any) -> None:
+    """``None`` or a callable TensorDict -> TensorDict."""
+    if policy is not None and not callable(policy):
+        raise InvalidArgumentError(
+            f"policy must be a callable TensorDict -> TensorDict that sets 'action' (or None for random actions), "
+            f"got {type(policy).__name__}."
+        )
 
 
 def _key(key: Any) -> tuple:
@@ -56,6 +91,16 @@ def _node(td: TensorDictBase, path: tuple) -> Any:
         if not isinstance(node, TensorDictBase):
             return None
     return entries(node)
+
+
+def _is_leaf(cls: type) -> bool:
+    """TensorDict leaves, non-tensor data included (so that it is refused, not silently skipped)."""
+    return not issubclass(cls, TensorDictBase) or getattr(cls, "_is_non_tensor", False)
+
+
+def leaf_keys(td: TensorDictBase) -> set[tuple]:
+    """Every leaf key of ``td`` as a tuple, non-tensor entries included."""
+    return {_key(k) for k in td.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf)}
 
 
 def _spec_layout(env: Any) -> dict:
@@ -112,17 +157,28 @@ class RolloutBuffer:
     """
 
     def __init__(self, env: Any, steps: int) -> None:
+        check_env(env, "RolloutBuffer")
         self.steps = check_steps(steps)
         self.batch_size = torch.Size(env.batch_size)
         self.device = normalize_device(env.device)
         self._nb = len(self.batch_size)
+        layout = _spec_layout(env)
+        per_step = sum(max(shape.numel(), 1) * dtype.itemsize for shape, dtype in layout.values()) * self.batch_size.numel()
+        ensure_fits(
+            per_step * self.steps,
+            self.device,
+            f"a rollout of steps={self.steps} for {self.batch_size.numel()} envs",
+            "Collect fewer steps per call (or fewer envs); call collect() repeatedly to go on.",
+        )
         self.data = TensorDict({}, batch_size=(*self.batch_size, self.steps), device=self.device)
-        for key, (shape, dtype) in _spec_layout(env).items():
+        for key, (shape, dtype) in layout.items():
             self.data.set(key, self._alloc(shape, dtype))
         self._layout: list[tuple[Any, torch.Size, torch.dtype]] | None = None
         self._parents: list[tuple] = []
         self._where: list[tuple[int, str]] = []
         self._columns: list[list[torch.Tensor]] = []
+        # collect()'s own cached buffers re-lay themselves out when a new policy writes other keys
+        self.relayout = False
 
     def _alloc(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
         return torch.zeros((*self.batch_size, self.steps, *shape), dtype=dtype, device=self.device)
@@ -144,12 +200,14 @@ class RolloutBuffer:
         """Copy transition ``td`` (batch ``[*B]``) into column ``t``; no allocation.
 
         ``check_keys`` also verifies that ``td`` has no key the buffer lacks (done on
-        the first step of each collection; the other steps check only the bound keys).
+        the first and the last step of each collection, so that an entry written from
+        step k on is refused rather than dropped; the other steps check only the bound
+        keys, which costs nothing extra).
         """
         if self._layout is None:
             self._bind(td)
         elif check_keys:
-            self.check_keys(td)
+            self.check_keys(td, t)
         nodes = [_node(td, path) for path in self._parents]
         sources = []
         for (key, shape, dtype), (parent, name) in zip(self._layout, self._where, strict=True):  # type: ignore[arg-type]
@@ -164,13 +222,31 @@ class RolloutBuffer:
             sources.append(value)
         torch._foreach_copy_(self._columns[t], sources)
 
-    def check_keys(self, td: TensorDictBase) -> None:
-        """Refuse a transition with keys the (bound) layout lacks: they would be dropped."""
-        extra = {_key(k) for k in td.keys(include_nested=True, leaves_only=True)} - {_key(k) for k in self.keys}
-        if extra:
+    def check_keys(self, td: TensorDictBase, t: int = 0) -> None:
+        """Refuse a transition (of step ``t``) with keys the bound layout lacks: they would be dropped.
+
+        Non-tensor entries count as keys (so they are refused, not skipped). With
+        :attr:`relayout` (collect's own cached buffer, eager), the first step of a
+        collection whose keys differ re-lays the buffer out for them instead.
+        """
+        keys = leaf_keys(td)
+        bound = {_key(k) for k in self.keys}
+        if keys == bound:
+            return
+        if t == 0 and self.relayout:
+            self._bind(td)  # a policy with other keys than the last one
+            return
+        extra = keys - bound
+        if extra and t == 0:
             raise RolloutError(
                 f"the transition has keys {sorted(extra)} that this RolloutBuffer was not laid out for (its layout "
                 "comes from the first transition it received). Use a new RolloutBuffer (or buffer=None) for this policy/env."
+            )
+        if extra:
+            raise RolloutError(
+                f"the transition of step {t} has keys {sorted(extra)} that the first step of this collection did not "
+                "have: the policy (or a transform) wrote them only from some step on. Every step must write the same "
+                "keys; write them on every step (e.g. zeros where there is nothing to say)."
             )
 
     @property
@@ -196,11 +272,12 @@ class RolloutBuffer:
 
     def _bind(self, td: TensorDictBase) -> None:
         nb, layout = self._nb, []
-        for key in td.keys(include_nested=True, leaves_only=True):
+        for key in td.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf):
             value = td.get(key)
-            if not isinstance(value, torch.Tensor):
+            if not isinstance(value, torch.Tensor) or getattr(type(value), "_is_non_tensor", False):
+                kind = type(getattr(value, "data", value)).__name__ if getattr(type(value), "_is_non_tensor", False) else type(value).__name__
                 raise RolloutError(
-                    f"transition entry {key!r} holds a {type(value).__name__}; a RolloutBuffer stores tensors only. "
+                    f"transition entry {key!r} holds a {kind}; a RolloutBuffer stores tensors only. "
                     "Keep non-tensor data out of the TensorDict the policy returns."
                 )
             if value.shape[:nb] != self.batch_size or value.device != self.device:
@@ -312,9 +389,13 @@ def run_loop(
 
 
 def _write_step(step: Callable, td: TensorDictBase, buffer: RolloutBuffer, t: int) -> TensorDictBase:
-    """One step from root ``td``, its transition written into column ``t``; returns the next root."""
+    """One step from root ``td``, its transition written into column ``t``; returns the next root.
+
+    The keys are compared on the first and the last step (an entry written from step k
+    on is an error, not dropped); the steps in between check only the bound keys.
+    """
     td, root = step(td)
-    buffer.write(t, td, check_keys=t == 0)
+    buffer.write(t, td, check_keys=t == 0 or t == buffer.steps - 1)
     return root
 
 
@@ -325,8 +406,11 @@ def rollout(env: Any, steps: int, policy: Policy | None = None, *, reset: bool =
     continue from the current root. The returned TensorDict is the caller's to keep
     (a new buffer per call, unlike :func:`gpu_envs.rollout.collect`).
     """
+    check_env(env, "rollout")
     steps = check_steps(steps)
+    check_policy(policy)
+    reset = as_bool(reset, "reset")
+    buffer = RolloutBuffer(env, steps)  # checked (memory) before the env is touched
     if reset or env.needs_reset:
         env.reset()
-    buffer = RolloutBuffer(env, steps)
     return run_loop(env, make_step(env, policy), buffer)

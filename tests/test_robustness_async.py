@@ -87,7 +87,7 @@ def test_a_hung_sub_env_times_out_naming_it_and_reset_restarts_the_workers(tmp_p
     text = str(err.value)
     assert "sub-env(s) 1 (pid" in text and "0 (pid" not in text and "step_timeout=1 s" in text and "env.reset()" in text
     assert not _wait_gone(old), "workers were not stopped after the timeout"
-    with pytest.raises(gpu_envs.EnvInterruptedError, match="interrupted mid-step"):
+    with pytest.raises(gpu_envs.InterruptedStepError, match="interrupted mid-step"):
         env.step(root)
     marker.unlink()
     td = env.reset(seed=0)  # new workers
@@ -144,7 +144,7 @@ def test_ctrl_c_while_waiting_is_recovered_by_reset_without_restarting_the_worke
         env.step(td)
     timer.join()
     assert env.backend._calls.phase == "wait"
-    with pytest.raises(gpu_envs.EnvInterruptedError, match=r"interrupted mid-step.*env\.reset\(\)"):
+    with pytest.raises(gpu_envs.InterruptedStepError, match=r"interrupted mid-step.*env\.reset\(\)"):
         env.step(td)  # never gymnasium's AlreadyPendingCallError
     td = env.reset(seed=0)  # drains the step in flight
     assert [p.pid for p in venv.processes] == pids and all(p.is_alive() for p in venv.processes)

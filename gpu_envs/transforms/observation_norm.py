@@ -45,6 +45,7 @@ from collections.abc import Sequence
 import torch
 from tensordict import TensorDictBase
 
+from gpu_envs.arguments import as_bool, as_number
 from gpu_envs.errors import InvalidArgumentError, SpecError
 from gpu_envs.specs import Box
 from gpu_envs.transforms.base import EnvSpecs, Transform
@@ -56,6 +57,10 @@ Key = str | tuple[str, ...]
 
 def _next(key: Key) -> tuple[str, ...]:
     return ("next", *key) if isinstance(key, tuple) else ("next", key)
+
+
+def _is_key(key: object) -> bool:
+    return isinstance(key, str) or (isinstance(key, tuple) and bool(key) and all(isinstance(k, str) for k in key))
 
 
 def _name(key: Key) -> str:
@@ -120,14 +125,17 @@ class ObservationNorm(Transform):
         super().__init__()
         if isinstance(keys, (str, tuple)):
             keys = [keys]
-        self._requested = None if keys is None else list(keys)
-        if not (isinstance(eps, (int, float)) and eps > 0):
-            raise InvalidArgumentError(f"ObservationNorm eps must be a number > 0, got {eps!r}.")
-        if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):
-            raise InvalidArgumentError(f"ObservationNorm clip must be a number > 0 or None, got {clip!r}.")
-        self.eps = float(eps)
-        self.clip = None if clip is None else float(clip)
-        self.frozen = bool(frozen)
+        if keys is not None:
+            keys = list(keys) if isinstance(keys, (list, set, frozenset)) else keys
+            if not isinstance(keys, list) or not keys or not all(_is_key(k) for k in keys):
+                raise InvalidArgumentError(
+                    f"ObservationNorm keys must be an observation key (a string, or a tuple of strings for nested "
+                    f"entries), a list of them, or None (every float key); got {keys!r}."
+                )
+        self._requested = None if keys is None else keys
+        self.eps = as_number(eps, "ObservationNorm eps", minimum=0.0, strict_minimum=True, allow_inf=False)
+        self.clip = None if clip is None else as_number(clip, "ObservationNorm clip", minimum=0.0, strict_minimum=True)
+        self.frozen = as_bool(frozen, "ObservationNorm frozen")
         self.keys: list[Key] = []
 
     # ------------------------------------------------------------------ setup

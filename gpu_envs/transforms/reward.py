@@ -13,12 +13,12 @@ Example::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDictBase
 
+from gpu_envs.arguments import as_number
 from gpu_envs.errors import InvalidArgumentError, SpecError
 from gpu_envs.specs import Box
 from gpu_envs.transforms.base import EnvSpecs, Transform
@@ -26,15 +26,6 @@ from gpu_envs.transforms.base import EnvSpecs, Transform
 __all__ = ["ClipReward", "RewardScale", "ScalarizeReward"]
 
 REWARD = ("next", "reward")
-
-
-def _number(value: object, what: str, allow_inf: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgumentError(f"{what} must be a number, got {value!r}.")
-    value = float(value)
-    if math.isnan(value) or (math.isinf(value) and not allow_inf):
-        raise InvalidArgumentError(f"{what} must be a {'non-NaN' if allow_inf else 'finite'} number, got {value}.")
-    return value
 
 
 def _reward_box(spec: object, who: str) -> Box:
@@ -59,8 +50,8 @@ class RewardScale(Transform):
 
     def __init__(self, scale: float, loc: float = 0.0) -> None:
         super().__init__()
-        self.scale = _number(scale, "RewardScale scale")
-        self.loc = _number(loc, "RewardScale loc")
+        self.scale = as_number(scale, "RewardScale scale", allow_inf=False)
+        self.loc = as_number(loc, "RewardScale loc", allow_inf=False)
 
     def setup(self, specs: EnvSpecs) -> EnvSpecs:
         specs = super().setup(specs)
@@ -86,8 +77,8 @@ class ClipReward(Transform):
 
     def __init__(self, low: float = -1.0, high: float = 1.0) -> None:
         super().__init__()
-        self.low = _number(low, "ClipReward low", allow_inf=True)
-        self.high = _number(high, "ClipReward high", allow_inf=True)
+        self.low = as_number(low, "ClipReward low")
+        self.high = as_number(high, "ClipReward high")
         if self.low > self.high:
             raise InvalidArgumentError(f"ClipReward needs low <= high, got low={self.low}, high={self.high}.")
 
@@ -123,6 +114,8 @@ class ScalarizeReward(Transform):
     def __init__(self, weights: Sequence[float] | torch.Tensor) -> None:
         super().__init__()
         try:
+            if torch.as_tensor(weights).dtype == torch.bool:
+                raise TypeError("bools are not weights")
             w = torch.as_tensor(weights, dtype=torch.float64).detach().cpu()
         except (TypeError, ValueError, RuntimeError):
             raise InvalidArgumentError(f"ScalarizeReward weights must be a sequence of numbers, got {weights!r}.") from None

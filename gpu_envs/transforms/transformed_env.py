@@ -32,7 +32,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.errors import InvalidArgumentError, ResetNeededError
+from gpu_envs.arguments import check_td
+from gpu_envs.errors import ActionError, InterruptedStepError, InvalidArgumentError, ResetNeededError
 from gpu_envs.rollout_loop import Policy, rollout
 from gpu_envs.specs.env_specs import BatchedSpecs
 from gpu_envs.state_dicts import copy_into, prefixed, under
@@ -92,6 +93,9 @@ class TransformedEnv(BatchedSpecs):
         self._inverting = [t for t in reversed(self.transforms) if type(t).inv is not Transform.inv]
         self._all_rows = torch.ones(env.num_envs, 1, dtype=torch.bool, device=env.device)
         self._needs_reset = True
+        # the call in progress; still set after one that did not finish (an exception or Ctrl-C
+        # escaped it): the transforms' state may then disagree with the env's, until a full reset
+        self._pending: str | None = None
 
     # ------------------------------------------------------------- properties
     @property
@@ -112,6 +116,11 @@ class TransformedEnv(BatchedSpecs):
         return self._needs_reset
 
     @property
+    def interrupted(self) -> str | None:
+        """The call that did not finish (``"step"``...), here or in the env below; ``None`` when consistent."""
+        return self._pending or getattr(self.env, "interrupted", None)
+
+    @property
     def generator(self) -> torch.Generator:
         """The env's generator (seeded by ``reset(seed=...)``), used for random actions."""
         return self.env.generator
@@ -124,17 +133,31 @@ class TransformedEnv(BatchedSpecs):
 
     # ------------------------------------------------------------------- API
     def reset(self, seed: int | None = None, td: TensorDictBase | None = None) -> TensorDictBase:
-        """Reset every row (or the rows of ``td["_reset"]``) and return the transformed root."""
-        root = self.env.reset(seed=seed, td=td)
-        mask = None if td is None or self._needs_reset else td.get("_reset", None)
+        """Reset every row (or the rows of ``td["_reset"]``) and return the transformed root.
+
+        After an interrupted call, every row is reset (a mask is not enough to make the
+        transforms' state consistent again).
+        """
+        full = self._needs_reset or self._pending is not None
+        previous, self._pending = self._pending, "reset"
+        try:
+            root = self.env.reset(seed=seed, td=None if full else td)
+        except BaseException:
+            if not getattr(self.env, "interrupted", None):  # refused before the env moved: nothing changed
+                self._pending = previous
+            raise
+        mask = None if full or td is None else td.get("_reset", None)
         mask = self._all_rows if mask is None else mask.view(self.num_envs, 1)
         for t in self.transforms:
             root = t.reset(root, mask)
         self._needs_reset = False
+        self._pending = None
         return root
 
     def root(self) -> TensorDictBase:
         """The current root TensorDict, through every transform's ``root``."""
+        if self._pending is not None:
+            self._refuse("root")
         root = self.env.root()
         for t in self.transforms:
             root = t.root(root)
@@ -142,19 +165,36 @@ class TransformedEnv(BatchedSpecs):
 
     def step(self, td: TensorDictBase) -> TensorDictBase:
         """Step with ``td["action"]`` (rewritten by the action transforms); returns ``td``."""
-        self._check_reset()
-        inner = self._inverse(td)
-        out = self.env.step(inner)
-        return self._forward(td, out)
+        if self._needs_reset or self._pending is not None:
+            self._refuse("step")
+        inner = self._inverse(td, "step")
+        self._pending = "step"
+        try:
+            out = self.env.step(inner)
+        except BaseException:
+            if not getattr(self.env, "interrupted", None):
+                self._pending = None
+            raise
+        td = self._forward(td, out)
+        self._pending = None
+        return td
 
     def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         """Step, then return ``(td, td_root)`` with both passed through the transforms."""
-        self._check_reset()
-        inner = self._inverse(td)
-        out, root = self.env.step_and_maybe_reset(inner)
+        if self._needs_reset or self._pending is not None:
+            self._refuse("step_and_maybe_reset")
+        inner = self._inverse(td, "step_and_maybe_reset")
+        self._pending = "step_and_maybe_reset"
+        try:
+            out, root = self.env.step_and_maybe_reset(inner)
+        except BaseException:
+            if not getattr(self.env, "interrupted", None):
+                self._pending = None
+            raise
         td = self._forward(td, out)
         for t in self.transforms:
             root = t.root(root)
+        self._pending = None
         return td, root
 
     def rollout(self, steps: int, policy: Policy | None = None, *, reset: bool = True) -> TensorDictBase:
@@ -183,13 +223,21 @@ class TransformedEnv(BatchedSpecs):
         self._needs_reset = False
 
     # --------------------------------------------------------------- helpers
-    def _check_reset(self) -> None:
-        if self._needs_reset:
-            raise ResetNeededError("step() was called before reset() on this TransformedEnv: call env.reset() first.")
+    def _refuse(self, call: str) -> None:
+        if self._pending is not None:
+            raise InterruptedStepError(
+                f"interrupted mid-step: this TransformedEnv's last {self._pending}() did not finish (an exception or "
+                f"Ctrl-C escaped it), so its transforms' state may disagree with the env's; {call}() is refused. "
+                "Call env.reset() first."
+            )
+        raise ResetNeededError(f"{call}() was called before reset() on this TransformedEnv: call env.reset() first.")
 
-    def _inverse(self, td: TensorDictBase) -> TensorDictBase:
+    def _inverse(self, td: TensorDictBase, call: str) -> TensorDictBase:
+        check_td(td, call)
         if not self._inverting:
             return td
+        if td.get("action", None) is None:
+            raise ActionError(f'td has no "action" entry: set td["action"] (e.g. env.action_spec.rand()) before {call}().')
         inner = td.copy()  # shallow: the caller's td keeps the policy's action
         for t in self._inverting:
             inner = t.inv(inner)

@@ -93,8 +93,8 @@ from gpu_envs.devices import normalize_device, resolve_device
 from gpu_envs.errors import (
     BackendError,
     ClosedEnvError,
-    EnvInterruptedError,
     GpuEnvsError,
+    InterruptedStepError,
     InvalidArgumentError,
     NotAnEnvError,
     StepTimeoutError,
@@ -225,7 +225,7 @@ class GymnasiumBackend(Backend):
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (StepTimeoutError, EnvInterruptedError):
+        except (StepTimeoutError, InterruptedStepError):
             self._stale = True  # a full reset drains or restarts the workers
             raise
         except GpuEnvsError:
@@ -265,7 +265,7 @@ class GymnasiumBackend(Backend):
             if not rows.any() and self._last_obs is not None:
                 return self._last_obs
             if self._stale and not rows.all():
-                raise EnvInterruptedError(
+                raise InterruptedStepError(
                     f"interrupted mid-step: a call of {self.describe()} did not finish; reset every env with env.reset()."
                 )
             options = {"reset_mask": rows.copy()} if not rows.all() else None
@@ -280,7 +280,7 @@ class GymnasiumBackend(Backend):
     def step(self, action: torch.Tensor) -> RawStep:
         if self._closed or self._broken is not None or self._stale:
             self.check_usable()
-            raise EnvInterruptedError(
+            raise InterruptedStepError(
                 f"interrupted mid-step: a call of {self.describe()} did not finish, so its sub-envs may be half-stepped. "
                 "Call env.reset() before stepping again."
             )

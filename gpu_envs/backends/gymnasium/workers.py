@@ -48,7 +48,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector.async_vector_env import AsyncState, _async_worker
 
-from gpu_envs.errors import BackendError, EnvInterruptedError, StepTimeoutError
+from gpu_envs.errors import BackendError, InterruptedStepError, StepTimeoutError
 
 __all__ = ["DEFAULT_STEP_TIMEOUT", "AsyncCalls", "AsyncState", "guarded_worker", "shutdown_async"]
 
@@ -197,7 +197,7 @@ class AsyncCalls:
 
     def _refuse(self, what: str) -> None:
         why = self.stopped or f"its last {self.call}() was interrupted before every worker had answered"
-        raise EnvInterruptedError(
+        raise InterruptedStepError(
             f"interrupted mid-step: {self.describe()} cannot run {what}: {why}. Call env.reset() (every env): it "
             "drains the answers in flight or restarts the workers."
         )

@@ -10,7 +10,13 @@ Examples::
 
 Each subcommand lives in its own module (``cmd_rollout``, ``cmd_check``, ``cmd_bench``,
 ``cmd_list``) with an ``add_parser(subparsers)`` and a ``run(args) -> exit code``.
-Errors raised on purpose (:class:`gpu_envs.GpuEnvsError`) print one line and exit 2.
+
+Exit codes and errors: a user error (a bad argument, an unknown env id, a missing
+library, an output path that cannot be written: any :class:`gpu_envs.GpuEnvsError` or
+argument-parsing error) is ONE line on stderr and exit status 2; an unexpected failure
+is one line and exit status 1; ``--debug`` (before or after the subcommand) shows the
+traceback instead. Ctrl-C during ``rollout`` or ``bench`` prints what was measured so far
+and exits 130, as shells expect.
 """
 
 from __future__ import annotations
@@ -18,21 +24,39 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from gpu_envs.cli import cmd_bench, cmd_check, cmd_list, cmd_rollout
+from gpu_envs.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE
 
-__all__ = ["build_parser", "main"]
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_USAGE", "build_parser", "main"]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the fix (``--help``), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _add_debug(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "--debug", action="store_true", default=default, help="show the full traceback of an error instead of one line"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gpu-envs",
         description="Batched RL environments as TensorDicts on the learner's device.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_debug(parser, False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
     for module in (cmd_rollout, cmd_check, cmd_bench, cmd_list):
         module.add_parser(sub)
+    for command in sub.choices.values():  # also after the subcommand; SUPPRESS keeps a --debug given before it
+        _add_debug(command, argparse.SUPPRESS)
     return parser
 
 
@@ -44,5 +68,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except GpuEnvsError as err:
-        print(f"gpu-envs: error: {err}", file=sys.stderr)
-        return 2
+        if args.debug:
+            raise
+        print(f"gpu-envs: error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("gpu-envs: interrupted.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as err:
+        if args.debug:
+            raise
+        print(
+            f"gpu-envs: unexpected error: {type(err).__name__}: {_one_line(err)} (run again with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())

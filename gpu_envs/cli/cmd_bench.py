@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpu_envs.cli.common import EXIT_INTERRUPTED
+
 NAMES = ("overhead", "gymnasium", "device", "rollout", "inbound", "interop")
 TIME_SUFFIXES = (("_us", 1e-6), ("_ms", 1e-3), ("_s", 1.0))
 RATE_SUFFIXES = ("_steps_per_s", "_per_s", "_sps")
@@ -308,6 +310,7 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, dict] = {}
     lines: list[dict] = []
     failed = []
+    interrupted = None
     for name in names:
         module = _load(name, directory)
         if module is None:
@@ -316,6 +319,9 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         try:
             result = module.run(quick=args.quick)
+        except KeyboardInterrupt:  # Ctrl-C: show what was measured so far
+            interrupted = name
+            break
         except Exception as err:  # one broken benchmark must not hide the others
             print(f"note: {name} failed: {type(err).__name__}: {err}", file=sys.stderr)
             failed.append(name)
@@ -331,13 +337,17 @@ def run(args: argparse.Namespace) -> int:
     if lines:
         print_table(f"gpu-envs bench{' --quick' if args.quick else ''}: speed of gpu_envs vs the raw envs and torchrl", lines)
     else:
-        print("no benchmark ran.")
+        print("no benchmark ran." if interrupted is None else "no benchmark finished.")
     if args.json:
-        save_json(args.json, {"benchmark": "suite", "quick": args.quick, "results": results, "table": lines})
+        save_json(args.json, {"benchmark": "suite", "quick": args.quick, "results": results, "table": lines, "interrupted": interrupted})
         print(f"saved {args.json}", file=sys.stderr)
-    if args.plot:
+    if args.plot and results:
         from gpu_envs.cli.bench_plot import plot_results
 
         plot_results(results, args.plot, machine_label())
         print(f"saved {args.plot}", file=sys.stderr)
+    if interrupted is not None:
+        done = ", ".join(results) or "none"
+        print(f"gpu-envs bench: interrupted during {interrupted}; finished: {done}.", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 1 if failed or not lines else 0

@@ -10,16 +10,21 @@ Under torchrun with ``--distributed`` every process rolls out its own shard of
 the end and rank 0 alone shows the progress bar and prints the job's global summary::
 
     torchrun --standalone --nproc_per_node=2 -m gpu_envs.cli rollout --distributed
+
+Ctrl-C stops the rollout: the summary of the chunks completed so far is printed and
+the exit status is 130 (under torchrun, each interrupted rank prints its own shard's:
+the collectives that merge them would need every rank).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import torch
 
-from gpu_envs.cli.common import add_env_arguments, make_env
+from gpu_envs.cli.common import EXIT_INTERRUPTED, add_env_arguments, make_env
 
 CHUNK = 32  # steps per collect() call: one progress update per chunk
 
@@ -54,40 +59,58 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     stats = EpisodeStats()
+    interrupted = False
     try:
         with TransformedEnv(make_env(args), stats) as env:
             main = env.rank == 0
             env.reset()
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             start = time.perf_counter()
+            done = 0
+            if main:
+                print(
+                    f"rolling out {env.num_envs} x {args.steps} steps of {args.env_id} on {env.device} "
+                    "(Ctrl-C stops and prints the summary so far)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             with Progress(*columns, console=console, transient=False, disable=not main) as progress:
                 label = f"{args.env_id} x{env.num_envs}" + (f" x{env.world_size} ranks" if env.world_size > 1 else "")
                 task = progress.add_task(label, total=args.steps)
-                done = 0
-                while done < args.steps:
-                    size = min(CHUNK, args.steps - done)
-                    collect(env, None, size)  # episodes carry over; the buffer is cached on env
-                    done += size
-                    progress.update(task, completed=done)
+                try:
+                    while done < args.steps:
+                        size = min(CHUNK, args.steps - done)
+                        collect(env, None, size)  # episodes carry over; the buffer is cached on env
+                        done += size
+                        progress.update(task, completed=done)
+                except KeyboardInterrupt:  # Ctrl-C: report the chunks completed so far
+                    interrupted = True
             if env.device.type == "cuda":
                 torch.cuda.synchronize(env.device)
-            elapsed = distributed.all_max(time.perf_counter() - start)  # the job is as slow as its slowest rank
-            distributed.sync_stats(stats)  # every rank's episodes, on every rank
+            elapsed = time.perf_counter() - start
+            # the collectives need every rank: an interrupted rank reports its own shard only
+            ranks = 1 if interrupted else env.world_size
+            if not interrupted:
+                elapsed = distributed.all_max(elapsed)  # the job is as slow as its slowest rank
+                distributed.sync_stats(stats)  # every rank's episodes, on every rank
             summary = stats.summary()
-            table = Table(title=f"gpu-envs rollout: {args.env_id} on {env.device}")
+            title = f"gpu-envs rollout: {args.env_id} on {env.device}"
+            if interrupted:
+                title += f" (interrupted after {done} of {args.steps} steps{', this rank' if env.world_size > 1 else ''})"
+            table = Table(title=title)
             table.add_column("metric")
             table.add_column("value", justify="right")
             table.add_row("backend", env.backend.describe())
-            if env.world_size > 1:
-                table.add_row("processes (ranks)", f"{env.world_size}")
-            total_envs = env.num_envs * env.world_size
-            table.add_row("envs x steps", f"{total_envs} x {args.steps}")
-            table.add_row("env-steps/s", f"{total_envs * args.steps / elapsed:,.0f}")
+            if ranks > 1:
+                table.add_row("processes (ranks)", f"{ranks}")
+            total_envs = env.num_envs * ranks
+            table.add_row("envs x steps", f"{total_envs} x {done}")
+            table.add_row("env-steps/s", "n/a" if done == 0 else f"{total_envs * done / elapsed:,.0f}")
             table.add_row("episodes finished", f"{summary.episodes}")
             table.add_row("mean episode return", "n/a" if summary.episodes == 0 else f"{summary.mean_return:.2f}")
             table.add_row("mean episode length", "n/a" if summary.episodes == 0 else f"{summary.mean_length:.1f}")
-        if main:
+        if main or interrupted:
             console.print(table)
     finally:
         distributed.shutdown()
-    return 0
+    return EXIT_INTERRUPTED if interrupted else 0

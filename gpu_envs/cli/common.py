@@ -1,4 +1,4 @@
-"""Arguments shared by the subcommands that build an env (``rollout``, ``check``)."""
+"""What the subcommands share: exit codes, and the arguments of those that build an env (``rollout``, ``check``)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import argparse
 from typing import Any
 
 DEFAULT_ENV = "CartPole-v1"
+EXIT_ERROR = 1  # an unexpected failure
+EXIT_USAGE = 2  # a user error: bad arguments, unknown env, missing library, unwritable path
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
 
 
 def add_env_arguments(parser: argparse.ArgumentParser, *, num_envs: int, steps: int, env_required: bool) -> None:
@@ -31,6 +34,8 @@ def make_env(args: argparse.Namespace) -> Any:
 
     if args.steps < 1:
         raise gpu_envs.InvalidArgumentError(f"--steps must be >= 1, got {args.steps}.")
+    if args.num_envs < 1:
+        raise gpu_envs.InvalidArgumentError(f"--num-envs must be >= 1, got {args.num_envs}.")
     return gpu_envs.make(
         args.env_id,
         num_envs=args.num_envs,
@@ -39,3 +44,4 @@ def make_env(args: argparse.Namespace) -> Any:
         seed=args.seed,
         distributed=getattr(args, "distributed", False),
     )
+

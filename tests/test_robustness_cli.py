@@ -1,0 +1,132 @@
+"""The CLI: a user error is one line on stderr and exit status 2; Ctrl-C prints what was measured, exit 130."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_envs.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["rollout", "--num-envs", "0", "--steps", "3"], ["--num-envs must be >= 1"]),
+        (["rollout", "--num-envs", "x"], ["--num-envs", "invalid int value", "--help"]),
+        (["rollout", "--device", "banana", "--steps", "3"], ["device='banana'", "'cpu'"]),
+        (["rollout", "--seed", "-1", "--steps", "3", "--device", "cpu"], ["seed=-1", "2**63 - 1"]),
+        (["rollout", "NoSuchEnv-v0", "--steps", "3"], ["unknown env id 'NoSuchEnv-v0'"]),
+        (["check", "CartPole-v1", "--backend", "nope"], ["unknown backend 'nope'"]),
+        (["bench", "--json", "/no/such/dir/x.json", "--only", "overhead"], ["/no/such/dir", "does not exist"]),
+        (["nosuchcommand"], ["invalid choice"]),
+        (["check"], ["ENV_ID"]),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_status_2(capsys, argv, words):
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's own errors exit from inside main
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for word in words:
+        assert word in err, (word, err)
+
+
+def test_bench_checks_its_output_path_before_running_anything(capsys, tmp_path, monkeypatch):
+    import gpu_envs.cli.cmd_bench as bench
+
+    monkeypatch.setattr(bench, "_load", lambda *a: pytest.fail("a benchmark ran before the output path was checked"))
+    assert main(["bench", "--json", str(tmp_path), "--only", "overhead"]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_debug_shows_the_traceback(capsys):
+    from gpu_envs.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError):
+        main(["--debug", "rollout", "--device", "banana", "--steps", "3"])
+    with pytest.raises(InvalidArgumentError):
+        main(["rollout", "--device", "banana", "--steps", "3", "--debug"])
+
+
+def test_an_unexpected_failure_is_one_line_with_the_way_to_the_traceback(capsys, monkeypatch):
+    import gpu_envs.cli.cmd_list as cmd_list
+
+    monkeypatch.setattr(cmd_list, "run", lambda args: {}["boom"])
+    parser_main = main(["list"])
+    err = capsys.readouterr().err
+    assert parser_main == 1 and "unexpected error: KeyError" in err and "--debug" in err and len(err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- Ctrl-C
+
+
+def _start(*args):
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpu_envs.cli", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def _wait_for(proc, text, limit=120.0):
+    deadline = time.monotonic() + limit
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            break
+        seen.append(line)
+        if text in line:
+            return seen
+    proc.kill()
+    pytest.fail(f"never saw {text!r}: {''.join(seen)}")
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_rollout_prints_the_summary_so_far_and_exits_130():
+    proc = _start("rollout", "--num-envs", "16", "--steps", "100000000", "--device", "cpu")
+    try:
+        _wait_for(proc, "rolling out")
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted after" in out and "episodes finished" in out and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_bench_prints_the_finished_benchmarks_and_saves_them(tmp_path):
+    path = tmp_path / "partial.json"
+    proc = _start("bench", "--quick", "--only", "overhead,gymnasium", "--json", str(path))
+    try:
+        _wait_for(proc, "overhead done", limit=300)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted during gymnasium" in err and "Traceback" not in err
+    assert [line.split()[:3] for line in out.splitlines() if line.startswith("overhead")]
+    saved = json.loads(path.read_text())
+    assert saved["interrupted"] == "gymnasium" and "overhead" in saved["results"]

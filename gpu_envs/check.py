@@ -34,7 +34,9 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from gpu_envs.arguments import MAX_SEED, as_int, as_seed
 from gpu_envs.errors import InvalidArgumentError
+from gpu_envs.rollout_loop import check_env as check_env_api
 from gpu_envs.specs import Composite, Spec
 
 __all__ = ["CheckReport", "CheckResult", "check_env"]
@@ -85,8 +87,15 @@ def check_env(env: Any, steps: int = 300, seed: int = 0, name: str | None = None
     The env is left reset, not closed. Transforms with running state (ObservationNorm's
     statistics) make two rollouts differ by design: check the env below them.
     """
-    if not isinstance(steps, int) or steps < 1:
-        raise InvalidArgumentError(f"steps must be an int >= 1, got {steps!r}.")
+    check_env_api(env, "check_env")
+    steps = as_int(steps, "steps", minimum=1)
+    seed = as_seed(seed)
+    if seed is None:
+        raise InvalidArgumentError("check_env needs a seed (an int >= 0): it compares two seeded rollouts.")
+    if seed + 1 + math.ceil(_RESET_SAMPLES / env.num_envs) > MAX_SEED:
+        raise InvalidArgumentError(f"check_env seed={seed} is too close to the largest seed {MAX_SEED}: it also uses the next few.")
+    if name is not None and not isinstance(name, str):
+        raise InvalidArgumentError(f"name must be a string (e.g. the env id) or None, got {type(name).__name__}.")
     backend = getattr(env, "backend", None)
     where = f"{backend.describe()} backend, " if backend is not None else ""
     title = f"check{f' {name}' if name else ''}: {where}{env.num_envs} envs on {env.device}, {steps} steps, seed {seed}"

@@ -204,3 +204,20 @@ def test_wrapping_a_batched_env_again_is_refused():
     env = gpu_envs.make("CartPole-v1", num_envs=2, device="cpu")
     _refused(gpu_envs.NotAnEnvError, "already has the BatchedEnv API", call=lambda: gpu_envs.wrap(env))
 
+
+
+def test_jax_seeds_above_2_32_are_not_folded_onto_small_ones():
+    pytest.importorskip("jax")
+    obs = {}
+    for seed in (0, 5, 2**32, 2**32 + 5):
+        env = gpu_envs.make("phys2d/CartPole-v1", num_envs=2, device="cpu")
+        obs[seed] = env.reset(seed=seed)["observation"]
+    assert not torch.equal(obs[0], obs[2**32]) and not torch.equal(obs[5], obs[2**32 + 5])
+    again = gpu_envs.make("phys2d/CartPole-v1", num_envs=2, device="cpu").reset(seed=2**32 + 5)["observation"]
+    assert torch.equal(again, obs[2**32 + 5])
+
+
+@pytest.mark.parametrize(("kwargs", "word"), [({"frame_skip": 0}, "frame_skip"), ({"frame_skip": 2.0}, "frame_skip"), ({"from_pixels": 1}, "from_pixels")])
+def test_single_gymnasium_env_options_are_checked(kwargs, word):
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=word):
+        gpu_envs.wrap(gym.make("CartPole-v1"), device="cpu", **kwargs)

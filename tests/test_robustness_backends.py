@@ -154,3 +154,15 @@ def test_a_dropped_env_frees_its_simulator():
     gpu_envs.wrap(inner).reset()
     gc.collect()
     gpu_envs.wrap(inner).reset()
+
+
+def test_one_isaac_lab_simulator_behind_two_envs_is_refused():
+    from tests.isaac_fakes import FakeIsaacDirectEnv
+
+    fake = FakeIsaacDirectEnv(2)
+    first = gpu_envs.wrap(fake)
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="already driven"):
+        gpu_envs.wrap(fake)
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="copy_obs"):
+        gpu_envs.wrap(FakeIsaacDirectEnv(2), copy_obs="yes")
+    first.close()

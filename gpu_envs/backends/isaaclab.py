@@ -50,9 +50,10 @@ from typing import Any
 
 import torch
 
-from gpu_envs.backends.base import Backend, ObsDict, RawStep
+from gpu_envs.arguments import as_bool, as_int
+from gpu_envs.backends.base import Backend, ObsDict, RawStep, claim_simulator
 from gpu_envs.backends.torch import check_same_step, flatten_obs, observation_spec_from_space
-from gpu_envs.devices import same_device
+from gpu_envs.devices import resolve_device, same_device
 from gpu_envs.errors import ClosedEnvError, DeviceMismatchError, NotAnEnvError, ObservationError, ResetMaskError
 from gpu_envs.specs import Composite, spec_from_gym
 
@@ -143,9 +144,10 @@ class IsaacLabBackend(Backend):
         base = env.unwrapped
         _refuse_unsupported(env, base)
         check_same_step(base)
+        copy_obs = as_bool(copy_obs, "copy_obs")
         self.env = env
         self.base = base
-        self.num_envs = int(_attr(env, "num_envs"))
+        self.num_envs = as_int(_attr(env, "num_envs"), f"{type(base).__name__}.num_envs", minimum=1)
         self.device = self._check_device(device)
         self.observation_spec: Composite = observation_spec_from_space(
             _attr(env, "single_observation_space"), self.device
@@ -158,11 +160,12 @@ class IsaacLabBackend(Backend):
         self._flat = all(isinstance(key, str) for key in self._keys)
         self.extras: dict = {}
         self._last_obs: ObsDict | None = None  # served when a partial reset names no row
+        claim_simulator(base, self)
 
     # ------------------------------------------------------------------ setup
     def _check_device(self, device: torch.device | str | None) -> torch.device:
         env_device = torch.device(_attr(self.env, "device"))
-        if device is None or same_device(torch.device(device), env_device):
+        if device is None or same_device(resolve_device(device), env_device):
             return env_device
         raise DeviceMismatchError(
             f"the Isaac Lab env {type(self.base).__name__} simulates on {env_device} but device={torch.device(device)} "

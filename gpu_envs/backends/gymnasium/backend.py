@@ -428,6 +428,11 @@ def wrap_single(
     **kwargs: Any,
 ) -> GymnasiumBackend:
     """A single ``gymnasium.Env`` as a batch of one (see the module docstring)."""
+    if getattr(env.unwrapped, "closed", False):
+        raise ClosedEnvError(f"this {type(env.unwrapped).__name__} was closed; build a new one to wrap.")
+    from_pixels = as_bool(from_pixels, "from_pixels")
+    pixels_only = as_bool(pixels_only, "pixels_only")
+    frame_skip = as_int(frame_skip, "frame_skip", minimum=1)
     env = _apply_wrappers(env, from_pixels, pixels_only, frame_skip)
     vector = gym.vector.SyncVectorEnv([lambda: env], copy=False, autoreset_mode=AutoresetMode.DISABLED)
     default_key = "pixels" if from_pixels and pixels_only else "observation"

@@ -138,7 +138,7 @@ class JaxBackend(Backend):
         self._all_rows = None
         self._check_structure(expose_info)
 
-        self._seed_keys = jax.jit(lambda seed: row_keys(seed, self.num_envs))
+        self._seed_keys = jax.jit(lambda seed: row_keys(seed[0], self.num_envs, seed[1]))
         self._init = jax.jit(lambda keys: self._pack_obs(*core.init(keys)))
         self._reset = jax.jit(lambda carry, keys, mask: self._pack_obs(*core.reset(carry, keys, mask)))
         self._step = jax.jit(self._step_impl)
@@ -222,7 +222,8 @@ class JaxBackend(Backend):
             seed = self._default_seed
             if seed is None:
                 seed = int(np.random.default_rng().integers(2**32))
-        seed_array = jax.device_put(np.uint32(int(seed) % 2**32), self._jax_device)
+        seed = int(seed)  # [0, 2**63): checked by BatchedEnv; the high word is folded in, never dropped
+        seed_array = jax.device_put(np.array([seed % 2**32, seed // 2**32], dtype=np.uint32), self._jax_device)
         return self._seed_keys(seed_array)
 
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:

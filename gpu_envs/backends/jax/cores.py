@@ -46,9 +46,15 @@ class Out(NamedTuple):
     info: dict
 
 
-def row_keys(seed: Any, num_envs: int) -> jax.Array:
-    """Per-row keys ``[N, 2]``: ``fold_in(PRNGKey(seed), i)`` for row ``i`` (independent of ``N``)."""
+def row_keys(seed: Any, num_envs: int, seed_high: Any = 0) -> jax.Array:
+    """Per-row keys ``[N, 2]``: ``fold_in(PRNGKey(seed), i)`` for row ``i`` (independent of ``N``).
+
+    ``seed`` is the low 32 bits of the seed; ``seed_high`` (the high 32 bits of a seed
+    >= 2**32) is folded into the base key when non-zero, so every seed in [0, 2**63)
+    gives its own keys and seeds below 2**32 keep theirs.
+    """
     base = jax.random.PRNGKey(seed)
+    base = jnp.where(jnp.asarray(seed_high) != 0, jax.random.fold_in(base, seed_high), base)
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_envs, dtype=jnp.uint32))
 
 

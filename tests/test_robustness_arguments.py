@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import gpu_envs
+import gpu_envs.specs
 from tests.fakes import CountingTorchVectorEnv
 
 
@@ -206,6 +207,7 @@ def test_wrapping_a_batched_env_again_is_refused():
 
 
 
+@pytest.mark.slow
 def test_jax_seeds_above_2_32_are_not_folded_onto_small_ones():
     pytest.importorskip("jax")
     obs = {}
@@ -221,3 +223,35 @@ def test_jax_seeds_above_2_32_are_not_folded_onto_small_ones():
 def test_single_gymnasium_env_options_are_checked(kwargs, word):
     with pytest.raises(gpu_envs.InvalidArgumentError, match=word):
         gpu_envs.wrap(gym.make("CartPole-v1"), device="cpu", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("call", "word"),
+    [
+        (lambda: gpu_envs.specs.Box(-1, 1, (-1,)), "shape"),
+        (lambda: gpu_envs.specs.Box(-1, 1, (2.5,)), "shape"),
+        (lambda: gpu_envs.specs.Box(-1, 1, (2,), device="banana"), "banana"),
+        (lambda: gpu_envs.make("CartPole-v1", num_envs=2, device="cpu").action_spec.rand(generator="x"), "generator"),
+    ],
+)
+def test_specs_refuse_bad_shapes_devices_and_generators(call, word):
+    with pytest.raises(gpu_envs.SpecError, match=word):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "word"),
+    [({"vector_kwargs": {"autoreset_mode": "bogus"}}, "bogus"), ({"vector_kwargs": "x"}, "vector_kwargs"), ({"wrappers": "x"}, "wrappers")],
+)
+def test_gymnasium_make_options_are_checked(kwargs, word):
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=word):
+        gpu_envs.make("CartPole-v1", device="cpu", backend="gymnasium", **kwargs)
+
+
+@pytest.mark.slow
+def test_jax_backend_options_are_checked():
+    pytest.importorskip("jax")
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="expose_info"):
+        gpu_envs.make("phys2d/CartPole-v1", num_envs=2, device="cpu", expose_info="x")
+    gymnax = pytest.importorskip("gymnax")
+    assert gpu_envs.wrap(gymnax.make("CartPole-v1"), num_envs=np.int64(2), device="cpu").num_envs == 2

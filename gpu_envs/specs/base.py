@@ -24,7 +24,10 @@ def as_device(device: DeviceLike) -> torch.device:
 
     Without CUDA, ``"cuda"`` stays as it is (a spec may describe a device this process lacks).
     """
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise SpecError(f"device={device!r} is not a device torch knows; use 'cpu', 'cuda' or 'cuda:<index>'.") from None
     return normalize_device(dev) if dev.type != "cuda" or torch.cuda.is_available() else dev
 
 
@@ -45,6 +48,8 @@ def _as_shape(args: tuple) -> torch.Size:
 
 def _check_generator(generator: torch.Generator | None, device: torch.device | None) -> None:
     # device None: a Composite over several devices, whose entries check for themselves
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise SpecError(f"generator must be a torch.Generator or None, got {type(generator).__name__}.")
     if generator is not None and device is not None and generator.device.type != device.type:
         raise SpecError(
             f"generator lives on {generator.device} but the spec on {device}; "

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from gpu_envs.errors import SpecError
-from gpu_envs.specs.base import DeviceLike, Spec, as_device, broadcast_per_env, short_text
+from gpu_envs.specs.base import DeviceLike, Spec, as_device, as_dims, broadcast_per_env, short_text
 from gpu_envs.specs.dtypes import FLOAT_DTYPES, INT_DTYPES, checked_dtype, numpy_dtype
 
 
@@ -61,7 +61,7 @@ class Box(Spec):
                     "broadcast together; pass bounds of the same shape or scalars."
                 ) from None
         else:
-            self.event_shape = torch.Size((shape,) if isinstance(shape, int) else shape)
+            self.event_shape = torch.Size(as_dims(shape))
         for name, t in (("low", lo), ("high", hi)):
             try:
                 fits = torch.broadcast_shapes(t.shape, self.event_shape) == self.event_shape

@@ -165,7 +165,7 @@ class GymnasiumPlugin:
                 wrappers=per_env,
                 **env_kwargs,
             )
-        except TypeError as err:
+        except (TypeError, ValueError) as err:
             raise InvalidArgumentError(
                 f"gymnasium could not build {env_id!r} with {sorted(k for k in env_kwargs if k != 'disable_env_checker')}: {err}. Pass only arguments the env "
                 f"accepts, plus the gymnasium backend's own: {sorted(_BACKEND_KWARGS + _PER_ENV_KWARGS)}, "

@@ -27,10 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from gpu_envs.arguments import as_bool, as_seed
 from gpu_envs.arrays import from_torch, jax_argument, jax_dtype_for, jax_reader
 from gpu_envs.backends.base import Backend, ObsDict, RawStep
 from gpu_envs.backends.jax.pack import PackedLayout
 from gpu_envs.backends.torch import observation_spec_from_space
+from gpu_envs.devices import resolve_device
 from gpu_envs.errors import DeviceMismatchError, ObservationError
 from gpu_envs.specs import Binary, Box, Composite, numpy_dtype, spec_from_gym, torch_dtype
 
@@ -120,13 +122,15 @@ class JaxBackend(Backend):
 
         from gpu_envs.backends.jax.cores import row_keys
 
+        seed = as_seed(seed)
+        expose_info = as_bool(expose_info, "expose_info")
         self.core = core
         self.num_envs = core.num_envs
         if device is None:
             self._jax_device = jax.devices()[0]
             self.device = _torch_device_of(self._jax_device)
         else:
-            self.device = torch.device(device)
+            self.device = resolve_device(device)
             self._jax_device = _jax_device(self.device)
         self.observation_spec = observation_spec_from_space(core.single_observation_space, self.device)
         self.action_spec = spec_from_gym(core.single_action_space, device=self.device)

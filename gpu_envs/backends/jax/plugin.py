@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from gpu_envs.arguments import as_int
 from gpu_envs.backends.base import Backend
 from gpu_envs.backends.jax.backend import JaxBackend, prepare_jax
 from gpu_envs.errors import InvalidArgumentError, NotAnEnvError
@@ -104,12 +105,13 @@ def _gymnax_params(env: Any, params: Any, overrides: Any) -> Any:
 
 
 def _check_num_envs(num_envs: Any) -> int:
-    if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
-        raise InvalidArgumentError(
-            f"num_envs must be an int >= 1, got {num_envs!r}: gymnax envs are single envs, "
-            "tell gpu_envs how many to batch, e.g. gpu_envs.wrap(gymnax.make('CartPole-v1'), num_envs=64)."
-        )
-    return num_envs
+    return as_int(
+        num_envs,
+        "num_envs",
+        minimum=1,
+        hint="gymnax envs are single envs: tell gpu_envs how many to batch, e.g. "
+        "gpu_envs.wrap(gymnax.make('CartPole-v1'), num_envs=64).",
+    )
 
 
 def wrap_jax(obj: Any, device: torch.device | None = None, *, num_envs: Any = None, env_params: Any = None, **kwargs: Any) -> JaxBackend:

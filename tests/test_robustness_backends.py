@@ -163,3 +163,18 @@ def test_one_isaac_lab_simulator_behind_two_envs_is_refused():
     with pytest.raises(gpu_envs.InvalidArgumentError, match="copy_obs"):
         gpu_envs.wrap(FakeIsaacDirectEnv(2), copy_obs="yes")
     first.close()
+
+
+def test_one_sb3_or_gym_env_behind_two_envs_is_refused_through_the_shims():
+    sb3 = pytest.importorskip("stable_baselines3")
+    venv = sb3.common.vec_env.DummyVecEnv([lambda: gym.make("CartPole-v1")] * 2)
+    first = gpu_envs.wrap(venv, device="cpu")
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="already driven"):
+        gpu_envs.wrap(sb3.common.vec_env.VecMonitor(venv), device="cpu")  # another SB3 wrapper, same envs
+    first.close()
+    old_gym = pytest.importorskip("gym")
+    single = old_gym.make("CartPole-v1")
+    kept = gpu_envs.wrap(single, device="cpu")
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="already driven"):
+        gpu_envs.wrap(single, device="cpu")
+    kept.close()

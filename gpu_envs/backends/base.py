@@ -195,9 +195,16 @@ def release_simulator(backend: Backend) -> None:
 
 
 def innermost(env: Any) -> Any:
-    """``env.unwrapped`` when it exists and works, else ``env`` itself."""
+    """The simulator behind ``env``: ``env.unwrapped`` when it exists and works, else ``env``.
+
+    An adapter object that stands for another library's env (the SB3 and gym shims) names
+    that env in its ``gpu_envs_simulator`` attribute, so wrapping the same foreign env
+    twice is caught through two different shims.
+    """
     try:
         inner = getattr(env, "unwrapped", env)
     except Exception:  # a wrapper whose property raises: claim the wrapper
-        return env
-    return env if inner is None else inner
+        inner = env
+    inner = env if inner is None else inner
+    foreign = getattr(inner, "gpu_envs_simulator", None)
+    return inner if foreign is None else innermost(foreign)

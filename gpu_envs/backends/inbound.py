@@ -53,7 +53,7 @@ def check_options(kwargs: dict, allowed: Iterable[str], where: str, backend: str
     if unknown:
         raise InvalidArgumentError(
             f"{where} got unknown keyword arguments {unknown}; the {backend} backend accepts {allowed} "
-            "(plus missing_obs_value and validate for the BatchedEnv)."
+            "(plus missing_obs_value, validate, watchdog_s and seed for the BatchedEnv)."
         )
 
 

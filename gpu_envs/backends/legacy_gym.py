@@ -44,6 +44,7 @@ import gymnasium
 import numpy as np
 import torch
 
+from gpu_envs.arguments import as_int
 from gpu_envs.backends.gymnasium import GymnasiumBackend
 from gpu_envs.backends.inbound import InboundPlugin, check_options, from_package
 from gpu_envs.errors import NotAnEnvError, ResetMaskError, UnsupportedSpaceError
@@ -127,6 +128,7 @@ class GymEnvShim(gymnasium.Env):
 
     def __init__(self, env: Any) -> None:
         self.env = env
+        self.gpu_envs_simulator = env  # what BatchedEnv claims: one gym env, one BatchedEnv
         self.observation_space = gymnasium_space(env.observation_space)
         self.action_space = gymnasium_space(env.action_space)
         self.metadata = dict(getattr(env, "metadata", None) or {})
@@ -151,7 +153,8 @@ class GymVectorEnvShim(gymnasium.vector.VectorEnv):
 
     def __init__(self, env: Any) -> None:
         self.env = env
-        self.num_envs = int(env.num_envs)
+        self.gpu_envs_simulator = env
+        self.num_envs = as_int(env.num_envs, f"{type(env).__name__}.num_envs", minimum=1)
         self.single_observation_space = gymnasium_space(env.single_observation_space)
         self.single_action_space = gymnasium_space(env.single_action_space)
         self.observation_space = gymnasium.vector.utils.batch_space(self.single_observation_space, self.num_envs)

@@ -43,6 +43,7 @@ import gymnasium
 import numpy as np
 import torch
 
+from gpu_envs.arguments import as_int
 from gpu_envs.backends.gymnasium import GymnasiumBackend
 from gpu_envs.backends.inbound import InboundPlugin, check_options, from_package
 from gpu_envs.errors import NotAnEnvError, ResetMaskError
@@ -71,7 +72,8 @@ class SB3VecEnvShim(gymnasium.vector.VectorEnv):
 
     def __init__(self, venv: Any) -> None:
         self.venv = venv
-        self.num_envs = n = int(venv.num_envs)
+        self.gpu_envs_simulator = venv  # what BatchedEnv claims: one VecEnv, one BatchedEnv
+        self.num_envs = n = as_int(venv.num_envs, f"{type(venv).__name__}.num_envs", minimum=1)
         self.single_observation_space = venv.observation_space
         self.single_action_space = venv.action_space
         self.observation_space = gymnasium.vector.utils.batch_space(venv.observation_space, n)
@@ -83,7 +85,7 @@ class SB3VecEnvShim(gymnasium.vector.VectorEnv):
         if options and "reset_mask" in options:
             raise ResetMaskError("Stable-Baselines3 VecEnvs reset all their envs or none; reset every env with env.reset().")
         if seed is not None:
-            self.venv.seed(int(seed))
+            self.venv.seed(int(seed))  # checked by BatchedEnv: an int in [0, 2**63)
         return self.venv.reset(), {}
 
     def step(self, actions: Any) -> tuple[Any, Any, np.ndarray, np.ndarray, dict]:

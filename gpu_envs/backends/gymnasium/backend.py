@@ -203,7 +203,7 @@ class GymnasiumBackend(Backend):
         self._closed = False
         self._broken: str | None = None  # why the env cannot be used any more
         self._stale = False  # a step failed half-way: only a full reset helps
-        claim_simulator(base.envs[0].unwrapped if single else innermost(env), self)
+        claim_simulator(innermost(base.envs[0]) if single else innermost(env), self)
         # last: it takes over the AsyncVectorEnv's reset/step/close (timeouts, recovery)
         self._calls = None if self._async is None else AsyncCalls(self._async, step_timeout, self.describe)
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from gpu_envs.arguments import as_bool, as_int, as_seed
-from gpu_envs.building import batched, build, check_kwargs, env_options, make_plugin, require_plugin
+from gpu_envs.building import MIN_BYTES_PER_ENV, batched, build, check_kwargs, env_options, make_plugin, require_plugin
 from gpu_envs.devices import default_device, resolve_device
 from gpu_envs.env import BatchedEnv
 from gpu_envs.envs.gymnasium_ids import register_gymnasium_ids
@@ -147,8 +147,8 @@ def make(
         backend_kwargs = _shard_kwargs(plugin, backend_kwargs, shard.env_index_offset(num_envs))
     per_env = getattr(plugin, "min_bytes_per_env", None)
     what = f"make({env_id!r}, num_envs={num_envs}, backend={plugin.name!r})"
-    if callable(per_env):
-        ensure_fits(num_envs * per_env(env_id), device, what, "Use fewer envs (num_envs), or a device with more memory.")
+    need = num_envs * (per_env(env_id) if callable(per_env) else MIN_BYTES_PER_ENV)
+    ensure_fits(need, device, what, "Use fewer envs (num_envs), or a device with more memory.")
     raw = build(what, lambda: plugin.make(env_id, num_envs, device, **backend_kwargs), device)
     env = batched(raw, owned=True, seed=seed, options=options)
     if shard is not None:

@@ -32,15 +32,28 @@ from collections.abc import Callable
 from typing import Any
 
 from gpu_envs.arguments import as_bool, describe, optional_seconds
+from gpu_envs.backends.base import release_simulator
 from gpu_envs.env import BatchedEnv
 from gpu_envs.errors import InvalidArgumentError, MissingComponentError, UnknownEnvError
 from gpu_envs.memory import is_out_of_memory
 from gpu_envs.registry import MAKE_ORDER, get_plugin, install_hint, plugins
 
-__all__ = ["ENV_OPTIONS", "batched", "build", "check_kwargs", "env_options", "make_plugin", "require_plugin"]
+__all__ = [
+    "ENV_OPTIONS",
+    "MIN_BYTES_PER_ENV",
+    "batched",
+    "build",
+    "check_kwargs",
+    "env_options",
+    "make_plugin",
+    "require_plugin",
+]
 
 # Keyword arguments consumed by BatchedEnv itself; the rest go to the backend.
 ENV_OPTIONS = ("missing_obs_value", "validate", "watchdog_s")
+# A lower bound of any env's memory per sub-env (its state, an observation, the done flags):
+# what make() checks when a backend cannot say more.
+MIN_BYTES_PER_ENV = 16
 
 
 def env_options(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -134,12 +147,15 @@ def batched(raw: Any, *, owned: bool, seed: int | None, options: dict[str, Any])
     """``BatchedEnv(raw, ...)``; if it refuses, ``raw`` is closed (``owned``) or released."""
     try:
         return BatchedEnv(raw, seed=seed, **options)
-    except BaseException:
+    except BaseException as err:
         if owned:
             raw.close()
         else:
-            from gpu_envs.backends.base import release_simulator
-
             release_simulator(raw)
+        if isinstance(err, Exception) and is_out_of_memory(err):
+            raise InvalidArgumentError(
+                f"{raw.num_envs} envs of {raw.describe()} do not fit in the memory of {raw.device} "
+                f"({type(err).__name__}). Use fewer envs (num_envs)."
+            ) from err
         raise
 

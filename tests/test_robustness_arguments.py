@@ -88,14 +88,17 @@ def test_wrap_checks_the_device_too():
 
 @pytest.mark.parametrize(
     ("backend", "kwargs"),
-    [("torch", {}), ("gymnasium", {}), ("gymnasium", {"vectorization": "async"})],
+    [("torch", {}), ("gymnasium", {}), ("gymnasium", {"vectorization": "async"}), ("jax", {})],
 )
 def test_num_envs_that_cannot_fit_is_refused_before_building(backend, kwargs):
     # 10**12 envs: the torch env would ask the allocator for terabytes, gymnasium would build
     # envs (and processes) until memory runs out; both must be refused up front, at once.
+    env_id = "phys2d/CartPole-v1" if backend == "jax" else "CartPole-v1"
+    if backend == "jax":
+        pytest.importorskip("jax")
     err = _refused(
         gpu_envs.InvalidArgumentError, "num_envs=1000000000000", "available", "fewer envs",
-        call=lambda: gpu_envs.make("CartPole-v1", num_envs=10**12, device="cpu", backend=backend, **kwargs),
+        call=lambda: gpu_envs.make(env_id, num_envs=10**12, device="cpu", backend=backend, **kwargs),
     )
     assert "bytes" not in str(err) or "TiB" in str(err)
 

@@ -261,9 +261,8 @@ class TorchVectorBackend(Backend):
         # the env's step_transition (module docstring), used once the env is known to speak torch
         self._transition = None if copy_buffers else transition_of(env)
         claim_simulator(innermost(env), self)
-        if self._reuse is not None:  # until decided: instance-level wrappers (the class methods after: no cost)
-            self.reset = self._reset_deciding
-            self.step = self._step_deciding
+        # step's one test: True while the framework is unknown or foreign, or reuse is still being decided
+        self._slow = True
 
     def describe(self) -> str:
         return f"torch({type(self.env).__name__})"
@@ -276,11 +275,15 @@ class TorchVectorBackend(Backend):
         obs, _info = self.env.reset(seed=seed, options=options)
         if self.framework is None:
             self.framework = framework_of(next(iter(flatten_obs(obs).values())))
-        return self._obs(self._tensors(obs))
+        out = self._obs(self._tensors(obs))
+        if self._reuse is not None:
+            out = self._watch_reset(out)
+        self._slow = self.framework != "torch" or self._reuse is not None
+        return out
 
     def step(self, action: torch.Tensor) -> RawStep:
-        if self.framework != "torch":
-            return self._foreign_step(action)
+        if self._slow:
+            return self._step_slow(action)
         if self._transition is not None:
             obs, reward, terminated, truncated, done, next_obs = self._transition(action)
             if self._single_tensor_obs and obs.__class__ is torch.Tensor:  # the common case, without the walk
@@ -293,19 +296,31 @@ class TorchVectorBackend(Backend):
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._raw_step(obs, reward, terminated, truncated, info)
 
+    def _step_slow(self, action: torch.Tensor) -> RawStep:
+        """A step of an env speaking another framework, or one of the first steps (reuse detection)."""
+        if self.framework != "torch":
+            raw = self._foreign_step(action)
+        else:
+            self._slow = False
+            try:
+                raw = self.step(action)
+            finally:
+                self._slow = True
+        if self._reuse is not None:
+            raw = self._watch_step(raw)
+        self._slow = self.framework != "torch" or self._reuse is not None
+        return raw
+
     # ------------------------------------------------------- reused output buffers
-    def _reset_deciding(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
-        """``reset`` while deciding (first calls): remember the env's outputs, hand out copies."""
-        obs = TorchVectorBackend.reset(self, seed, mask)
+    def _watch_reset(self, obs: ObsDict) -> ObsDict:
+        """While deciding (first calls): remember the env's outputs, hand out copies."""
         if self._reuse.reused("reset", list(obs.values())):
             self._copy_from_now_on()
         out = {key: _copy(value) for key, value in obs.items()}
         self._decided()
         return out
 
-    def _step_deciding(self, action: torch.Tensor) -> RawStep:
-        """``step`` while deciding: the same, for every tensor of the step."""
-        raw = TorchVectorBackend.step(self, action)
+    def _watch_step(self, raw: RawStep) -> RawStep:
         extra = [*(raw.final_obs or {}).values(), *(raw.next_obs or {}).values()]
         tensors = [*raw.obs.values(), *extra, raw.reward, raw.terminated, raw.truncated, raw.final_mask, raw.done]
         if self._reuse.reused("step", tensors):
@@ -331,7 +346,6 @@ class TorchVectorBackend(Backend):
     def _decided(self) -> None:
         if self.copy_buffers or not self._reuse.deciding:
             self._reuse = None
-            del self.reset, self.step  # back to the class methods: nothing more per call
 
     def _foreign_step(self, action: torch.Tensor) -> RawStep:
         """A step of an env that speaks CuPy/JAX/Warp/numpy arrays, through DLPack."""

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gpu_envs.arguments import as_bool, as_seed, optional_seconds
+from gpu_envs.arguments import as_bool, as_seed, check_td, optional_seconds
 from gpu_envs.backends.base import Backend, RawStep, release_simulator
 from gpu_envs.devices import normalize_device
 from gpu_envs.errors import (
@@ -86,8 +86,12 @@ class BatchedEnv(BatchedSpecs):
         backend: the adapter that talks to the simulator (see ``gpu_envs.backends``).
         missing_obs_value: placeholder for final observations a backend cannot give;
             ``None`` means NaN for floats, 0 for integers.
-        validate: check action values (ranges) on every step, at the cost of one host
-            sync per step. Metadata (shape, dtype, device) is always checked.
+        validate: check action values on every step, at the cost of one host sync per
+            step: Discrete/MultiDiscrete/Binary ranges, Box bounds and non-finite values.
+            Without it, action metadata (shape, dtype, device) is checked on every step,
+            Discrete values on the first step only, and Box values are handed to the env
+            as they are (the built-in Pendulum clips the torque as gymnasium's does; a NaN
+            action makes a NaN state until that row resets).
         seed: seed used by the first ``reset()`` that is given none.
         watchdog_s: if set, a ``reset``/``step`` call running longer than this many
             seconds writes the stacks of every thread to stderr (see
@@ -140,6 +144,14 @@ class BatchedEnv(BatchedSpecs):
         self._action_shape = self.action_spec.shape
         self._action_dtype = self.action_spec.dtype
         self._check_values = isinstance(self.action_spec, (Discrete, MultiDiscrete, Binary))
+        self._check_box = isinstance(self.action_spec, Box)
+        # backends that hand on tensors someone else made (user torch envs, Isaac Lab) get their
+        # outputs' metadata checked on every step, not only on the first (no host sync)
+        self._watch_outputs = not getattr(backend, "trusted_outputs", False)
+        self._obs_meta = {
+            key: (torch.Size((self.num_envs, *leaf.shape)), leaf.dtype)
+            for key, leaf in self.single_observation_spec.items(include_nested=True, leaves_only=True)
+        }
         self._false = torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
         # the flags of every root: one constant, never written (outputs are read-only)
         self._root_flags = {"done": self._false, "terminated": self._false, "truncated": self._false}
@@ -175,18 +187,29 @@ class BatchedEnv(BatchedSpecs):
         them again. Returns the root TensorDict ``[N]``.
         """
         self._check_open()
-        mask = None if td is None else td.get("_reset", None)
-        if mask is None or not self._ready:  # never reset, or a step was interrupted: all rows
+        if seed is not None:
+            seed = as_seed(seed)  # before anything moves: reset(seed=1.7) leaves the env as it was
+        mask = None
+        if td is not None:
+            check_td(td, "reset")
+            mask = td.get("_reset", None)
+            if mask is not None:
+                mask = self._check_reset_mask(mask)
+        if mask is None or not self._ready:  # never reset, or a call was interrupted: all rows
+            interrupted = not self._ready and not self._needs_reset
             if seed is None and self._needs_reset:
                 seed = self._default_seed
             self._ready = False
+            if interrupted:
+                self.backend.recover()  # e.g. drain or restart async workers left mid-call
             obs = self.backend.reset(seed=seed)
+            self._check_obs("reset", obs)
             if seed is not None:
                 self.generator.manual_seed(seed)
             self._final_obs.root_obs = obs
             self._needs_reset = False
         else:
-            self._partial_reset(self._check_reset_mask(mask), seed)
+            self._partial_reset(mask, seed)
         self._last_done = self._false
         self._ready = True
         return self.root()
@@ -208,16 +231,19 @@ class BatchedEnv(BatchedSpecs):
         todo = mask & ~self._last_done  # rows not already reset by the backend
         if self.backend.supports_partial_reset:
             # an all-False mask is a no-op for the backend: no host sync to find out
+            self._ready = False
             obs = self.backend.reset(seed=seed, mask=todo.view(self.num_envs))
         elif not bool(todo.any()):
             return
         elif bool(todo.all()):
+            self._ready = False
             obs = self.backend.reset(seed=seed)
         else:
             raise ResetMaskError(
                 f"the {self.backend.describe()} backend cannot reset a subset of its envs. "
                 "Reset all of them with env.reset(), or use an env that accepts a reset mask."
             )
+        self._check_obs("reset", obs)
         root = self._final_obs.root_obs
         self._final_obs.root_obs = {
             key: torch.where(todo.view((self.num_envs,) + (1,) * (value.dim() - 1)), value, root[key])
@@ -226,6 +252,8 @@ class BatchedEnv(BatchedSpecs):
 
     def root(self) -> TensorDict:
         """The current root TensorDict: what the next step acts on (episodes continue)."""
+        if not self._ready:
+            self._raise_not_ready("root")
         obs = self._final_obs.root_obs
         data = _nest(obs) if self._obs_nested else {**obs}
         data.update(self._root_flags)
@@ -258,7 +286,9 @@ class BatchedEnv(BatchedSpecs):
         and two dicts turned into TensorDicts without re-validation.
         """
         if not self._ready:
-            self._raise_not_ready()
+            self._raise_not_ready("step")
+        if td.__class__ is not TensorDict:
+            check_td(td, "step")  # a dict, None, a (td, root) tuple: refused before anything moves
         action = get_entry(td, "action")
         if (
             action.__class__ is not torch.Tensor
@@ -274,7 +304,9 @@ class BatchedEnv(BatchedSpecs):
         if self._first_step:
             self._check_raw(raw)
             self._first_step = False
-            self._check_values_now = self._check_values and self._validate
+            self._check_values_now = (self._check_values or self._check_box) and self._validate
+        elif self._watch_outputs:
+            self._check_outputs(raw)
         done = raw.done
         if done is None:  # flat [N] layout
             n = self.num_envs
@@ -321,17 +353,25 @@ class BatchedEnv(BatchedSpecs):
 
     @validate.setter
     def validate(self, value: bool) -> None:
-        self._validate = bool(value)
-        self._check_values_now = self._check_values and (self._validate or self._first_step)
+        self._validate = as_bool(value, "validate")
+        self._check_values_now = (self._check_values and (self._validate or self._first_step)) or (
+            self._check_box and self._validate
+        )
 
-    def _raise_not_ready(self) -> None:
+    @property
+    def interrupted(self) -> bool:
+        """True after a reset/step that did not finish (an exception or Ctrl-C escaped it), until ``reset()``."""
+        return not self._ready and not self._needs_reset and not self._closed
+
+    def _raise_not_ready(self, call: str) -> None:
         self._check_open()
         if self._needs_reset:
-            raise ResetNeededError("step() was called before reset(): call env.reset() first.")
+            raise ResetNeededError(f"{call}() was called before reset(): call env.reset() first.")
         self.backend.check_usable()  # a backend that knows it is dead says why
         raise InterruptedStepError(
-            "interrupted mid-step: the previous step raised before it completed, so the sub-envs may be half-stepped; "
-            "call env.reset()."
+            f"interrupted mid-step: the previous reset/step of this env raised (an exception or Ctrl-C) before it "
+            f"completed, so its state may disagree with the simulator's; {call}() is refused. Call env.reset(): it "
+            "resets every row and makes the env usable again."
         )
 
     def _check_action(self, action: Any) -> None:
@@ -345,11 +385,18 @@ class BatchedEnv(BatchedSpecs):
             raise ActionError(self._explain_action(action))
 
     def _check_action_values(self, action: torch.Tensor) -> None:
+        """Values in the spec's range (and finite, for a Box); one host sync."""
+        if self._check_box and action.dtype.is_floating_point and not bool(torch.isfinite(action).all()):
+            bad = int((~torch.isfinite(action)).sum())
+            raise ActionError(
+                f"the action holds {bad} non-finite value(s) (NaN or inf); {self.single_action_spec!r} needs finite "
+                "values. Check the policy's outputs (a NaN loss, a diverged network)."
+            )
         if not self.action_spec.contains(action):
             raise ActionError(
                 f"action values are outside {self.single_action_spec!r} "
                 f"(min {action.min().item()}, max {action.max().item()}). "
-                "Sample actions from env.action_spec or clamp them to its range."
+                "Sample actions from env.action_spec, or clamp them to its range (e.g. the ClipAction transform)."
             )
 
     def _explain_action(self, action: Any) -> str:
@@ -394,15 +441,56 @@ class BatchedEnv(BatchedSpecs):
         for name in names[1:]:
             if getattr(raw, name).dtype != torch.bool:
                 raise BackendError(f"{self.backend.describe()} returned {name} of dtype {getattr(raw, name).dtype}; expected torch.bool.")
-        sources = (("observation", raw.obs), ("final observation", raw.final_obs or {}), ("next observation", raw.next_obs or {}))
-        for source, obs in sources:
-            for key, value in obs.items():
-                leaf = self.single_observation_spec[key]
-                if tuple(value.shape) != (n,) + tuple(leaf.shape) or value.dtype != leaf.dtype or value.device != self.device:
-                    raise BackendError(
-                        f"{self.backend.describe()} returned {source} {key!r} with shape {tuple(value.shape)}, "
-                        f"{value.dtype} on {value.device}; its spec says {(n,) + tuple(leaf.shape)}, {leaf.dtype} on {self.device}."
-                    )
+        self._check_obs("step", raw.obs)
+        if raw.final_obs is not None:
+            self._check_obs("step", raw.final_obs, "final observation", partial=True)
+        if raw.next_obs is not None:
+            self._check_obs("step", raw.next_obs, "next observation")
+
+    def _check_obs(self, call: str, obs: Any, what: str = "observation", partial: bool = False) -> None:
+        """Observations of ``call`` against the spec: the keys, and each one's type, shape, dtype and device."""
+        if not isinstance(obs, dict):
+            raise BackendError(f"{self.backend.describe()}'s {call} returned {type(obs).__name__} {what}s; expected a dict of tensors.")
+        if not partial and obs.keys() != self._obs_meta.keys():
+            raise BackendError(
+                f"{self.backend.describe()}'s {call} returned {what} keys {sorted(map(str, obs))}; its observation spec "
+                f"declares {sorted(map(str, self._obs_meta))}."
+            )
+        for key, value in obs.items():
+            shape, dtype = self._obs_meta[key]
+            if not isinstance(value, torch.Tensor):
+                raise BackendError(
+                    f"{self.backend.describe()}'s {call} returned the {what} {key!r} as a {type(value).__name__}; "
+                    f"expected a torch.Tensor of shape {tuple(shape)}, {dtype} on {self.device}. Return tensors "
+                    "(or arrays with __dlpack__) from the env."
+                )
+            if value.shape != shape or value.dtype != dtype or value.device != self.device:
+                raise BackendError(
+                    f"{self.backend.describe()}'s {call} returned the {what} {key!r} with shape {tuple(value.shape)}, "
+                    f"{value.dtype} on {value.device}; its spec says {tuple(shape)}, {dtype} on {self.device}. Make the "
+                    "env's outputs match its single_observation_space (and num_envs), on every call."
+                )
+
+    def _check_outputs(self, raw: RawStep) -> None:
+        """Every step after the first, for backends handing on tensors they did not make: metadata only.
+
+        A changed shape could broadcast silently in the final-observation swap, a changed
+        dtype would promote; flags and rewards that cannot be viewed as ``[N, 1]`` raise
+        anyway, so only their dtypes are compared here. No value is read: no host sync.
+        """
+        meta = self._obs_meta
+        try:
+            for source in (raw.obs, raw.final_obs, raw.next_obs):
+                if source is not None:
+                    for key, value in source.items():
+                        shape, dtype = meta[key]
+                        if value.shape != shape or value.dtype != dtype:
+                            raise ValueError(key)
+            if raw.terminated.dtype != torch.bool or raw.truncated.dtype != torch.bool:
+                raise ValueError("flags")
+        except (AttributeError, KeyError, ValueError):
+            self._check_raw(raw)  # says exactly what changed
+            raise BackendError(f"{self.backend.describe()} changed its step outputs after the first step.") from None
 
     def _check_open(self) -> None:
         if self._closed:

@@ -101,6 +101,10 @@ class Backend(ABC):
     """
 
     name: str = "backend"
+    # True when every tensor the backend returns is one it made itself, in the layout of its
+    # specs (the gymnasium and JAX backends, the built-in envs): BatchedEnv then checks the
+    # outputs' metadata on the first step only, instead of on every step.
+    trusted_outputs: bool = False
     num_envs: int
     device: torch.device
     observation_spec: Composite

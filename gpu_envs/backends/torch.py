@@ -86,6 +86,7 @@ from gpu_envs.devices import resolve_device as check_device
 from gpu_envs.devices import same_device
 from gpu_envs.errors import (
     AutoresetModeError,
+    BackendError,
     DeviceMismatchError,
     InvalidArgumentError,
     NotAnEnvError,
@@ -261,6 +262,10 @@ class TorchVectorBackend(Backend):
         # the env's step_transition (module docstring), used once the env is known to speak torch
         self._transition = None if copy_buffers else transition_of(env)
         claim_simulator(innermost(env), self)
+        from gpu_envs.envs import BUILTIN_ENVS
+
+        # the built-in envs' outputs are ours, in the layout of their specs; a user env's are checked every step
+        self.trusted_outputs = type(env) in BUILTIN_ENVS.values()
         # step's one test: True while the framework is unknown or foreign, or reuse is still being decided
         self._slow = True
 
@@ -285,7 +290,11 @@ class TorchVectorBackend(Backend):
         if self._slow:
             return self._step_slow(action)
         if self._transition is not None:
-            obs, reward, terminated, truncated, done, next_obs = self._transition(action)
+            out = self._transition(action)
+            try:
+                obs, reward, terminated, truncated, done, next_obs = out
+            except (TypeError, ValueError):
+                raise self._bad_output("step_transition", out, 6) from None
             if self._single_tensor_obs and obs.__class__ is torch.Tensor:  # the common case, without the walk
                 obs = {"observation": obs}
                 next_obs = None if next_obs is None else {"observation": next_obs}
@@ -293,7 +302,11 @@ class TorchVectorBackend(Backend):
                 obs = self._obs(obs)
                 next_obs = None if next_obs is None else self._obs(next_obs, "next_obs")
             return RawStep(obs, reward, terminated, truncated, None, None, NO_INFO, done, next_obs)
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        out = self.env.step(action)
+        try:
+            obs, reward, terminated, truncated, info = out
+        except (TypeError, ValueError):
+            raise self._bad_output("step", out, 5) from None
         return self._raw_step(obs, reward, terminated, truncated, info)
 
     def _step_slow(self, action: torch.Tensor) -> RawStep:
@@ -310,6 +323,19 @@ class TorchVectorBackend(Backend):
             raw = self._watch_step(raw)
         self._slow = self.framework != "torch" or self._reuse is not None
         return raw
+
+    def _bad_output(self, call: str, out: Any, want: int) -> BackendError:
+        got = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"a {type(out).__name__}"
+        what = (
+            "(obs, reward, terminated, truncated, info), gymnasium >= 0.26's API"
+            if want == 5
+            else "(obs, reward, terminated, truncated, done, next_obs)"
+        )
+        return BackendError(
+            f"{type(self.env).__name__}.{call}() returned {got}; a torch vector env returns the {want} values "
+            f"{what}. An env written for gym < 0.26 returns 4 (obs, reward, done, info): split done into "
+            "terminated and truncated."
+        )
 
     # ------------------------------------------------------- reused output buffers
     def _watch_reset(self, obs: ObsDict) -> ObsDict:
@@ -349,7 +375,11 @@ class TorchVectorBackend(Backend):
 
     def _foreign_step(self, action: torch.Tensor) -> RawStep:
         """A step of an env that speaks CuPy/JAX/Warp/numpy arrays, through DLPack."""
-        obs, reward, terminated, truncated, info = self.env.step(from_torch(action, self.framework))
+        out = self.env.step(from_torch(action, self.framework))
+        try:
+            obs, reward, terminated, truncated, info = out
+        except (TypeError, ValueError):
+            raise self._bad_output("step", out, 5) from None
         key, final, final_mask = final_obs_in(info)
         info = {} if final is None else {key: self._tensors(final)}
         if final_mask is not None:

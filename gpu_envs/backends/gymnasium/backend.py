@@ -129,6 +129,7 @@ class GymnasiumBackend(Backend):
 
     name = "gymnasium"
     supports_partial_reset = True
+    trusted_outputs = True  # every tensor comes out of its own staging, laid out from the specs
     # Staging mode: None picks by device (packed buffer + one transfer off the CPU); tests
     # set True to run the packed path on the CPU.
     staging_packed: bool | None = None

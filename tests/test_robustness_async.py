@@ -29,19 +29,16 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class HangingEnv(CountingEnv):
-    """CountingEnv whose ``step`` number ``hang_at`` sleeps for ten minutes while ``marker`` exists."""
+class HangingEnv(SlowEnv):
+    """CountingEnv whose step number ``hang_at`` sleeps for ten minutes while the file ``marker`` exists."""
 
     def __init__(self, index: int, hang_at: int = 0, marker: str = "") -> None:
-        super().__init__(index)
-        self.hang_at = hang_at
-        self.marker = marker
-        self.calls = 0
+        super().__init__(index, delay=0.0)
+        self.hang_at, self.marker, self.calls = hang_at, marker, 0
 
     def step(self, action):
         self.calls += 1
-        if self.calls == self.hang_at and os.path.exists(self.marker):
-            time.sleep(600)
+        self.delay = 600.0 if self.calls == self.hang_at and os.path.exists(self.marker) else 0.0
         return super().step(action)
 
 

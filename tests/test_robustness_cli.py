@@ -98,17 +98,23 @@ def _wait_for(proc, text, limit=120.0):
     pytest.fail(f"never saw {text!r}: {''.join(seen)}")
 
 
-@pytest.mark.slow
-def test_ctrl_c_during_rollout_prints_the_summary_so_far_and_exits_130():
-    proc = _start("rollout", "--num-envs", "16", "--steps", "100000000", "--device", "cpu")
+def _interrupt(args, after, delay, limit):
+    """Run ``gpu-envs *args``, send SIGINT ``delay`` s after stderr shows ``after``; ``(proc, out, err)``."""
+    proc = _start(*args)
     try:
-        _wait_for(proc, "rolling out")
-        time.sleep(2.0)
+        _wait_for(proc, after, limit=limit)
+        time.sleep(delay)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=limit)
     finally:
         if proc.poll() is None:
             proc.kill()
+    return proc, out, err
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_rollout_prints_the_summary_so_far_and_exits_130():
+    proc, out, err = _interrupt(("rollout", "--num-envs", "16", "--steps", "100000000", "--device", "cpu"), "rolling out", 2.0, 120)
     assert proc.returncode == 130, err
     assert "interrupted after" in out and "episodes finished" in out and "Traceback" not in err
 
@@ -116,17 +122,10 @@ def test_ctrl_c_during_rollout_prints_the_summary_so_far_and_exits_130():
 @pytest.mark.slow
 def test_ctrl_c_during_bench_prints_the_finished_benchmarks_and_saves_them(tmp_path):
     path = tmp_path / "partial.json"
-    proc = _start("bench", "--quick", "--only", "overhead,gymnasium", "--json", str(path))
-    try:
-        _wait_for(proc, "overhead done", limit=300)
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    args = ("bench", "--quick", "--only", "overhead,gymnasium", "--json", str(path))
+    proc, out, err = _interrupt(args, "overhead done", 1.0, 300)
     assert proc.returncode == 130, err
     assert "interrupted during gymnasium" in err and "Traceback" not in err
-    assert [line.split()[:3] for line in out.splitlines() if line.startswith("overhead")]
+    assert [line.split()[:3] for line in out.splitlines() if line.split()[:1] == ["overhead"]]
     saved = json.loads(path.read_text())
     assert saved["interrupted"] == "gymnasium" and "overhead" in saved["results"]

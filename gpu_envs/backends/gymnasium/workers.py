@@ -168,30 +168,25 @@ class AsyncCalls:
 
     # ------------------------------------------------------------------ calls
     def step(self, actions: Any) -> Any:
-        env = self.env
         if self.phase is not None or self.stopped is not None:
             self._refuse("step")
-        self.call, self.phase = "step", "send"
-        env.step_async(actions)
-        self.phase = "wait"
-        self._await_answers()
-        self.phase = "read"
-        out = env.step_wait()
-        self.phase = None
-        return out
+        return self._run("step", self.env.step_async, (actions,), self.env.step_wait)
 
     def reset(self, *, seed: Any = None, options: Any = None) -> Any:
-        env = self.env
         if self.pending:
             if options is not None and "reset_mask" in options:
                 self._refuse("a partial reset")
             self.recover()
-        self.call, self.phase = "reset", "send"
-        env.reset_async(seed=seed, options=options)
+        return self._run("reset", self.env.reset_async, (seed, options), self.env.reset_wait)
+
+    def _run(self, call: str, send: Callable, args: tuple, read: Callable) -> Any:
+        """``send(*args)``, wait for every answer (``step_timeout``), ``read()``; the phase recorded all along."""
+        self.call, self.phase = call, "send"
+        send(*args)
         self.phase = "wait"
         self._await_answers()
         self.phase = "read"
-        out = env.reset_wait()
+        out = read()
         self.phase = None
         return out
 

@@ -170,7 +170,9 @@ def test_partial_reset(case):
 def test_bad_input(case):
     _, env = case
     with pytest.raises(gpu_envs.DeviceMismatchError, match=r"cfg\.sim\.device"):
-        gpu_envs.wrap(env.backend.env, device="cuda")
+        gpu_envs.wrap(env.backend.env, device="meta")  # a device this torch has, not the simulation's
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="already driven by another BatchedEnv"):
+        gpu_envs.wrap(env.backend.env)  # the same live simulation behind a second BatchedEnv
     td = env.reset()
     for shape in ((NUM_ENVS,), (NUM_ENVS, 1, 1)):
         td["action"] = torch.zeros(shape)

@@ -480,13 +480,17 @@ class BatchedEnv(BatchedSpecs):
         """
         meta = self._obs_meta
         try:
-            for source in (raw.obs, raw.final_obs, raw.next_obs):
-                if source is not None:
-                    for key, value in source.items():
+            for key, value in raw.obs.items():
+                shape, dtype = meta[key]
+                if value.shape != shape or value.dtype is not dtype:
+                    raise ValueError(key)
+            for extra in (raw.final_obs, raw.next_obs):
+                if extra is not None:
+                    for key, value in extra.items():
                         shape, dtype = meta[key]
-                        if value.shape != shape or value.dtype != dtype:
+                        if value.shape != shape or value.dtype is not dtype:
                             raise ValueError(key)
-            if raw.terminated.dtype != torch.bool or raw.truncated.dtype != torch.bool:
+            if raw.terminated.dtype is not torch.bool or raw.truncated.dtype is not torch.bool:
                 raise ValueError("flags")
         except (AttributeError, KeyError, ValueError):
             self._check_raw(raw)  # says exactly what changed

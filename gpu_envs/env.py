@@ -22,7 +22,18 @@ the per-env specs the backend declares are ``env.single_*_spec`` (gymnasium's
 
 The hot path (``step``, ``step_and_maybe_reset``) never synchronises with the host:
 action checks look at metadata only (shape, dtype, device); value checks (a Discrete
-action out of range) run on the first step, or on every step with ``validate=True``.
+action out of range; Box bounds and NaN with ``validate``) run on the first step
+(Discrete), or on every step with ``validate=True``.
+
+Failures leave the env in a known state. Arguments (a seed, the TensorDict, the action)
+are checked before anything moves, so a refused call leaves the env exactly as it was.
+An exception or Ctrl-C escaping a reset or a step after the simulator was called leaves
+the env marked (one flag, cleared when the call completes): every later call raises
+:class:`~gpu_envs.errors.InterruptedStepError` until ``reset()``, which resets all rows
+and lets the backend recover first (async gymnasium workers: answers in flight drained,
+or the workers restarted). Outputs are validated on every reset and on the first step;
+backends that pass on tensors they did not make get their metadata compared on every
+step too (no host sync).
 
 Example::
 

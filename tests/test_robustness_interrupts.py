@@ -287,3 +287,24 @@ def test_sigint_at_random_times_leaves_the_env_marked_or_consistent(kind, trials
     finally:
         env.close()
     assert outcomes["marked"] + outcomes["consistent"] == trials
+
+
+def test_to_gymnasium_recovers_an_interrupted_env_with_any_reset():
+    from gpu_envs.interop import to_gymnasium
+
+    sim = FaultyEnv(fail_at=2, where="after", error=KeyboardInterrupt)
+    envs = to_gymnasium(gpu_envs.wrap(sim), autoreset_mode="same_step")  # obs = the simulator's, every step
+    envs.reset(seed=0)
+    actions = np.zeros(N, dtype=np.int64)
+    envs.step(actions)
+    with pytest.raises(KeyboardInterrupt):
+        envs.step(actions)
+    with pytest.raises(gpu_envs.InterruptedStepError):
+        envs.step(actions)
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="seed"):
+        envs.reset(seed=-1)  # ours, not gymnasium's seeding error, and nothing moved
+    obs, _ = envs.reset(options={"reset_mask": np.array([True, False, False, False])})  # every row, after all
+    np.testing.assert_array_equal(obs, sim._obs().numpy())
+    assert (sim.t == 0).all()
+    obs, *_ = envs.step(actions)
+    np.testing.assert_array_equal(obs, sim._obs().numpy())

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from gpu_envs.arguments import as_seed
 from gpu_envs.errors import AutoresetModeError, InvalidArgumentError, ResetMaskError, ResetNeededError
 from gpu_envs.interop.conversions import (
     Key,
@@ -163,11 +164,11 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         """Reset every row, or the rows of ``options["reset_mask"]`` (``[N]`` bool); returns ``(obs, {})``."""
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        if isinstance(seed, (list, tuple, np.ndarray)):
             raise InvalidArgumentError(
                 f"seed must be one int (gpu_envs seeds the whole batch from it) or None; got {seed!r}."
             )
-        seed = None if seed is None else int(seed)
+        seed = as_seed(seed)  # an int >= 0, numpy ints included, on every backend alike
         super().reset(seed=seed)
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
@@ -176,7 +177,8 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
                 f"reset options {sorted(options)} are not supported: gpu_envs envs take only 'reset_mask'. "
                 "Pass per-env settings when building the env (gpu_envs.make(..., **kwargs))."
             )
-        if mask is None or self._root is None:
+        if mask is None or self._root is None or getattr(self.env, "interrupted", False):
+            # (after an interrupted step the env resets every row: the adapter forgets its pending ones too)
             root = self.env.reset(seed=seed)
             self._pending, self._pending_host = self._no_rows, np.zeros(self.num_envs, dtype=bool)
         else:

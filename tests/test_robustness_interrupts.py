@@ -308,3 +308,23 @@ def test_to_gymnasium_recovers_an_interrupted_env_with_any_reset():
     assert (sim.t == 0).all()
     obs, *_ = envs.step(actions)
     np.testing.assert_array_equal(obs, sim._obs().numpy())
+
+
+def test_to_torchrl_checks_seeds_when_set_and_its_reset_recovers_an_interrupted_env():
+    pytest.importorskip("torchrl")
+    from gpu_envs.interop import to_torchrl
+
+    sim = FaultyEnv(fail_at=2, where="after", error=KeyboardInterrupt)
+    env = to_torchrl(gpu_envs.wrap(sim))
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="seed"):
+        env.set_seed(-1)
+    td = env.reset()
+    td["action"] = torch.zeros(N, dtype=torch.long)
+    env.step(td)  # torchrl's step: the adapter remembers which rows ended (none yet)
+    td["action"] = torch.zeros(N, dtype=torch.long)
+    with pytest.raises(KeyboardInterrupt):
+        env.step(td)
+    # torchrl's maybe_reset naming no new row would serve the cached root: not after an interruption
+    env.reset(TensorDict({"_reset": torch.zeros(N, 1, dtype=torch.bool)}, batch_size=[N]))
+    assert (sim.t == 0).all()  # the gpu_envs env below reset every row
+    _consistent(env.env, sim)

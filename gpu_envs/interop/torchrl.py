@@ -46,6 +46,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from gpu_envs.arguments import as_seed
 from gpu_envs.errors import SpecError
 from gpu_envs.interop.conversions import check_env
 from gpu_envs.interop.libraries import require
@@ -162,7 +163,7 @@ class TorchRLEnv(torchrl_envs.EnvBase):
         seed, self._seed = self._seed, None
         mask = None if tensordict is None else tensordict.get("_reset", None)
         last_done, self._last_done = self._last_done, None
-        if mask is not None and last_done is not None and seed is None:
+        if mask is not None and last_done is not None and seed is None and not getattr(self.env, "interrupted", False):
             # torchrl's maybe_reset after a step: the rows that ended are already reset
             already = not bool((mask.view_as(last_done) & ~last_done).any())
             if already:
@@ -199,8 +200,8 @@ class TorchRLEnv(torchrl_envs.EnvBase):
         return tensordict, root
 
     def _set_seed(self, seed: int | None) -> None:
-        """Seed the next reset (torchrl's ``env.set_seed(seed)``)."""
-        self._seed = seed
+        """Seed the next reset (torchrl's ``env.set_seed(seed)``); checked now, as every seed is."""
+        self._seed = as_seed(seed)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         self.is_closed = True

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import gpu_envs
+import gpu_envs.envs
 import gpu_envs.specs
 from tests.fakes import CountingTorchVectorEnv
 
@@ -258,3 +259,20 @@ def test_jax_backend_options_are_checked():
         gpu_envs.make("phys2d/CartPole-v1", num_envs=2, device="cpu", expose_info="x")
     gymnax = pytest.importorskip("gymnax")
     assert gpu_envs.wrap(gymnax.make("CartPole-v1"), num_envs=np.int64(2), device="cpu").num_envs == 2
+
+
+@pytest.mark.parametrize(
+    ("call", "word"),
+    [
+        (lambda: gpu_envs.envs.CartPoleEnv(2, seed=-1), "seed=-1"),
+        (lambda: gpu_envs.envs.PendulumEnv(2).reset(seed=-1), "seed=-1"),
+        (lambda: gym.make_vec("gpu_envs/CartPole-v1", num_envs=2).reset(seed=-1), "seed=-1"),
+        (lambda: gpu_envs.envs.CartPoleEnv(2, max_episode_steps=2.5), "max_episode_steps"),
+        (lambda: gpu_envs.make("CartPole-v1", device="cpu", max_episode_steps=2.5), "max_episode_steps"),
+        (lambda: gpu_envs.envs.CartPoleEnv(2, expose_final_obs="no"), "expose_final_obs"),
+        (lambda: gpu_envs.envs.CartPoleEnv(True), "num_envs"),
+    ],
+)
+def test_built_in_envs_used_directly_follow_the_same_rules(call, word):
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=word):
+        call()

@@ -38,7 +38,9 @@ import gymnasium
 import numpy as np
 import torch
 
+from gpu_envs.arguments import as_bool, as_int, as_seed
 from gpu_envs.arrays import to_torch
+from gpu_envs.devices import resolve_device
 from gpu_envs.envs.counter_rng import CounterRNG
 from gpu_envs.errors import ClosedEnvError, InvalidArgumentError, ResetMaskError, ResetNeededError
 from gpu_envs.state_dicts import copy_into
@@ -89,19 +91,14 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
     ) -> None:
         if max_episode_steps is None:
             max_episode_steps = self.default_max_episode_steps
-        if int(num_envs) < 1:
-            raise InvalidArgumentError(f"num_envs must be >= 1, got {num_envs}.")
-        if int(max_episode_steps) < 1:
-            raise InvalidArgumentError(f"max_episode_steps must be >= 1, got {max_episode_steps}.")
-        if isinstance(env_index_offset, bool) or not isinstance(env_index_offset, int) or env_index_offset < 0:
-            raise InvalidArgumentError(
-                f"env_index_offset must be an int >= 0 (the global index of this env's first row), got {env_index_offset!r}."
-            )
-        self.num_envs = int(num_envs)
-        self.device = torch.device(device)
-        self.expose_final_obs = bool(expose_final_obs)
-        self.max_episode_steps = int(max_episode_steps)
-        self.env_index_offset = env_index_offset
+        self.num_envs = as_int(num_envs, "num_envs", minimum=1)
+        self.device = resolve_device(device)
+        self.expose_final_obs = as_bool(expose_final_obs, "expose_final_obs")
+        self.max_episode_steps = as_int(max_episode_steps, "max_episode_steps", minimum=1)
+        self.env_index_offset = as_int(
+            env_index_offset, "env_index_offset", minimum=0, hint="(the global index of this env's first row)"
+        )
+        seed = as_seed(seed)
         self._state = torch.zeros(self.num_envs, self.state_size, dtype=torch.float32, device=self.device)
         self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self._rng = CounterRNG(self.num_envs, self.state_size, self.device, seed, env_index_offset)
@@ -167,7 +164,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         if self._closed:
             raise ClosedEnvError(f"{type(self).__name__} was closed; build a new one.")
         if seed is not None:
-            self._rng.reseed(int(seed))
+            self._rng.reseed(as_seed(seed))  # -1 would wrap around: refused, as on every backend
         return options or {}
 
     def _apply_reset(self, fresh: torch.Tensor, mask: Any | None) -> None:

@@ -236,6 +236,8 @@ class BatchedEnv(BatchedSpecs):
                 f'"_reset" must be a bool tensor of shape ({self.num_envs},) or ({self.num_envs}, 1); '
                 f"got {got}. Build it like td['done'] (e.g. torch.zeros({self.num_envs}, 1, dtype=torch.bool))."
             )
+        if mask.device.type == "meta":
+            raise ResetMaskError('"_reset" is a meta tensor (no data); build it on the env\'s device, like td["done"].')
         return mask.to(self.device).view(self.num_envs, 1)
 
     def _partial_reset(self, mask: torch.Tensor, seed: int | None) -> None:

@@ -276,3 +276,26 @@ def test_jax_backend_options_are_checked():
 def test_built_in_envs_used_directly_follow_the_same_rules(call, word):
     with pytest.raises(gpu_envs.InvalidArgumentError, match=word):
         call()
+
+
+@pytest.mark.parametrize("step_timeout", [0, -1, "5", True])
+def test_a_bad_step_timeout_is_refused_before_any_worker_starts(step_timeout, monkeypatch):
+    monkeypatch.setattr(gym, "make_vec", lambda *a, **k: pytest.fail("envs were built before step_timeout was checked"))
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="step_timeout"):
+        gpu_envs.make("CartPole-v1", num_envs=2, device="cpu", backend="gymnasium", vectorization="async", step_timeout=step_timeout)
+
+
+def test_step_timeout_on_a_sync_env_is_refused_before_building(monkeypatch):
+    monkeypatch.setattr(gym, "make_vec", lambda *a, **k: pytest.fail("envs were built before step_timeout was checked"))
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="watchdog_s"):
+        gpu_envs.make("CartPole-v1", num_envs=2, device="cpu", backend="gymnasium", step_timeout=5)
+
+
+def test_interop_actions_of_the_wrong_batch_are_named():
+    from gpu_envs.interop import to_gymnasium
+
+    envs = to_gymnasium(gpu_envs.make("CartPole-v1", num_envs=4, device="cpu"))
+    envs.reset(seed=0)
+    with pytest.raises(gpu_envs.ActionError, match=r"shape \(3,\).*\(4,\)"):
+        envs.step(np.zeros(3, dtype=np.int64))
+    envs.step(np.zeros(4, dtype=np.int64))  # nothing was touched

@@ -192,3 +192,10 @@ def test_transformed_env_step_wants_a_tensordict_and_stays_usable(td):
         env.step(root)
     root["action"] = env.action_spec.rand()
     env.step_and_maybe_reset(root)  # nothing was marked broken by the refused calls
+
+
+def test_episode_stats_read_before_its_env_exists_is_a_clear_error():
+    stats = EpisodeStats()
+    for read in (stats.summary, lambda: stats.episodes, lambda: stats.running_return, stats.clear):
+        with pytest.raises(gpu_envs.InvalidArgumentError, match="build the TransformedEnv"):
+            read()

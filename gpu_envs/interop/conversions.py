@@ -27,7 +27,7 @@ import torch
 
 from gpu_envs.arrays import to_torch
 from gpu_envs.devices import same_device
-from gpu_envs.errors import NotAnEnvError
+from gpu_envs.errors import ActionError, NotAnEnvError
 from gpu_envs.specs import Composite, Spec
 
 # what an adapter uses of an env: BatchedEnv's API, which TransformedEnv shares
@@ -108,6 +108,11 @@ def action_tensor(actions: Any, spec: Spec, device: torch.device) -> torch.Tenso
         if not hasattr(actions, "__dlpack__"):
             actions = np.asarray(actions)
         tensor = to_torch(actions)
+    if tensor.shape != spec.shape:
+        raise ActionError(
+            f"the actions have shape {tuple(tensor.shape)}; this env takes {tuple(spec.shape)} (one action per env, "
+            "as its action_space says)."
+        )
     dtype = spec.dtype
     if tensor.dtype != dtype and tensor.dtype.is_floating_point == dtype.is_floating_point:
         tensor = tensor.to(dtype)

@@ -153,6 +153,13 @@ class Transform:
         if state:
             raise InvalidArgumentError(f"{type(self).__name__} has no state; got keys {sorted(state)}.")
 
+    def check_bound(self, what: str) -> None:
+        """Refuse reading state before ``setup`` (the transform is part of no TransformedEnv yet)."""
+        if not getattr(self, "_bound", False):
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.{what} needs the transform to be set up: build the TransformedEnv with it first."
+            )
+
     def _check_state(self, state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
         """Refuse a state dict whose keys or shapes differ from ``expected`` (this instance's)."""
         if not getattr(self, "_bound", False):

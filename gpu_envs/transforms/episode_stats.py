@@ -130,30 +130,36 @@ class EpisodeStats(Transform):
     @property
     def episodes(self) -> torch.Tensor:
         """Episodes finished since creation (or :meth:`clear`): int64 scalar on the device."""
+        self.check_bound("episodes")
         return self._episodes.view(())
 
     @property
     def total_return(self) -> torch.Tensor:
         """Sum of their returns: float64 scalar on the device."""
+        self.check_bound("total_return")
         return self._total_return.view(())
 
     @property
     def total_length(self) -> torch.Tensor:
         """Sum of their lengths: int64 scalar on the device."""
+        self.check_bound("total_length")
         return self._total_length.view(())
 
     @property
     def running_return(self) -> torch.Tensor:
         """Return of each env's current (unfinished) episode, ``[N, 1]``."""
+        self.check_bound("running_return")
         return self._return
 
     @property
     def running_length(self) -> torch.Tensor:
         """Length of each env's current (unfinished) episode, ``[N, 1]``."""
+        self.check_bound("running_length")
         return self._length
 
     def summary(self) -> EpisodeSummary:
         """Finished episodes, mean return and mean length. Synchronises once (reads 3 numbers)."""
+        self.check_bound("summary()")
         count, ret, length = self._aggregate().tolist()
         if count == 0:
             return EpisodeSummary(0, math.nan, math.nan)
@@ -161,6 +167,7 @@ class EpisodeStats(Transform):
 
     def clear(self) -> None:
         """Zero the aggregate (not the running episodes), e.g. at each training iteration."""
+        self.check_bound("clear()")
         self._episodes.zero_()
         self._total_return.zero_()
         self._total_length.zero_()

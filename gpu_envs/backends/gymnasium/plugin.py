@@ -32,7 +32,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from gpu_envs.arguments import as_int
+from gpu_envs.arguments import as_int, optional_seconds
 from gpu_envs.backends.gymnasium.backend import GymnasiumBackend, wrap_single
 from gpu_envs.backends.gymnasium.workers import DEFAULT_STEP_TIMEOUT, guarded_worker
 from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
@@ -137,9 +137,15 @@ class GymnasiumPlugin:
             not isinstance(wrappers, (list, tuple)) or not all(callable(w) for w in wrappers)
         ):
             raise InvalidArgumentError("wrappers must be a list of callables env -> wrapped env (per sub-env).")
+        step_timeout = optional_seconds(step_timeout, "step_timeout")  # before any worker starts
         if vectorization == "sync" and num_workers:
             raise InvalidArgumentError("num_workers needs worker processes: drop vectorization='sync' or num_workers.")
         use_async = vectorization == "async" or bool(num_workers)
+        if not use_async and step_timeout != DEFAULT_STEP_TIMEOUT:
+            raise InvalidArgumentError(
+                "step_timeout applies to worker processes (vectorization='async'); a SyncVectorEnv steps in this "
+                "process, where a hang cannot be interrupted safely: pass watchdog_s= for the stacks of a hung call."
+            )
         per_env = list(wrappers or [])
         frame_skip = as_int(frame_skip, "frame_skip", minimum=1)
         if frame_skip != 1:

@@ -373,18 +373,26 @@ def run_loop(
     what the env holds after the loop is ordinary tensors. Without ``inference`` (the
     CUDA-graph capture, which records the ops once) every step runs under
     ``torch.no_grad()``. A reset the env still needs runs before, outside both.
+
+    The caller's grad mode is restored on the way out whatever happens: a Ctrl-C that
+    lands inside ``no_grad``'s ``__enter__`` would otherwise leave autograd off for the
+    rest of the process (a learner that trains afterwards would record nothing).
     """
     td = start(env)
     steps = buffer.steps
-    with torch.no_grad():
-        td = _write_step(first_step or step, td, buffer, 0)
-    if inference and steps > 2:
-        with torch.inference_mode():
-            for t in range(1, steps - 1):
+    grad = torch.is_grad_enabled()
+    try:
+        with torch.no_grad():
+            td = _write_step(first_step or step, td, buffer, 0)
+        if inference and steps > 2:
+            with torch.inference_mode():
+                for t in range(1, steps - 1):
+                    td = _write_step(step, td, buffer, t)
+        with torch.no_grad():
+            for t in range(1 if not inference or steps <= 2 else steps - 1, steps):
                 td = _write_step(step, td, buffer, t)
-    with torch.no_grad():
-        for t in range(1 if not inference or steps <= 2 else steps - 1, steps):
-            td = _write_step(step, td, buffer, t)
+    finally:
+        torch.set_grad_enabled(grad)
     return buffer.data
 
 

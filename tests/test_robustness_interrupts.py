@@ -284,6 +284,7 @@ def test_sigint_at_random_times_leaves_the_env_marked_or_consistent(kind, trials
             torch.testing.assert_close(env.root()["observation"], _sim_obs(kind, env))
             collect(env, steps=3)
             torch.testing.assert_close(env.root()["observation"], _sim_obs(kind, env))
+            assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()  # nothing leaked out
     finally:
         env.close()
     assert outcomes["marked"] + outcomes["consistent"] == trials

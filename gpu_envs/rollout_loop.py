@@ -60,13 +60,19 @@ def check_steps(steps: Any) -> int:
     return as_int(steps, "steps", minimum=1)
 
 
-def check_env(env: Any, who: str) -> None:
-    """Refuse something that is not an env (``collect(42, steps=4)``) with what is expected."""
-    missing = [name for name in ENV_API if not hasattr(env, name)]
+def check_env(
+    env: Any, who: str, api: tuple[str, ...] = ENV_API, error: type[Exception] = InvalidArgumentError, fix: str = ""
+) -> None:
+    """Refuse something that is not an env (``collect(42, steps=4)``) with what is expected.
+
+    ``api`` is what ``who`` uses of the env; ``error`` the class raised (interop adapters
+    raise ``NotAnEnvError``); ``fix`` a last sentence naming the way out.
+    """
+    missing = [name for name in api if not hasattr(env, name)]
     if missing:
-        raise InvalidArgumentError(
+        raise error(
             f"{who} needs an env (a gpu_envs.BatchedEnv or TransformedEnv, from gpu_envs.make/wrap) as its first "
-            f"argument, got {type(env).__name__} (it lacks {', '.join(missing)})."
+            f"argument, got {type(env).__module__}.{type(env).__name__} (it lacks {', '.join(missing)}).{fix}"
         )
 
 

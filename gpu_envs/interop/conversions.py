@@ -28,6 +28,7 @@ import torch
 from gpu_envs.arrays import to_torch
 from gpu_envs.devices import same_device
 from gpu_envs.errors import ActionError, NotAnEnvError
+from gpu_envs.rollout_loop import check_env as check_env_api
 from gpu_envs.specs import Composite, Spec
 
 # what an adapter uses of an env: BatchedEnv's API, which TransformedEnv shares
@@ -38,13 +39,7 @@ Key = str | tuple[str, ...]
 
 def check_env(env: Any, consumer: str) -> None:
     """Refuse anything without the BatchedEnv API, naming what to build instead."""
-    missing = [name for name in ENV_API if not hasattr(env, name)]
-    if missing:
-        raise NotAnEnvError(
-            f"{consumer} takes a gpu_envs env (gpu_envs.make(...), gpu_envs.wrap(...) or a TransformedEnv); "
-            f"got a {type(env).__module__}.{type(env).__name__} without {', '.join(missing)}. "
-            f"Wrap it first: {consumer}(gpu_envs.wrap(your_env))."
-        )
+    check_env_api(env, consumer, ENV_API, NotAnEnvError, f" Wrap it first: {consumer}(gpu_envs.wrap(your_env)).")
 
 
 class ObservationLayout:

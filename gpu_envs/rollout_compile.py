@@ -40,7 +40,7 @@ from tensordict import TensorDictBase
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from gpu_envs.rollout_cache import cached, collect_cache
-from gpu_envs.rollout_loop import Policy, RolloutBuffer, make_step, start
+from gpu_envs.rollout_loop import Policy, RolloutBuffer, keep_grad_mode, make_step, start
 
 __all__ = ["CompiledLoop", "chunk_length", "compiled_loop"]
 
@@ -96,7 +96,7 @@ class CompiledLoop:
         record nothing; the buffer holds ordinary tensors a learner can backpropagate
         through a network fed from).
         """
-        with torch.no_grad():
+        with keep_grad_mode(), torch.no_grad():  # autograd back on even after a Ctrl-C in no_grad's __enter__
             return self._run()
 
     def _run(self) -> TensorDictBase:

@@ -21,7 +21,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -41,6 +42,7 @@ __all__ = [
     "check_env",
     "check_policy",
     "check_steps",
+    "keep_grad_mode",
     "make_step",
     "rollout",
     "run_loop",
@@ -380,14 +382,12 @@ def run_loop(
     CUDA-graph capture, which records the ops once) every step runs under
     ``torch.no_grad()``. A reset the env still needs runs before, outside both.
 
-    The caller's grad mode is restored on the way out whatever happens: a Ctrl-C that
-    lands inside ``no_grad``'s ``__enter__`` would otherwise leave autograd off for the
-    rest of the process (a learner that trains afterwards would record nothing).
+    The caller's grad mode is restored on the way out whatever happens
+    (:func:`keep_grad_mode`): a learner that trains after a Ctrl-C still records.
     """
     td = start(env)
     steps = buffer.steps
-    grad = torch.is_grad_enabled()
-    try:
+    with keep_grad_mode():
         with torch.no_grad():
             td = _write_step(first_step or step, td, buffer, 0)
         if inference and steps > 2:
@@ -397,9 +397,23 @@ def run_loop(
         with torch.no_grad():
             for t in range(1 if not inference or steps <= 2 else steps - 1, steps):
                 td = _write_step(step, td, buffer, t)
+    return buffer.data
+
+
+@contextlib.contextmanager
+def keep_grad_mode() -> Iterator[None]:
+    """Restore the caller's grad mode on the way out, whatever happens inside.
+
+    ``torch.no_grad`` restores it in ``__exit__``, but a Ctrl-C landing inside its
+    ``__enter__`` (after autograd was switched off, before the ``with`` body began) skips
+    that, and autograd would stay off for the rest of the process. (Inference mode is
+    an RAII guard: it is restored when its object is collected.)
+    """
+    grad = torch.is_grad_enabled()
+    try:
+        yield
     finally:
         torch.set_grad_enabled(grad)
-    return buffer.data
 
 
 def _write_step(step: Callable, td: TensorDictBase, buffer: RolloutBuffer, t: int) -> TensorDictBase:

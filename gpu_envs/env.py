@@ -382,9 +382,9 @@ class BatchedEnv(BatchedSpecs):
             raise ResetNeededError(f"{call}() was called before reset(): call env.reset() first.")
         self.backend.check_usable()  # a backend that knows it is dead says why
         raise InterruptedStepError(
-            f"interrupted mid-step: the previous reset/step of this env raised (an exception or Ctrl-C) before it "
-            f"completed, so its state may disagree with the simulator's; {call}() is refused. Call env.reset(): it "
-            "resets every row and makes the env usable again."
+            f"interrupted mid-step: call env.reset(). The previous reset/step of this env raised (an exception or "
+            f"Ctrl-C) before it completed, so its state may disagree with the simulator's; {call}() is refused until "
+            "a reset, which resets every row and makes the env usable again."
         )
 
     def _check_action(self, action: Any) -> None:

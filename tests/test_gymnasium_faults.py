@@ -62,7 +62,7 @@ def test_sync_env_raising_in_step_surfaces_its_message(mode):
         env.step(td)
     assert isinstance(info.value.__cause__, RuntimeError)
     # the vector env is half-stepped: stepping on is refused until a full reset
-    with pytest.raises(gpu_envs.InterruptedStepError, match=r"interrupted mid-step.*env\.reset\(\)"):
+    with pytest.raises(gpu_envs.InterruptedStepError, match=r"interrupted mid-step: call env\.reset\(\)"):
         env.step(td)
     td = env.reset()
     td["action"] = _zeros(3)

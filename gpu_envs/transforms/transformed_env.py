@@ -226,9 +226,9 @@ class TransformedEnv(BatchedSpecs):
     def _refuse(self, call: str) -> None:
         if self._pending is not None:
             raise InterruptedStepError(
-                f"interrupted mid-step: this TransformedEnv's last {self._pending}() did not finish (an exception or "
-                f"Ctrl-C escaped it), so its transforms' state may disagree with the env's; {call}() is refused. "
-                "Call env.reset() first."
+                f"interrupted mid-step: call env.reset(). This TransformedEnv's last {self._pending}() did not finish "
+                f"(an exception or Ctrl-C escaped it), so its transforms' state may disagree with the env's; {call}() "
+                "is refused until a reset."
             )
         raise ResetNeededError(f"{call}() was called before reset() on this TransformedEnv: call env.reset() first.")
 

@@ -267,7 +267,7 @@ class GymnasiumBackend(Backend):
                 return self._last_obs
             if self._stale and not rows.all():
                 raise InterruptedStepError(
-                    f"interrupted mid-step: a call of {self.describe()} did not finish; reset every env with env.reset()."
+                    f"interrupted mid-step: call env.reset() (every env): a call of {self.describe()} did not finish."
                 )
             options = {"reset_mask": rows.copy()} if not rows.all() else None
         if seed is not None:
@@ -282,8 +282,8 @@ class GymnasiumBackend(Backend):
         if self._closed or self._broken is not None or self._stale:
             self.check_usable()
             raise InterruptedStepError(
-                f"interrupted mid-step: a call of {self.describe()} did not finish, so its sub-envs may be half-stepped. "
-                "Call env.reset() before stepping again."
+                f"interrupted mid-step: call env.reset(). A call of {self.describe()} did not finish, so its sub-envs "
+                "may be half-stepped."
             )
         obs, reward, terminated, truncated, info = self._call("step", self.env.step, self._codec.to_numpy(action))
         if self._stage is None:

@@ -193,8 +193,8 @@ class AsyncCalls:
     def _refuse(self, what: str) -> None:
         why = self.stopped or f"its last {self.call}() was interrupted before every worker had answered"
         raise InterruptedStepError(
-            f"interrupted mid-step: {self.describe()} cannot run {what}: {why}. Call env.reset() (every env): it "
-            "drains the answers in flight or restarts the workers."
+            f"interrupted mid-step: call env.reset() (every env). {self.describe()} cannot run {what}: {why}; a "
+            "reset drains the answers in flight or restarts the workers."
         )
 
     @property

@@ -42,7 +42,7 @@ from gpu_envs.backends.gymnasium.info import InfoSpec
 from gpu_envs.backends.ray import cluster
 from gpu_envs.backends.ray.worker import StepResult
 from gpu_envs.devices import default_device, normalize_device
-from gpu_envs.errors import BackendError, ClosedEnvError, InvalidArgumentError
+from gpu_envs.errors import BackendError, ClosedEnvError, InvalidArgumentError, StepTimeoutError
 from gpu_envs.specs import Composite, numpy_dtype
 
 DEFAULT_STEP_TIMEOUT = 60.0  # seconds a step/reset may take before the workers are declared hung
@@ -207,7 +207,8 @@ class RayBackend(Backend):
         if failures:
             if self._broken is not None:
                 cluster.stop_workers(self.workers, graceful=False)  # hung or lost: nothing to keep
-                raise BackendError(f"{self.describe()} failed: {' '.join(failures)} Every worker was stopped; build a new env.")
+                error = StepTimeoutError if pending else BackendError  # a timeout is a BackendError too
+                raise error(f"{self.describe()} failed: {' '.join(failures)} Every worker was stopped; build a new env.")
             self._stale = True
             raise BackendError(
                 f"{self.describe()}: " + "\n".join(failures) + "\nThe other workers stepped: call env.reset() before stepping again."

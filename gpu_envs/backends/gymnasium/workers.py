@@ -38,6 +38,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import select
 import signal
 import sys
 import threading
@@ -161,6 +162,9 @@ class AsyncCalls:
         self.phase: str | None = None  # "send" / "wait" / "read" while a call is in flight
         self.call: str | None = None
         self.stopped: str | None = None  # why the workers were stopped (a restart brings them back)
+        self._poll: Any = None  # select.poll over the pipes below, reused by every call
+        self._polled: list | None = None
+        self._fds: list[int] = []
         # shadow the methods on the instance: wrappers above it call env.step / env.reset
         env.step = self.step  # type: ignore[method-assign]
         env.reset = self.reset  # type: ignore[method-assign]
@@ -203,13 +207,49 @@ class AsyncCalls:
         return self.phase is not None or self.stopped is not None or self.env._state != AsyncState.DEFAULT
 
     def _await_answers(self) -> None:
-        """Wait until every worker has answered, at most ``step_timeout`` seconds in all."""
+        """Wait until every worker has answered, at most ``step_timeout`` seconds in all.
+
+        One ``poll`` object over the pipes, kept across calls (``Connection.poll`` builds a
+        selector per call: several microseconds per pipe and step); each wake-up takes the
+        pipes that became readable out until none is left.
+        """
         if self.step_timeout is None:
             return
+        poller, fds = self._poller()
+        if poller is None:  # no select.poll (not Linux/macOS): one Connection.poll per pipe
+            deadline = time.monotonic() + self.step_timeout
+            for pipe in self.env.parent_pipes:
+                if pipe is not None and not pipe.poll(max(deadline - time.monotonic(), 0.0)):
+                    self._time_out()
+            return
         deadline = time.monotonic() + self.step_timeout
-        for pipe in self.env.parent_pipes:
-            if pipe is not None and not pipe.poll(max(deadline - time.monotonic(), 0.0)):
-                self._time_out()
+        waiting = len(fds)
+        answered = []
+        try:
+            while waiting:
+                remaining = deadline - time.monotonic()
+                ready = poller.poll(max(remaining, 0.0) * 1000.0) if remaining > 0 else []
+                if not ready:
+                    self._time_out()
+                for fd, _event in ready:  # readable, or closed (a dead worker): the read says which
+                    poller.unregister(fd)
+                    answered.append(fd)
+                    waiting -= 1
+        finally:
+            for fd in answered:
+                poller.register(fd, select.POLLIN)
+
+    def _poller(self) -> tuple[Any, list[int]]:
+        """A ``select.poll`` over the current pipes (rebuilt when the workers were restarted)."""
+        pipes = self.env.parent_pipes
+        if self._polled is not pipes or any(p is None or p.closed for p in pipes):
+            self._poll, self._polled, self._fds = None, pipes, []
+            if hasattr(select, "poll") and all(p is not None and not p.closed for p in pipes):
+                self._poll = select.poll()
+                self._fds = [p.fileno() for p in pipes]
+                for fd in self._fds:
+                    self._poll.register(fd, select.POLLIN)
+        return self._poll, self._fds
 
     def _time_out(self) -> None:
         env, call = self.env, self.call

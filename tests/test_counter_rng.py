@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpu_envs.envs.counter_rng import MASK32, CounterRNG, UniformBounds, mix32
+from gpu_envs.envs.counter_rng import MASK32, CounterRNG, UniformBounds, mix32, mix32_int32_
 
 
 def mix32_reference(x: int) -> int:
@@ -30,6 +30,15 @@ def test_mix32_is_the_reference_hash_exactly():
     xs = torch.cat([torch.tensor([0, 1, 2, MASK32, MASK32 - 1, 2**31]), torch.randint(0, 2**32, (2000,))])
     assert mix32(xs).tolist() == [mix32_reference(int(x)) for x in xs]
     assert len(set(mix32(torch.arange(1 << 16)).tolist())) == 1 << 16  # a bijection: no collision
+
+
+def test_mix32_int32_is_the_reference_hash_on_bit_patterns():
+    """The int32 version (wrapping multiplies, masked shifts) used by the eager pool of draws;
+    2003 values: the vectorised loop and its scalar tail."""
+    xs = torch.cat([torch.tensor([0, 1, 2, MASK32, MASK32 - 1, 2**31, 2**31 - 1]), torch.randint(0, 2**32, (1996,))])
+    bits = xs.view(torch.int32)[0::2].clone()  # the low halves: the same 32 bits as int32
+    out = mix32_int32_(bits, torch.empty_like(bits))
+    assert (out.to(torch.int64) & MASK32).tolist() == [mix32_reference(int(x)) for x in xs]
 
 
 def test_uniform_stays_in_low_high_and_uses_24_bits():

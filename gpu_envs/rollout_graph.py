@@ -26,7 +26,10 @@ What makes that correct for a stateful env, and what it requires:
   last one, or the last eager step, ended.
 * **Random numbers.** ``env.generator`` (random actions) is registered with the graph, as
   torch's default generator is: replays draw fresh numbers, in the same sequence as eager
-  collections. The built-in envs' counter-based generators are state tensors like any other.
+  collections. The built-in envs' counter-based generators are state tensors like any other;
+  the capture runs inside :func:`~gpu_envs.envs.draw_pool.direct_draws`, so their reset
+  draws are recorded as ops on those tensors (not read from their eager pools), and
+  ``load_state_dict`` after each replay tells the pools the counters moved.
 * **Requirements.** Python-side state that changes per step cannot be replayed: the
   plain attributes (numbers, flags, strings) of the env's layers (the env, ``env.env``,
   its ``backend``, ``backend.env``, transforms) are compared around the capture and a
@@ -50,6 +53,7 @@ import torch
 from tensordict import TensorDictBase
 
 from gpu_envs.devices import normalize_device
+from gpu_envs.envs.draw_pool import direct_draws
 from gpu_envs.errors import InvalidArgumentError, RolloutError
 from gpu_envs.rollout_cache import cached, collect_cache
 from gpu_envs.rollout_compile import compiled_loop
@@ -213,7 +217,9 @@ class GraphCollector:
         if isinstance(generator, torch.Generator):
             self.api.register_generator(graph, generator)
         try:
-            with self.api.capture(graph):
+            # direct_draws: the built-in envs' reset draws are recorded as the ops on their
+            # counters, not as a gather from an eager pool that replays would never refill
+            with self.api.capture(graph), direct_draws():
                 self._run()
                 self._write_back(pinned)
         except RolloutError:

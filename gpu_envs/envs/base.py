@@ -14,7 +14,9 @@ step reads and writes the same memory every time, and :meth:`BatchedTorchEnv.sta
 Randomness comes from a :class:`~gpu_envs.envs.counter_rng.CounterRNG`: row ``i``'s initial
 states depend only on the seed, its global index ``env_index_offset + i`` and how many
 times it was reset -- never on ``N`` or on other rows -- and the draws are plain integer
-ops, so ``torch.compile`` traces them without a graph break.
+ops, so ``torch.compile`` traces them without a graph break. In eager mode a step takes
+its reset candidates from a :class:`~gpu_envs.envs.draw_pool.DrawPool` (each row's next
+draws, computed in bulk): the same values, for a fraction of the ops.
 
 Example (a subclass)::
 
@@ -150,6 +152,9 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         The env is then ready to step from exactly that state (same future draws too).
         """
         copy_into(self.state_dict(), state, type(self).__name__)
+        # a CUDA graph replay wrote the generator's tensors without bumping their versions
+        # (it hands them back here): caches of draws must not trust them
+        self._rng.invalidate()
         self._needs_reset = False
 
     def _assign(self, target: torch.Tensor, value: Any, name: str) -> None:

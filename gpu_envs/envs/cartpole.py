@@ -34,6 +34,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from gpu_envs.envs.base import BatchedTorchEnv
+from gpu_envs.envs.draw_pool import DrawPool
 
 __all__ = ["CartPoleEnv"]
 
@@ -116,6 +117,7 @@ class CartPoleEnv(BatchedTorchEnv):
 
         n, dev, f32 = self.num_envs, self.device, torch.float32
         self._reset_bounds = self._rng.bounds([self.reset_low] * 4, [self.reset_high] * 4)
+        self._step_draws = DrawPool(self._rng, self._reset_bounds)  # the step's reset candidates
         # Large eager batches handle whole [N, 4] rows as single elements: a float32 row is
         # 16 bytes (one complex128) and a bool row 4 bytes (one int32), which avoids slow
         # per-row loops over 4 columns in `where` and `any`. Small batches pay more for the
@@ -210,7 +212,7 @@ class CartPoleEnv(BatchedTorchEnv):
 
         # Same-step auto-reset: fresh candidates for every row, kept where done; only the
         # ended rows count the draw. Everything is written into the env's own tensors.
-        fresh = self._rng.uniform(self._reset_bounds)
+        fresh = self._step_draws.uniform()  # == self._rng.uniform(self._reset_bounds)
         done_rows = done.unsqueeze(1)
         if row_views:
             post = torch.where(done_rows, fresh.view(torch.complex128), new.view(torch.complex128))

@@ -34,6 +34,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from gpu_envs.envs.base import BatchedTorchEnv
+from gpu_envs.envs.draw_pool import DrawPool
 
 __all__ = ["PendulumEnv"]
 
@@ -102,6 +103,7 @@ class PendulumEnv(BatchedTorchEnv):
 
         dev, f32 = self.device, torch.float32
         self._reset_bounds = self._bounds(self.default_x_init, self.default_y_init)
+        self._step_draws = DrawPool(self._rng, self._reset_bounds)  # the step's reset candidates
 
         # thdot' = thdot + (3 g / (2 l) sin th + 3 / (m l^2) u) dt
         self._k_sin = 3 * self.g / (2 * self.l) * self.dt
@@ -169,7 +171,7 @@ class PendulumEnv(BatchedTorchEnv):
 
         # Same-step auto-reset: fresh candidates for every row, kept where truncated; only
         # the ended rows count the draw. Everything is written into the env's own tensors.
-        fresh_th, fresh_thdot = self._rng.uniform(self._reset_bounds).unbind(1)
+        fresh_th, fresh_thdot = self._step_draws.uniform().unbind(1)  # == self._rng.uniform(self._reset_bounds)
         post_th = torch.where(truncated, fresh_th, new_th)
         post_thdot = torch.where(truncated, fresh_thdot, new_thdot)
         self._state.copy_(torch.stack((post_th, post_thdot), 1))

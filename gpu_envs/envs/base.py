@@ -102,6 +102,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         )
         seed = as_seed(seed)
         self._state = torch.zeros(self.num_envs, self.state_size, dtype=torch.float32, device=self.device)
+        self._columns = self._state.unbind(1)  # views of the state's columns (it is never re-bound)
         self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self._rng = CounterRNG(self.num_envs, self.state_size, self.device, seed, env_index_offset)
         self._needs_reset = True
@@ -213,6 +214,10 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         return to_torch(action, self.device)
 
     # ------------------------------------------------------------------ step
+    def _state_columns(self) -> tuple[torch.Tensor, ...]:
+        """The state's columns: views made once in eager mode (``unbind`` costs ~1.7 us), fresh when traced."""
+        return self._state.unbind(1) if torch.compiler.is_compiling() else self._columns
+
     def _advance(self, action: torch.Tensor) -> tuple:
         """One step of the physics and the same-step auto-reset (subclasses).
 

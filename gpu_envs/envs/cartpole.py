@@ -186,7 +186,7 @@ class CartPoleEnv(BatchedTorchEnv):
         if self._needs_reset:
             self._raise_not_ready()
         s = self._state
-        _, x_dot, theta, theta_dot = s.unbind(1)
+        _, x_dot, theta, theta_dot = self._state_columns()
         cos = torch.cos(theta)
         sin = torch.sin(theta)
         # Everything below is divided by g (folded into the constants):

@@ -147,7 +147,7 @@ class PendulumEnv(BatchedTorchEnv):
         """
         if self._needs_reset:
             self._raise_not_ready()
-        th, thdot = self._state.unbind(1)
+        th, thdot = self._state_columns()
         u = action.reshape(self.num_envs)
         if u.dtype != torch.float32:  # a dtype check, not a data read
             u = u.to(torch.float32)
@@ -171,12 +171,12 @@ class PendulumEnv(BatchedTorchEnv):
 
         # Same-step auto-reset: fresh candidates for every row, kept where truncated; only
         # the ended rows count the draw. Everything is written into the env's own tensors.
-        fresh_th, fresh_thdot = self._step_draws.uniform().unbind(1)  # == self._rng.uniform(self._reset_bounds)
-        post_th = torch.where(truncated, fresh_th, new_th)
-        post_thdot = torch.where(truncated, fresh_thdot, new_thdot)
-        self._state.copy_(torch.stack((post_th, post_thdot), 1))
+        fresh = self._step_draws.uniform()  # == self._rng.uniform(self._reset_bounds)
+        new = torch.stack((new_th, new_thdot), 1)
+        torch.where(truncated.unsqueeze(1), fresh, new, out=self._state)
         elapsed.masked_fill_(truncated, 0)
         self._rng.advance(truncated)
+        post_th, post_thdot = self._state_columns()
         obs = torch.stack((torch.cos(post_th), torch.sin(post_th), post_thdot), 1)
         # nothing terminates: done is truncated (its [N, 1] view is left to step_transition)
         if not self.expose_final_obs:

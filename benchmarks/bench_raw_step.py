@@ -51,7 +51,7 @@ class GeneratorCartPole(CartPoleEnv):
         self._reset_buf = torch.empty(self.num_envs, 4, device=self.device)
         self._zero_steps = torch.zeros((), dtype=torch.int64, device=self.device)
 
-    def _advance(self, action: torch.Tensor) -> tuple:
+    def _advance(self, action: torch.Tensor, columns: bool) -> tuple:  # env.step's [N] layout only
         s = self._state
         _, x_dot, theta, theta_dot = s.unbind(1)
         cos, sin = torch.cos(theta), torch.sin(theta)
@@ -75,7 +75,7 @@ class GeneratorCartPole(CartPoleEnv):
             self._state = torch.where(done_rows, self._reset_buf, new)
         self._elapsed = torch.where(done, self._zero_steps, elapsed)
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
-        return self._state.clone(), reward, terminated, truncated, done, done_rows, new
+        return self._state.clone(), reward, terminated, truncated, done, new
 
 
 class GeneratorPendulum(PendulumEnv):
@@ -89,7 +89,7 @@ class GeneratorPendulum(PendulumEnv):
         self._fresh_thdot = torch.empty(self.num_envs, device=self.device)
         self._zero_steps = torch.zeros((), dtype=torch.int64, device=self.device)
 
-    def _advance(self, action: torch.Tensor) -> tuple:
+    def _advance(self, action: torch.Tensor, columns: bool) -> tuple:  # env.step's [N] layout only
         th, thdot = self._state.unbind(1)
         u = action.reshape(self.num_envs)
         if u.dtype != torch.float32:
@@ -113,7 +113,7 @@ class GeneratorPendulum(PendulumEnv):
         self._state = torch.stack((post_th, post_thdot), 1)
         self._elapsed = torch.where(truncated, self._zero_steps, elapsed)
         obs = torch.stack((torch.cos(post_th), torch.sin(post_th), post_thdot), 1)
-        return obs, reward, terminated, truncated, truncated, None, None
+        return obs, reward, terminated, truncated, truncated, None
 
 
 ENVS = {"CartPole-v1": (CartPoleEnv, GeneratorCartPole), "Pendulum-v1": (PendulumEnv, GeneratorPendulum)}

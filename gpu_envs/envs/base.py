@@ -105,6 +105,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         self._columns = self._state.unbind(1)  # views of the state's columns (it is never re-bound)
         self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self._rng = CounterRNG(self.num_envs, self.state_size, self.device, seed, env_index_offset)
+        self._elapsed_col = self._elapsed.unsqueeze(1)  # for the TensorDict layout (see _elapsed_view)
         self._needs_reset = True
         self._closed = False
         self._build()
@@ -218,15 +219,25 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         """The state's columns: views made once in eager mode (``unbind`` costs ~1.7 us), fresh when traced."""
         return self._state.unbind(1) if torch.compiler.is_compiling() else self._columns
 
-    def _advance(self, action: torch.Tensor) -> tuple:
+    def _advance(self, action: torch.Tensor, columns: bool) -> tuple:
         """One step of the physics and the same-step auto-reset (subclasses).
 
-        Returns ``(obs, reward [N], terminated [N], truncated [N], done [N], done [N, 1]
-        or None, pre-reset obs or None)``: what :meth:`step` and :meth:`step_transition`
-        present in their two layouts, each tensor computed once (``done [N, 1]`` where the
-        physics needs it anyway, else None).
+        Returns ``(obs, reward, terminated, truncated, done, pre-reset obs or None)``, the
+        reward and flags as ``[N, 1]`` columns when ``columns`` (the TensorDict layout of
+        :meth:`step_transition`), else ``[N]`` (gymnasium's, for :meth:`step`): each
+        layout computed directly, with no views added afterwards.
         """
         raise NotImplementedError
+
+    def _elapsed_view(self, columns: bool) -> torch.Tensor:
+        """``elapsed_steps`` as ``[N, 1]`` (``columns``) or ``[N]``, updated in place through it.
+
+        The column is a view made once in eager mode, a fresh one when traced (dynamo
+        follows fresh views of its inputs, not attributes aliasing each other).
+        """
+        if not columns:
+            return self._elapsed
+        return self._elapsed.unsqueeze(1) if torch.compiler.is_compiling() else self._elapsed_col
 
     def step(self, action: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         """gymnasium's ``(obs, reward [N], terminated [N], truncated [N], info)``.
@@ -237,7 +248,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         ``info`` is ``{"final_obs": pre-reset obs, "_final_obs": done [N]}`` when
         ``expose_final_obs``, else ``{}``; ``obs`` is post-reset on ended rows.
         """
-        obs, reward, terminated, truncated, done, _, final = self._advance(self._as_action(action))
+        obs, reward, terminated, truncated, done, final = self._advance(self._as_action(action), False)
         if not self.expose_final_obs:
             return obs, reward, terminated, truncated, {}
         return obs, reward, terminated, truncated, {"final_obs": final, "_final_obs": done}
@@ -249,11 +260,8 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         next_obs)``: ``next_obs`` is the pre-reset observation of every row (the final
         one where an episode ended), or ``None`` without ``expose_final_obs``.
         """
-        obs, reward, terminated, truncated, done, done_rows, final = self._advance(action)
-        n = self.num_envs
-        done = done.view(n, 1) if done_rows is None else done_rows
-        next_obs = final if self.expose_final_obs else None
-        return obs, reward.view(n, 1), terminated.view(n, 1), truncated.view(n, 1), done, next_obs
+        obs, reward, terminated, truncated, done, final = self._advance(action, True)
+        return obs, reward, terminated, truncated, done, final if self.expose_final_obs else None
 
     # -------------------------------------------------------------- lifecycle
     def _raise_not_ready(self) -> None:

@@ -146,6 +146,7 @@ class CartPoleEnv(BatchedTorchEnv):
         )
         self._bounds = bounds.expand(n, 4).contiguous()
         self._one = torch.ones((), dtype=torch.int64, device=dev)
+        self._reward_shape = ((n,), (n, 1))  # [N], or [N, 1] in the TensorDict layout
         self._limit = torch.tensor(self.max_episode_steps, dtype=torch.int64, device=dev)
 
     # ------------------------------------------------------------------ reset
@@ -170,18 +171,19 @@ class CartPoleEnv(BatchedTorchEnv):
         return self._state.clone(), {}
 
     # ------------------------------------------------------------------ step
-    def _advance(self, action: torch.Tensor) -> tuple:
+    def _advance(self, action: torch.Tensor, columns: bool) -> tuple:
         """Advance every row by one step of ``tau = 0.02`` s and auto-reset ended rows.
 
         Args:
             action: ``[N]`` integer (or bool) tensor on ``device`` with values 0 (push
                 left) or 1 (push right). Values are not checked (that would need a host
                 synchronisation); anything else gives a force outside gymnasium's.
+            columns: reward and flags as ``[N, 1]`` (True) or ``[N]``.
 
         Returns:
-            ``(obs [N, 4] float32, reward [N] float32, terminated [N] bool,
-            truncated [N] bool, done [N] bool, done [N, 1], pre-reset obs [N, 4])``;
-            ``obs`` is post-reset on ended rows (see ``step`` and ``step_transition``).
+            ``(obs [N, 4] float32, reward float32, terminated bool, truncated bool,
+            done bool, pre-reset obs [N, 4])``; ``obs`` is post-reset on ended rows (see
+            ``step`` and ``step_transition``).
         """
         if self._needs_reset:
             self._raise_not_ready()
@@ -203,17 +205,21 @@ class CartPoleEnv(BatchedTorchEnv):
 
         # (row views: a flag fixed at construction, and whether this is traced; not a data branch)
         row_views = self._row_views and not torch.compiler.is_compiling()
-        # |x| > x_threshold or |theta| > theta_threshold
+        # |x| > x_threshold or |theta| > theta_threshold; flags [N, 1] or [N] from the start
         out_of_bounds = new.abs() > self._bounds
-        terminated = out_of_bounds.view(torch.int32).view(-1).bool() if row_views else out_of_bounds.any(1)
-        elapsed = self._elapsed.add_(self._one)
+        if row_views:  # a bool row of 4 is one int32: nonzero where any column is
+            terminated = out_of_bounds.view(torch.int32).bool()
+            terminated = terminated if columns else terminated.view(-1)
+        else:
+            terminated = out_of_bounds.any(1, keepdim=columns)
+        elapsed = self._elapsed_view(columns).add_(self._one)
         truncated = elapsed >= self._limit
         done = terminated | truncated
 
         # Same-step auto-reset: fresh candidates for every row, kept where done; only the
         # ended rows count the draw. Everything is written into the env's own tensors.
         fresh = self._step_draws.uniform()  # == self._rng.uniform(self._reset_bounds)
-        done_rows = done.unsqueeze(1)
+        done_rows = done if columns else done.unsqueeze(1)
         if row_views:
             post = torch.where(done_rows, fresh.view(torch.complex128), new.view(torch.complex128))
             post = post.view(torch.float32)
@@ -222,5 +228,5 @@ class CartPoleEnv(BatchedTorchEnv):
         s.copy_(post)
         elapsed.masked_fill_(done, 0)
         self._rng.advance(done)
-        reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
-        return post, reward, terminated, truncated, done, done_rows, new
+        reward = torch.ones(self._reward_shape[columns], dtype=torch.float32, device=self.device)
+        return post, reward, terminated, truncated, done, new

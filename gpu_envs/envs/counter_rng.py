@@ -151,6 +151,7 @@ class CounterRNG:
         self.index_offset = int(index_offset)
         self.key = torch.zeros(self.num_envs, 2, dtype=torch.int64, device=self.device)
         self.counter = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self._counter_col = self.counter.unsqueeze(1)  # [N, 1] masks advance through it
         # persistent views of the key columns (re-keying writes through them)
         self._start, self._step = self.key[:, 0:1], self.key[:, 1:2]
         self._lane = torch.arange(self.lanes, dtype=torch.int64, device=self.device)
@@ -200,11 +201,14 @@ class CounterRNG:
         return torch.minimum(x, bounds.below_high) if bounds.needs_clamp else x
 
     def advance(self, mask: torch.Tensor | None = None) -> None:
-        """Count one draw event on every row, or on the rows where ``mask`` ``[N]`` (bool) is True."""
+        """Count one draw event on every row, or on the rows where ``mask`` (bool ``[N]`` or ``[N, 1]``) is True."""
         counter = self.counter
         if torch.compiler.is_compiling():  # traced: the op only, no host-side count
+            counter = counter if mask is None or mask.dim() == 1 else counter.unsqueeze(1)
             counter.add_(1 if mask is None else mask)
             return
+        if mask is not None and mask.dim() == 2:  # a done flag in the TensorDict layout
+            counter = self._counter_col
         if self.tracked:
             if counter._version != self._counter_version:  # written by someone else since our last write
                 self.epoch += 1

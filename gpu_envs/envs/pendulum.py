@@ -133,17 +133,18 @@ class PendulumEnv(BatchedTorchEnv):
         return torch.stack((torch.cos(th), torch.sin(th), thdot), 1), {}
 
     # ------------------------------------------------------------------ step
-    def _advance(self, action: torch.Tensor) -> tuple:
+    def _advance(self, action: torch.Tensor, columns: bool) -> tuple:
         """Advance every row by ``dt = 0.05`` s and auto-reset rows that reached the limit.
 
         Args:
             action: ``[N, 1]`` float torque on ``device`` (clipped to ``[-2, 2]``).
+            columns: reward and flags as ``[N, 1]`` (True) or ``[N]``.
 
         Returns:
-            ``(obs [N, 3] float32, reward [N] float32, terminated [N] bool (always
-            False), truncated [N] bool, done [N] bool, None, pre-reset obs [N, 3] or
-            None)``; ``obs`` is post-reset on truncated rows; the pre-reset
-            observation is computed only with ``expose_final_obs``.
+            ``(obs [N, 3] float32, reward float32, terminated bool (always False),
+            truncated bool, done bool (truncated), pre-reset obs [N, 3] or None)``;
+            ``obs`` is post-reset on truncated rows; the pre-reset observation is
+            computed only with ``expose_final_obs``.
         """
         if self._needs_reset:
             self._raise_not_ready()
@@ -165,24 +166,25 @@ class PendulumEnv(BatchedTorchEnv):
         new_thdot = torch.add(new_thdot, u, alpha=self._k_u).clamp_(-self.max_speed, self.max_speed)
         new_th = torch.add(th, new_thdot, alpha=self.dt)
 
-        elapsed = self._elapsed.add_(self._one_step)
-        truncated = elapsed >= self._limit
+        elapsed = self._elapsed_view(columns).add_(self._one_step)
+        truncated = elapsed >= self._limit  # nothing terminates: done is truncated
         terminated = torch.zeros_like(truncated)
 
         # Same-step auto-reset: fresh candidates for every row, kept where truncated; only
         # the ended rows count the draw. Everything is written into the env's own tensors.
         fresh = self._step_draws.uniform()  # == self._rng.uniform(self._reset_bounds)
         new = torch.stack((new_th, new_thdot), 1)
-        torch.where(truncated.unsqueeze(1), fresh, new, out=self._state)
+        torch.where(truncated if columns else truncated.unsqueeze(1), fresh, new, out=self._state)
         elapsed.masked_fill_(truncated, 0)
         self._rng.advance(truncated)
         post_th, post_thdot = self._state_columns()
         obs = torch.stack((torch.cos(post_th), torch.sin(post_th), post_thdot), 1)
-        # nothing terminates: done is truncated (its [N, 1] view is left to step_transition)
+        if columns:
+            reward = reward.view(self.num_envs, 1)
         if not self.expose_final_obs:
-            return obs, reward, terminated, truncated, truncated, None, None
+            return obs, reward, terminated, truncated, truncated, None
         final_obs = torch.stack((torch.cos(new_th), torch.sin(new_th), new_thdot), 1)
-        return obs, reward, terminated, truncated, truncated, None, final_obs
+        return obs, reward, terminated, truncated, truncated, final_obs
 
     def _bounds(self, x: float, y: float):
         """Initial ``(th, thdot)`` bounds: ``[-x, x) x [-y, y)``."""

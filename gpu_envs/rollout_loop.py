@@ -32,7 +32,7 @@ from gpu_envs.arguments import as_bool, as_int
 from gpu_envs.devices import normalize_device
 from gpu_envs.errors import InvalidArgumentError, ResetNeededError, RolloutError
 from gpu_envs.memory import ensure_fits
-from gpu_envs.tensordicts import entries
+from gpu_envs.tensordicts import entries, set_entry
 
 __all__ = [
     "DONE_KEYS",
@@ -184,6 +184,7 @@ class RolloutBuffer:
         self._layout: list[tuple[Any, torch.Size, torch.dtype]] | None = None
         self._parents: list[tuple] = []
         self._where: list[tuple[int, str]] = []
+        self._metadata: list[tuple[torch.Size, torch.dtype]] = []
         self._columns: list[list[torch.Tensor]] = []
         # collect()'s own cached buffers re-lay themselves out when a new policy writes other keys
         self.relayout = False
@@ -217,18 +218,29 @@ class RolloutBuffer:
         elif check_keys:
             self.check_keys(td, t)
         nodes = [_node(td, path) for path in self._parents]
+        try:  # the usual step: every entry there with the bound shape and dtype, in one comparison
+            sources = [nodes[parent].get(name, None) for parent, name in self._where]
+            usual = not check_keys and [(value.shape, value.dtype) for value in sources] == self._metadata
+        except AttributeError:  # a sub-TensorDict or an entry missing (None)
+            usual = False
+        if not usual:
+            sources = self._checked_sources(nodes, check_devices=check_keys)
+        torch._foreach_copy_(self._columns[t], sources)
+
+    def _checked_sources(self, nodes: list, check_devices: bool) -> list[torch.Tensor]:
+        """The entries to copy, each checked against the layout (the error names the first that differs)."""
         sources = []
         for (key, shape, dtype), (parent, name) in zip(self._layout, self._where, strict=True):  # type: ignore[arg-type]
             node = nodes[parent]
             value = None if node is None else node.get(name, None)
             if not isinstance(value, torch.Tensor) or value.shape != shape or value.dtype != dtype:
                 raise self._mismatch(key, value, shape, dtype)
-            if check_keys and value.device != self.device:
+            if check_devices and value.device != self.device:
                 raise RolloutError(
                     f"transition entry {key!r} is on {value.device}; the buffer (and env) are on {self.device}."
                 )
             sources.append(value)
-        torch._foreach_copy_(self._columns[t], sources)
+        return sources
 
     def check_keys(self, td: TensorDictBase, t: int = 0) -> None:
         """Refuse a transition (of step ``t``) with keys the bound layout lacks: they would be dropped.
@@ -303,6 +315,7 @@ class RolloutBuffer:
             if _key(key) not in wanted:
                 self.data.del_(key)
         self._layout = layout
+        self._metadata = [(shape, dtype) for _, shape, dtype in layout]
         # each key as (index of its parent TensorDict, leaf name): one walk per parent per write
         self._parents = sorted({_key(key)[:-1] for key, _, _ in layout}, key=len)
         self._where = [(self._parents.index(_key(key)[:-1]), _key(key)[-1]) for key, _, _ in layout]
@@ -316,10 +329,12 @@ class RolloutBuffer:
 def make_step(env: Any, policy: Policy | None) -> Callable[[TensorDictBase], tuple[TensorDictBase, TensorDictBase]]:
     """``td -> (transition, next_root)``: act with ``policy``, then ``env.step_and_maybe_reset``."""
     if policy is None:
-        spec = env.action_spec  # batched: rand() is a whole batch
+        # the batched spec draws a whole batch; its generator is checked once here, and the
+        # draw (on the env's device, of its batch size) goes into the root without re-checks
+        sample = env.action_spec.sampler(generator=env.generator)
 
         def step(td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-            td.set("action", spec.rand(generator=env.generator))
+            set_entry(td, "action", sample())
             return env.step_and_maybe_reset(td)
 
         return step

@@ -92,8 +92,11 @@ def entries(td: TensorDictBase) -> Any:
     return td
 
 
-def set_entry(td: TensorDictBase, key: str, value: TensorDictBase) -> None:
-    """``td.set(key, value)`` for a sub-TensorDict already built with ``td``'s batch size and device."""
+def set_entry(td: TensorDictBase, key: str, value: TensorDictBase | torch.Tensor) -> None:
+    """``td.set(key, value)`` for a tensor or sub-TensorDict already of ``td``'s batch size and device.
+
+    Nothing is checked on the direct path (a locked ``td`` still refuses).
+    """
     if DIRECT and type(td) is TensorDict:
         td._set_str(key, value, validated=True, inplace=False)
     else:

@@ -137,6 +137,15 @@ def test_seeded_rand_is_reproducible(name, device):
 
 
 @pytest.mark.parametrize("name", SPECS)
+def test_a_sampler_draws_what_rand_draws(name):
+    spec = SPECS[name]("cpu")
+    sample = spec.sampler((5,), generator=torch.Generator().manual_seed(4))
+    reference = torch.Generator().manual_seed(4)
+    for _ in range(3):  # each call a new draw, the same sequence as rand's
+        assert same(sample(), spec.rand((5,), generator=reference))
+
+
+@pytest.mark.parametrize("name", SPECS)
 def test_global_rng_is_used_without_generator(name):
     spec = SPECS[name]("cpu")
     torch.manual_seed(3)

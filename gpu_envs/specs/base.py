@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+import functools
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium
@@ -149,6 +150,15 @@ class Spec(ABC):
         """
         _check_generator(generator, self.device)
         return self._rand((*as_dims(shape), *self._batch_shape), generator)
+
+    def sampler(self, shape: BatchLike = (), generator: torch.Generator | None = None) -> Callable[[], Any]:
+        """``rand(shape, generator)`` as a function of no argument, its arguments checked once.
+
+        For loops that draw every step (``collect`` with random actions): each call is a
+        new draw from ``generator``, as ``rand`` would make, without re-checking them.
+        """
+        _check_generator(generator, self.device)
+        return functools.partial(self._rand, (*as_dims(shape), *self._batch_shape), generator)
 
     @abstractmethod
     def _zero(self, dims: tuple[int, ...]) -> Any:

@@ -166,6 +166,16 @@ def test_bad_policies_and_changing_layouts_are_clear_errors():
         RolloutError, match=r"'score' is \(4, 2\) torch.float32, but this RolloutBuffer was laid out for \(4, 1\)"
     ):
         collect(env, wrong_shape, buffer=RolloutBuffer(env, 3))
+
+    def wrong_dtype(td):  # from the third step on: a dtype the buffer would silently cast to
+        td["action"] = torch.zeros(4, dtype=torch.long)
+        td["score"] = torch.zeros(4, 1, dtype=torch.float64 if wrong_dtype.calls >= 2 else torch.float32)
+        wrong_dtype.calls += 1
+        return td
+
+    wrong_dtype.calls = 0
+    with pytest.raises(RolloutError, match=r"'score' is \(4, 1\) torch.float64, but this RolloutBuffer was laid out"):
+        collect(env, wrong_dtype, buffer=RolloutBuffer(env, 6))
     with pytest.raises(InvalidArgumentError, match="steps must be an int >= 1"):
         collect(env, steps=0)
     with pytest.raises(InvalidArgumentError, match="buffer must be a RolloutBuffer"):

@@ -84,6 +84,7 @@ class _KeyPlan:
             row = torch.full((1, *shape), value, dtype=dtype, device=device)
             self.placeholder_row = row.view(1, -1).view(self.row_dtype)
             self.ratio = self.row_dtype.itemsize // dtype.itemsize
+            self.flat = len(shape) == 1  # [N, k] views as [N, 1] rows (and back) in one step
         elif len(shape) == 1:  # [N, k]: the [N, 1] mask broadcasts as it is
             self.fill = self._fill_rows_of_one_dim
 
@@ -97,10 +98,10 @@ class _KeyPlan:
             return None
         if not x.is_contiguous() or x.storage_offset() % self.ratio:
             return None
-        return x.view(self.shape[0], -1).view(self.row_dtype)
+        return x.view(self.row_dtype) if self.flat else x.view(self.shape[0], -1).view(self.row_dtype)
 
     def unrows(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows.view(self.dtype).view(self.shape)
+        return rows.view(self.dtype) if self.flat else rows.view(self.dtype).view(self.shape)
 
     def _fill_rows_of_one_dim(self, mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return torch.where(mask, self.placeholder, x)

@@ -31,8 +31,11 @@ signed-overflow wrapping.
 Distribution: the top 24 bits of a 32-bit output give ``u = m / 2^24`` with ``m`` uniform in
 ``{0, ..., 2^24 - 1}`` (24 random bits per float, the float32 mantissa), mapped to
 ``low + (high - low) * u`` in float32 (clamped below ``high`` where rounding could reach
-it): every value lies in ``[low, high)``, as gymnasium's ``uniform``. A row's stream
-repeats after ``2^32 / L`` draw events. Meant for initial states and noise in simulation,
+it): every value lies in ``[low, high)``, as gymnasium's ``uniform``. That mapping is one
+``addcmul`` (a fused multiply-add in torch's eager CPU kernels); code compiled by
+``torch.compile`` may round it differently in the last bit (the integer stream, and so
+which value each row draws, is the same). A row's stream repeats after ``2^32 / L`` draw
+events. Meant for initial states and noise in simulation,
 not for cryptography.
 
 The same hash is also given on int32 bit patterns (:func:`mix32_int32_`): half the memory

@@ -141,7 +141,7 @@ class DrawPool:
     def uniform(self) -> torch.Tensor:
         """``[N, L]`` float32: ``rng.uniform(bounds)`` at the current counters (a new tensor)."""
         rng = self.rng
-        if not self.enabled or _DIRECT.active or torch.compiler.is_compiling() or self._capturing():
+        if torch.compiler.is_compiling() or not self.enabled or _DIRECT.active or self._capturing():
             return rng.uniform(self.bounds)
         if self.events == 1:  # the int32 hash of this draw only, straight into a new tensor
             return self._fill(out=None)

@@ -5,11 +5,11 @@ draws a reset candidate for every row. Three ways to draw it, each env stepped w
 ``env.step(action)`` (no wrapper), interleaved in one process, thread CPU time, one torch
 thread, medians:
 
-(a) ``generator``: the step as it was with a ``torch.Generator`` (one ``uniform_`` per
-    step into a reused buffer, state re-bound): kept here as the reference the
-    counter-based generator must match in eager mode. Its draws depend on N and on the
-    other rows, it cannot be traced by ``torch.compile``, and a CUDA graph must register
-    it: why it was replaced;
+(a) ``generator``: the shipped physics with the draws the envs had before, from a
+    ``torch.Generator`` (one ``uniform_`` per step into a reused buffer; no per-row
+    counters): the reference the counter-based generator must match in eager mode. Its
+    draws depend on N and on the other rows, it cannot be traced by ``torch.compile``,
+    and a CUDA graph must register it: why it was replaced;
 (b) ``direct``: the shipped env stepped inside ``direct_draws()``: the draws computed
     from the counters with ~20 int64 ops per step (what a compiled or captured step
     records, and what every eager step cost before the pool);
@@ -41,85 +41,49 @@ from gpu_envs.envs.draw_pool import direct_draws
 SIZES = (8, 256, 4096)
 
 
-class GeneratorCartPole(CartPoleEnv):
-    """CartPole's step as it was with a ``torch.Generator`` (the reference, not shipped)."""
+class GeneratorDraws:
+    """Reset candidates from a ``torch.Generator``, as the built-in envs drew them before.
 
-    def _build(self) -> None:
-        super()._build()
-        self._generator = torch.Generator(device=self.device)
-        self._generator.manual_seed(0)
-        self._reset_buf = torch.empty(self.num_envs, 4, device=self.device)
-        self._zero_steps = torch.zeros((), dtype=torch.int64, device=self.device)
+    One ``uniform_`` per step into a reused buffer (one per lane where the lanes' bounds
+    differ: CartPole one, Pendulum two, as their old steps had).
+    """
 
-    def _advance(self, action: torch.Tensor, columns: bool) -> tuple:  # env.step's [N] layout only
-        s = self._state
-        _, x_dot, theta, theta_dot = s.unbind(1)
-        cos, sin = torch.cos(theta), torch.sin(theta)
-        temp = torch.add(self._force_neg, action, alpha=self._force_step)
-        temp = torch.addcmul(temp, theta_dot * theta_dot, sin, value=self._k_pml)
-        theta_acc = torch.addcmul(sin, cos, temp, value=-1.0)
-        theta_acc = theta_acc / torch.addcmul(self._den_const, cos, cos, value=self._den_cos2)
-        x_acc = torch.addcmul(temp, theta_acc, cos, value=-self._k_pml)
-        new = torch.addcmul(s, torch.stack((x_dot, x_acc, theta_dot, theta_acc), 1), self._tau)
-        out_of_bounds = new.abs() > self._bounds
-        terminated = out_of_bounds.view(torch.int32).view(-1).bool() if self._row_views else out_of_bounds.any(1)
-        elapsed = self._elapsed + self._one
-        truncated = elapsed >= self._limit
-        done = terminated | truncated
-        self._reset_buf.uniform_(self.reset_low, self.reset_high, generator=self._generator)
-        done_rows = done.unsqueeze(1)
-        if self._row_views:
-            post = torch.where(done_rows, self._reset_buf.view(torch.complex128), new.view(torch.complex128))
-            self._state = post.view(torch.float32)
+    def __init__(self, env, low: list[float], high: list[float]) -> None:
+        self.buffer = torch.empty(env.num_envs, len(low), device=env.device)
+        self.generator = torch.Generator(device=env.device).manual_seed(0)
+        if len(set(low)) == 1 and len(set(high)) == 1:
+            self.parts = [(self.buffer, low[0], high[0])]
         else:
-            self._state = torch.where(done_rows, self._reset_buf, new)
-        self._elapsed = torch.where(done, self._zero_steps, elapsed)
-        reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
-        return self._state.clone(), reward, terminated, truncated, done, new
+            self.parts = [(self.buffer[:, lane], lo, hi) for lane, (lo, hi) in enumerate(zip(low, high, strict=True))]
+
+    def uniform(self) -> torch.Tensor:
+        for part, low, high in self.parts:
+            part.uniform_(low, high, generator=self.generator)
+        return self.buffer
 
 
-class GeneratorPendulum(PendulumEnv):
-    """Pendulum's step as it was with a ``torch.Generator`` (the reference, not shipped)."""
+def generator_env(cls: type, n: int, **kwargs):
+    """The shipped env with its step's draws from a ``torch.Generator`` and no per-row counters.
 
-    def _build(self) -> None:
-        super()._build()
-        self._generator = torch.Generator(device=self.device)
-        self._generator.manual_seed(0)
-        self._fresh_th = torch.empty(self.num_envs, device=self.device)
-        self._fresh_thdot = torch.empty(self.num_envs, device=self.device)
-        self._zero_steps = torch.zeros((), dtype=torch.int64, device=self.device)
-
-    def _advance(self, action: torch.Tensor, columns: bool) -> tuple:  # env.step's [N] layout only
-        th, thdot = self._state.unbind(1)
-        u = action.reshape(self.num_envs)
-        if u.dtype != torch.float32:
-            u = u.to(torch.float32)
-        u = u.clamp(-self.max_torque, self.max_torque)
-        sin = torch.sin(th)
-        angle = torch.atan2(sin, torch.cos(th))
-        reward = torch.addcmul(self._zero, angle, angle, value=-1.0)
-        reward = torch.addcmul(reward, thdot, thdot, value=-0.1)
-        reward = torch.addcmul(reward, u, u, value=-0.001)
-        new_thdot = torch.add(thdot, sin, alpha=self._k_sin)
-        new_thdot = torch.add(new_thdot, u, alpha=self._k_u).clamp_(-self.max_speed, self.max_speed)
-        new_th = torch.add(th, new_thdot, alpha=self.dt)
-        elapsed = self._elapsed + self._one_step
-        truncated = elapsed >= self._limit
-        terminated = torch.zeros_like(truncated)
-        self._fresh_th.uniform_(-self.default_x_init, self.default_x_init, generator=self._generator)
-        self._fresh_thdot.uniform_(-self.default_y_init, self.default_y_init, generator=self._generator)
-        post_th = torch.where(truncated, self._fresh_th, new_th)
-        post_thdot = torch.where(truncated, self._fresh_thdot, new_thdot)
-        self._state = torch.stack((post_th, post_thdot), 1)
-        self._elapsed = torch.where(truncated, self._zero_steps, elapsed)
-        obs = torch.stack((torch.cos(post_th), torch.sin(post_th), post_thdot), 1)
-        return obs, reward, terminated, truncated, truncated, None
+    The physics, the in-place state and the flags are the shipped step's; only the draws
+    are the old ones (and the counters' increment, which the old step did not have, is
+    left out): the step as it was, but for its in-place writes (the same op count).
+    """
+    env = cls(n, **kwargs)
+    if cls is CartPoleEnv:
+        low, high = [env.reset_low] * 4, [env.reset_high] * 4
+    else:
+        low, high = [-env.default_x_init, -env.default_y_init], [env.default_x_init, env.default_y_init]
+    env._step_draws = GeneratorDraws(env, low, high)
+    env._rng.advance = lambda mask=None: None  # the Generator-based step counted nothing per row
+    return env
 
 
-ENVS = {"CartPole-v1": (CartPoleEnv, GeneratorCartPole), "Pendulum-v1": (PendulumEnv, GeneratorPendulum)}
+ENVS = {"CartPole-v1": CartPoleEnv, "Pendulum-v1": PendulumEnv}
 
 
-def _stepper(env, action: torch.Tensor, context=contextlib.nullcontext):
+def _stepper(env, action: torch.Tensor, context) -> object:
+    """``env.step(action)`` inside ``context`` (the same ``with`` for every contender)."""
     env.reset(seed=0)
 
     def step() -> None:
@@ -130,17 +94,16 @@ def _stepper(env, action: torch.Tensor, context=contextlib.nullcontext):
 
 
 def contenders(env_id: str, n: int) -> dict:
-    shipped, reference = ENVS[env_id]
+    cls = ENVS[env_id]
     if env_id == "CartPole-v1":
         action = torch.arange(n) % 2
     else:
         action = (torch.arange(n, dtype=torch.float32) % 3 - 1).view(n, 1)
     make = {"expose_final_obs": False, "seed": 0}
     return {
-        "generator": _stepper(reference(n, **make), action),
-        "direct": _stepper(shipped(n, **make), action, direct_draws),
-        # the same context manager around the pooled step, so that (b) - (c) is the draws only
-        "pooled": _stepper(shipped(n, **make), action, contextlib.nullcontext),
+        "generator": _stepper(generator_env(cls, n, **make), action, contextlib.nullcontext),
+        "direct": _stepper(cls(n, **make), action, direct_draws),
+        "pooled": _stepper(cls(n, **make), action, contextlib.nullcontext),
     }
 
 

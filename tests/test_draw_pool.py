@@ -35,17 +35,21 @@ def test_pooled_draws_equal_direct_draws(n, lanes, events):
         rng.advance(None if step % 11 == 0 else mask)  # every row, or the rows that "ended"
 
 
+def assert_pooled_equal_direct(rng, bounds, pool, steps):
+    """``steps`` draws of ``pool`` equal the direct ones, every row advancing after each."""
+    draws = []
+    for _ in range(steps):
+        draws.append(pool.uniform())
+        assert torch.equal(draws[-1], rng.uniform(bounds))
+        rng.advance()
+    return draws
+
+
 def test_every_row_ending_every_step_exhausts_each_window_exactly():
     """The worst case the schedule is built for: each advance moves every counter."""
     rng = CounterRNG(16, 4, "cpu", seed=3)
     bounds = rng.bounds([0.0] * 4, [1.0] * 4)
-    pool = DrawPool(rng, bounds, events=4)
-    seen = []
-    for _ in range(13):
-        draw = pool.uniform()
-        assert torch.equal(draw, rng.uniform(bounds))
-        seen.append(draw)
-        rng.advance()
+    seen = assert_pooled_equal_direct(rng, bounds, DrawPool(rng, bounds, events=4), 13)
     assert len({tuple(d[0].tolist()) for d in seen}) == 13  # 13 different events, not a stale slot
 
 
@@ -53,10 +57,7 @@ def test_narrow_bounds_are_clamped_below_high_as_direct_draws_are():
     rng = CounterRNG(4096, 2, "cpu", seed=0)
     bounds = rng.bounds([1.0, 100.0], [1.0000001, 101.0])
     assert bounds.needs_clamp
-    pool = DrawPool(rng, bounds, events=3)
-    for _ in range(4):
-        assert torch.equal(pool.uniform(), rng.uniform(bounds))
-        rng.advance()
+    assert_pooled_equal_direct(rng, bounds, DrawPool(rng, bounds, events=3), 4)
 
 
 def test_huge_counters_wrap_like_direct_draws():
@@ -64,9 +65,7 @@ def test_huge_counters_wrap_like_direct_draws():
     bounds = rng.bounds([-1.0] * 4, [1.0] * 4)
     pool = DrawPool(rng, bounds, events=8)
     rng.counter.fill_(2**62 + 3)
-    for _ in range(10):
-        assert torch.equal(pool.uniform(), rng.uniform(bounds))
-        rng.advance()
+    assert_pooled_equal_direct(rng, bounds, pool, 10)
 
 
 def test_writes_from_outside_are_noticed():

@@ -105,6 +105,7 @@ class DrawPool:
     def __init__(self, rng: CounterRNG, bounds: UniformBounds, events: int | None = None) -> None:
         n, lanes, device = rng.num_envs, rng.lanes, rng.device
         self.rng, self.bounds, self.device = rng, bounds, device
+        self._cuda = device.type == "cuda"  # where a CUDA stream capture is checked for
         self.events = int(events) if events is not None else pool_events(n, lanes, device)
         if self.events < 1:
             raise ValueError(f"events must be >= 1, got {events}")
@@ -141,7 +142,8 @@ class DrawPool:
     def uniform(self) -> torch.Tensor:
         """``[N, L]`` float32: ``rng.uniform(bounds)`` at the current counters (a new tensor)."""
         rng = self.rng
-        if torch.compiler.is_compiling() or not self.enabled or _DIRECT.active or self._capturing():
+        direct = torch.compiler.is_compiling() or _DIRECT.active
+        if direct or not self.enabled or (self._cuda and torch.cuda.is_current_stream_capturing()):
             return rng.uniform(self.bounds)
         if self.events == 1:  # the int32 hash of this draw only, straight into a new tensor
             return self._fill(out=None)
@@ -155,9 +157,6 @@ class DrawPool:
             index = torch.add(self._lane_index, self._counter_col, alpha=rng.lanes)
             return torch.gather(self._values, 1, index)
         return torch.gather(self._rows, 1, torch.sub(self._counter_col, self._base)).view(torch.float32)
-
-    def _capturing(self) -> bool:
-        return self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
     def _fill(self, out: torch.Tensor | None) -> torch.Tensor:
         """Values of events ``c .. c + P - 1`` of every row (``c``: its counter now), into ``out``."""

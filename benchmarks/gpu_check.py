@@ -8,7 +8,8 @@ Run from the repository root::
 It does, in order, each step isolated (an exception fails that step, and the run goes on),
 and prints ONE table of checks and one throughput table at the end:
 
-1. ``pytest tests/test_sync_guard.py`` (the sync guard, on CUDA as well as the CPU);
+1. ``pytest tests/test_sync_guard.py tests/test_draw_pool.py`` (the sync guard, and the
+   built-in envs' pooled draws equal to direct ones, on CUDA as well as the CPU);
 2. a training-like loop that may not synchronise: eager, compiled and CUDA-graph
    collections of CartPole with an MLP policy, plus the critic and ``gae`` on each batch,
    under ``torch.cuda.set_sync_debug_mode("error")`` (``--smoke``: eager and compiled
@@ -48,6 +49,7 @@ if str(ROOT) not in sys.path:  # run as a script: make gpu_envs, benchmarks and 
 import torch  # noqa: E402
 
 MODES = ("eager", "compile", "cudagraph", "compile+cudagraph")
+PYTEST_FILES = ("tests/test_sync_guard.py", "tests/test_draw_pool.py")
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIPPED"
 
 
@@ -124,7 +126,7 @@ class Policy(torch.nn.Module):
 
 # --------------------------------------------------------------------------- the checks
 def check_pytest(plan: Plan, budget: Budget) -> tuple[bool, str]:
-    cmd = [sys.executable, "-m", "pytest", "tests/test_sync_guard.py", "-q", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", *PYTEST_FILES, "-q", "-p", "no:cacheprovider"]
     timeout = max(30.0, min(240.0, budget.left()))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     try:
@@ -349,7 +351,7 @@ def throughput(plan: Plan, budget: Budget) -> tuple[list[dict], list[str]]:
 # --------------------------------------------------------------------------- main
 CHECKS: list[tuple[str, float, float, Callable]] = [
     # name, estimated seconds on a GPU, on the CPU smoke run, function
-    ("pytest tests/test_sync_guard.py", 90.0, 60.0, check_pytest),
+    ("pytest " + " ".join(PYTEST_FILES), 100.0, 65.0, check_pytest),
     ("no-sync training loop", 150.0, 120.0, check_no_sync_loop),
     ("cudagraph == eager transitions", 40.0, 20.0, check_graph_equals_eager),
     ("memory stable", 40.0, 20.0, check_memory),

@@ -16,6 +16,9 @@ from gpu_envs.envs import CartPoleEnv, PendulumEnv
 from gpu_envs.envs.counter_rng import CounterRNG
 from gpu_envs.envs.draw_pool import MAX_EVENTS, DrawPool, direct_draws, pool_events
 
+# on CUDA the int32 kernels' wrapping multiplies are checked as well (benchmarks/gpu_check.py runs this file)
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
 
 def random_masks(n, steps, p, seed=0):
     generator = torch.Generator().manual_seed(seed)
@@ -26,13 +29,14 @@ def random_masks(n, steps, p, seed=0):
     ("n", "lanes", "events"),
     [(1, 4, None), (7, 4, 5), (64, 4, None), (513, 4, 3), (9, 2, None), (33, 2, 1), (5, 1, 4), (12, 3, None), (8, 5, 2)],
 )
-def test_pooled_draws_equal_direct_draws(n, lanes, events):
-    rng = CounterRNG(n, lanes, "cpu", seed=n + lanes)
+@pytest.mark.parametrize("device", DEVICES)
+def test_pooled_draws_equal_direct_draws(n, lanes, events, device):
+    rng = CounterRNG(n, lanes, device, seed=n + lanes)
     bounds = rng.bounds([-0.05 * (i + 1) for i in range(lanes)], [0.05 * (i + 2) for i in range(lanes)])
     pool = DrawPool(rng, bounds, events)
     for step, mask in enumerate(random_masks(n, 3 * MAX_EVENTS + 7, p=0.6)):
         assert torch.equal(pool.uniform(), rng.uniform(bounds)), step
-        rng.advance(None if step % 11 == 0 else mask)  # every row, or the rows that "ended"
+        rng.advance(None if step % 11 == 0 else mask.to(device))  # every row, or the rows that "ended"
 
 
 def assert_pooled_equal_direct(rng, bounds, pool, steps):
@@ -152,18 +156,19 @@ def test_pool_size_follows_the_fill_budget():
         DrawPool(CounterRNG(2, 1, "cpu", seed=0), CounterRNG(2, 1, "cpu", seed=0).bounds([0.0], [1.0]), events=0)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("cls", [CartPoleEnv, PendulumEnv])
-def test_env_steps_with_pooled_draws_equal_direct_ones(cls):
+def test_env_steps_with_pooled_draws_equal_direct_ones(cls, device):
     """Same env, same actions: every output and the state equal with and without the pool."""
-    pooled, direct = cls(32, seed=6, max_episode_steps=7), cls(32, seed=6, max_episode_steps=7)
+    pooled, direct = (cls(32, device=device, seed=6, max_episode_steps=7) for _ in range(2))
     pooled.reset()
     direct.reset()
     generator = torch.Generator().manual_seed(0)
     for _ in range(150):
         if cls is CartPoleEnv:
-            action = torch.randint(0, 2, (32,), generator=generator)
+            action = torch.randint(0, 2, (32,), generator=generator).to(device)
         else:
-            action = torch.rand(32, 1, generator=generator) * 4 - 2
+            action = (torch.rand(32, 1, generator=generator) * 4 - 2).to(device)
         got = pooled.step(action)
         with direct_draws():
             expected = direct.step(action)

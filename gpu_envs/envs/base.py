@@ -102,12 +102,14 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         )
         seed = as_seed(seed)
         self._state = torch.zeros(self.num_envs, self.state_size, dtype=torch.float32, device=self.device)
-        self._columns = self._state.unbind(1)  # views of the state's columns (it is never re-bound)
         self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self._rng = CounterRNG(self.num_envs, self.state_size, self.device, seed, env_index_offset)
-        self._elapsed_col = self._elapsed.unsqueeze(1)  # for the TensorDict layout (see _elapsed_view)
         self._needs_reset = True
         self._closed = False
+        # views made once (neither tensor is ever re-bound): the state's columns, and
+        # elapsed_steps as [N, 1] for the TensorDict layout (see _state_columns, _elapsed_view)
+        self._columns = self._state.unbind(1)
+        self._elapsed_col = self._elapsed.unsqueeze(1)
         self._build()
 
     def _build(self) -> None:

@@ -84,7 +84,8 @@ def test_compiled_cartpole_equals_eager():
 
 def test_chunk_length_divides_the_collection_and_shrinks_with_n():
     assert [chunk_length(t, 8) for t in (1, 7, 16, 20, 25, 31, 64)] == [1, 7, 8, 5, 5, 1, 8]
-    assert chunk_length(64, 2048) == 4 and chunk_length(64, 4096) == 1 and chunk_length(6, 2048) == 3
+    assert chunk_length(64, 2048) == 4 and chunk_length(64, 4096) == 4 and chunk_length(6, 2048) == 3
+    assert chunk_length(64, 1 << 20) == 2 and chunk_length(63, 1 << 20) == 1
 
 
 @pytest.mark.slow

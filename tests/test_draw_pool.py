@@ -200,3 +200,53 @@ def test_compiled_steps_between_eager_ones_keep_the_stream():
             assert torch.equal(got[0][done], expected[0][done]), i
         torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-6)
     assert int(reference.state_dict()["rng_counter"].min()) == 5  # every row reset after each 3 steps
+
+
+def _interrupt_the_hash_once(monkeypatch, module):
+    """Make the next int32 hash of a fill raise KeyboardInterrupt half-way (as Ctrl-C would)."""
+    real = module.mix32_int32_
+    calls = {"n": 0}
+
+    def interrupted(x, scratch):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            x.fill_(-1)  # the pool's memory half-written: NaN bit patterns as float32
+            raise KeyboardInterrupt
+        return real(x, scratch)
+
+    monkeypatch.setattr(module, "mix32_int32_", interrupted)
+
+
+def test_a_fill_interrupted_half_way_is_not_trusted(monkeypatch):
+    from gpu_envs.envs import draw_pool
+
+    rng = CounterRNG(8, 4, "cpu", seed=5)
+    bounds = rng.bounds([-0.05] * 4, [0.05] * 4)
+    pool = DrawPool(rng, bounds, events=4)
+    assert_pooled_equal_direct(rng, bounds, pool, 8)  # two windows used: the next draw fills the third
+    _interrupt_the_hash_once(monkeypatch, draw_pool)
+    with pytest.raises(KeyboardInterrupt):
+        pool.uniform()
+    draws = assert_pooled_equal_direct(rng, bounds, pool, 9)  # refilled, not the half-written memory
+    assert all(torch.isfinite(d).all() for d in draws)
+
+
+def test_a_full_reset_after_an_interrupted_step_draws_the_right_stream(monkeypatch):
+    """Ctrl-C inside a built-in env's step, then reset(): the run continues as a fresh env's from that state."""
+    from gpu_envs.envs import draw_pool
+
+    action = torch.ones(6, dtype=torch.int64)
+    env = CartPoleEnv(6, seed=1)
+    env.reset()
+    for _ in range(70):  # past the pool's first window, episodes ending
+        env.step(action)
+    _interrupt_the_hash_once(monkeypatch, draw_pool)
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(200):
+            env.step(action)
+    env.reset()  # no seed: the key stays, so nothing but the reset itself can refresh the pool
+    fresh = CartPoleEnv(6, seed=2)
+    fresh.reset()
+    fresh.load_state_dict({k: v.clone() for k, v in env.state_dict().items()})  # its pool: filled afresh
+    for _ in range(150):
+        torch.testing.assert_close(env.step(action)[0], fresh.step(action)[0], rtol=0, atol=0)

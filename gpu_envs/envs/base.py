@@ -185,6 +185,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
             self._state.copy_(fresh)
             self._elapsed.zero_()
             self._rng.advance()
+            self._rng.invalidate()  # a full reset is the recovery path: no cache of draws outlives it
         else:
             mask = self._check_mask(mask)
             self._state.copy_(torch.where(mask.unsqueeze(1), fresh, self._state))

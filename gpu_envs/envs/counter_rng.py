@@ -212,6 +212,7 @@ class CounterRNG:
             return
         if mask is not None and mask.dim() == 2:  # a done flag in the TensorDict layout
             counter = self._counter_col
+        self.advances += 1  # counted first: interrupted below, pools refill early, never late
         if self.tracked:
             if counter._version != self._counter_version:  # written by someone else since our last write
                 self.epoch += 1
@@ -219,7 +220,6 @@ class CounterRNG:
             self._counter_version = counter._version
         else:
             counter.add_(1 if mask is None else mask)
-        self.advances += 1
 
     def unchanged_since(self, epoch: int) -> bool:
         """True if the counters changed only by :meth:`advance` since ``epoch`` was read (tracked only)."""

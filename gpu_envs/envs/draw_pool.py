@@ -161,13 +161,15 @@ class DrawPool:
     def _fill(self, out: torch.Tensor | None) -> torch.Tensor:
         """Values of events ``c .. c + P - 1`` of every row (``c``: its counter now), into ``out``."""
         rng = self.rng
-        self._epoch = rng.current_epoch()  # adopts whatever wrote the key or counters
-        self._filled_at = rng.advances
-        if self._key_version != rng.key._version:  # a new key: new per-row lane offsets
+        # The pool is trusted only once the fill has completed: an exception or Ctrl-C in
+        # the middle leaves it marked stale (refilled at the next draw), never half-written.
+        epoch, filled_at, key_version = rng.current_epoch(), rng.advances, rng.key._version
+        self._epoch = -1
+        if self._key_version != key_version:  # a new key: new per-row lane offsets
+            self._key_version = -1
             q = torch.arange(self._x.shape[1], dtype=torch.int64, device=self.device)
             offsets = (q * self._key_step).bitwise_and_(MASK32)  # < 2^(31 + 8): exact
             self._offsets.copy_(offsets.view(torch.int32)[:, 0::2])
-            self._key_version = rng.key._version
         self._base.copy_(self._counter_col)
         if self._rows is None:
             torch.add(self._lane, self._base, alpha=-rng.lanes, out=self._lane_index)
@@ -185,6 +187,7 @@ class DrawPool:
         torch.addcmul(self._low, values, self._scale, out=values)
         if self._below_high is not None:
             torch.minimum(values, self._below_high, out=values)
+        self._epoch, self._filled_at, self._key_version = epoch, filled_at, key_version
         return values
 
     def __repr__(self) -> str:

@@ -299,3 +299,23 @@ def test_interop_actions_of_the_wrong_batch_are_named():
     with pytest.raises(gpu_envs.ActionError, match=r"shape \(3,\).*\(4,\)"):
         envs.step(np.zeros(3, dtype=np.int64))
     envs.step(np.zeros(4, dtype=np.int64))  # nothing was touched
+
+
+def test_rsl_rl_and_skrl_actions_of_the_wrong_batch_are_named():
+    # both reshape the library's action layout to the env's; a wrong count used to fail inside that reshape
+    pytest.importorskip("rsl_rl")
+    pytest.importorskip("skrl")
+    from gpu_envs.interop import to_rsl_rl, to_skrl
+
+    rsl = to_rsl_rl(gpu_envs.make("Pendulum-v1", num_envs=4, device="cpu", seed=0))
+    with pytest.raises(gpu_envs.ActionError, match=r"shape \(3, 1\) \(3 values\).*\(4, 1\) \(4 values"):
+        rsl.step(torch.zeros(3, 1))
+    _, reward, _, _ = rsl.step(np.zeros((4, 1), dtype=np.float32))  # numpy actions are converted, like torch ones
+    assert reward.shape == (4,)
+
+    skrl_env = to_skrl(gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0))
+    skrl_env.reset()
+    with pytest.raises(gpu_envs.ActionError, match=r"shape \(3, 1\) \(3 values\).*\(4,\) \(4 values"):
+        skrl_env.step(torch.zeros(3, 1, dtype=torch.int64))
+    _, reward, _, _, _ = skrl_env.step(torch.zeros(4, 1, dtype=torch.int64))  # skrl's [N, 1] column still works
+    assert reward.shape == (4, 1)

@@ -7,7 +7,9 @@
   tuple, mirroring the observation Composite), and those spaces;
 * :func:`host_copy`: one device -> host copy of a tensor as a numpy array the caller owns;
 * :func:`action_tensor`: numpy (or torch, on any device) actions as a tensor of the
-  action spec's dtype on the env's device, passing through what already is one.
+  action spec's dtype on the env's device, passing through what already is one;
+  :func:`reshaped_action_tensor` first takes them in any shape with the right number of
+  values (skrl's ``[N, 1]`` for a ``[N]`` spec), refusing other counts by name.
 
 Example::
 
@@ -114,6 +116,25 @@ def action_tensor(actions: Any, spec: Spec, device: torch.device) -> torch.Tenso
     if not same_device(tensor.device, device):
         tensor = tensor.to(device)
     return tensor
+
+
+def reshaped_action_tensor(actions: Any, spec: Spec, device: torch.device) -> torch.Tensor:
+    """:func:`action_tensor` of ``actions`` reshaped to ``spec``'s shape (no copy for a contiguous tensor).
+
+    For libraries whose policies emit actions in their own layout (skrl's ``[N, 1]``
+    columns, rsl_rl's ``[N, num_actions]``): the number of values must match, else an
+    :class:`~gpu_envs.errors.ActionError` names both shapes instead of a reshape failing
+    inside the adapter.
+    """
+    tensor = actions if isinstance(actions, torch.Tensor) else to_torch(
+        actions if hasattr(actions, "__dlpack__") else np.asarray(actions)
+    )
+    if tensor.numel() != spec.shape.numel():
+        raise ActionError(
+            f"the actions have shape {tuple(tensor.shape)} ({tensor.numel()} values); this env takes "
+            f"{tuple(spec.shape)} ({spec.shape.numel()} values: one action per env, as its action_space says)."
+        )
+    return action_tensor(tensor.reshape(spec.shape), spec, device)
 
 
 def gym_action_spaces(env: Any) -> tuple[gymnasium.spaces.Space, gymnasium.spaces.Space]:

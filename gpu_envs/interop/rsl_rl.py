@@ -43,7 +43,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.errors import InvalidArgumentError
-from gpu_envs.interop.conversions import action_tensor, check_env
+from gpu_envs.interop.conversions import check_env, reshaped_action_tensor
 from gpu_envs.interop.libraries import require
 from gpu_envs.specs import Box, Composite
 from gpu_envs.specs.env_specs import require_scalar_reward
@@ -124,7 +124,6 @@ class RslRlVecEnv(rsl_rl_env.VecEnv):
         self.num_envs = int(env.num_envs)
         self.device = env.device
         self.num_actions = int(action.event_shape.numel())
-        self._action_shape = env.action_spec.shape
         self._groups = _group_names(env.single_observation_spec)
         self._clock = _EpisodeClock(env)
         self._max_episode_length = _max_length(self._clock.limit, max_episode_length)
@@ -166,7 +165,7 @@ class RslRlVecEnv(rsl_rl_env.VecEnv):
     def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
         """One step of every env: ``(observations, rewards (N,), dones (N,), extras)``."""
         td = self._root
-        td.set("action", action_tensor(actions.view(self._action_shape), self.env.action_spec, self.device))
+        td.set("action", reshaped_action_tensor(actions, self.env.action_spec, self.device))
         td, root = self.env.step_and_maybe_reset(td)
         nxt = td.get("next")
         done = nxt.get("done").view(self.num_envs)

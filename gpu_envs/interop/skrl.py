@@ -41,7 +41,7 @@ import gymnasium
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.interop.conversions import action_tensor, check_env
+from gpu_envs.interop.conversions import check_env, reshaped_action_tensor
 from gpu_envs.interop.libraries import require
 from gpu_envs.specs import Composite
 from gpu_envs.specs.env_specs import require_scalar_reward
@@ -75,7 +75,6 @@ class SkrlEnv(skrl_wrappers.Wrapper):
             env.single_observation_spec
         )
         self._action_space = env.single_action_spec.to_gym()
-        self._action_shape = env.action_spec.shape
         self._n = int(env.num_envs)
         self._root: TensorDictBase | None = None
         self._observations: torch.Tensor | None = None
@@ -112,7 +111,7 @@ class SkrlEnv(skrl_wrappers.Wrapper):
         """Step every env; returns the next observations (post-reset where an episode ended) and ``[N, 1]`` signals."""
         if self._root is None:
             self.reset()
-        actions = action_tensor(actions.reshape(self._action_shape), self.env.action_spec, self.device)
+        actions = reshaped_action_tensor(actions, self.env.action_spec, self.device)
         td = self._root.set("action", actions)
         td, root = self.env.step_and_maybe_reset(td)
         self._read(root)

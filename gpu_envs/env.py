@@ -53,7 +53,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.arguments import as_bool, as_seed, check_td, optional_seconds
 from gpu_envs.backends.base import Backend, RawStep, release_simulator
-from gpu_envs.devices import normalize_device
+from gpu_envs.devices import normalize_device, same_device
 from gpu_envs.errors import (
     ActionError,
     BackendError,
@@ -67,7 +67,7 @@ from gpu_envs.final_obs import FinalObsTransform
 from gpu_envs.rollout_loop import Policy, rollout
 from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete
 from gpu_envs.specs.env_specs import BatchedSpecs
-from gpu_envs.state_dicts import prefixed, under
+from gpu_envs.state_dicts import check_state, prefixed, under
 from gpu_envs.tensordicts import get_entry, new_td, set_entry
 from gpu_envs.watchdog import Watchdog
 
@@ -529,10 +529,18 @@ class BatchedEnv(BatchedSpecs):
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Take the values of a :meth:`state_dict`: the backend copies them into its tensors;
         the root observations are stored as copies (handed-out roots are never written)."""
+        check_state(state, "BatchedEnv")
         roots = {name: state.get(name) for name in self._root_names.values()}
-        for name, value in roots.items():
+        for key, name in self._root_names.items():
+            value, spec = roots[name], self.observation_spec[key]
             if not isinstance(value, torch.Tensor):
                 raise InvalidArgumentError(f"BatchedEnv.load_state_dict: {name!r} is missing or not a tensor.")
+            if value.shape != spec.shape or value.dtype != spec.dtype or not same_device(value.device, self.device):
+                raise InvalidArgumentError(
+                    f"BatchedEnv.load_state_dict: {name!r} must be a {tuple(spec.shape)} {spec.dtype} tensor on "
+                    f"{self.device} (this env's observations), got {tuple(value.shape)} {value.dtype} on "
+                    f"{value.device}; pass a state_dict() of an env built like this one."
+                )
         self.backend.load_state_dict(under("backend", state))
         self._final_obs.root_obs = {key: roots[name].clone() for key, name in self._root_names.items()}
         self._last_done = self._false

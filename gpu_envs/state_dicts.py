@@ -28,7 +28,7 @@ import torch
 
 from gpu_envs.errors import InvalidArgumentError
 
-__all__ = ["copy_into", "prefixed", "same_memory", "under"]
+__all__ = ["check_state", "check_values", "copy_into", "prefixed", "same_memory", "under"]
 
 
 def prefixed(prefix: str, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -42,6 +42,15 @@ def under(prefix: str, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Ten
     return {name[len(head) :]: value for name, value in state.items() if name.startswith(head)}
 
 
+def check_state(state: object, owner: str) -> None:
+    """Refuse anything but a mapping of names to tensors before a ``load_state_dict`` reads it."""
+    if not isinstance(state, Mapping):
+        raise InvalidArgumentError(
+            f"{owner}.load_state_dict takes the dict of tensors a state_dict() returned (or a copy of it), got "
+            f"{type(state).__name__}."
+        )
+
+
 def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True if ``a`` and ``b`` are the same elements of the same storage (views included)."""
     return a is b or (
@@ -53,8 +62,9 @@ def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
-def copy_into(targets: Mapping[str, torch.Tensor], values: Mapping[str, torch.Tensor], owner: str) -> None:
-    """Copy ``values`` into the tensors of ``targets`` (same names, shapes, dtypes), in place."""
+def check_values(targets: Mapping[str, torch.Tensor], values: Mapping[str, torch.Tensor], owner: str) -> None:
+    """Refuse ``values`` unless they have exactly the names, shapes and dtypes of ``targets``."""
+    check_state(values, owner)
     if set(values) != set(targets):
         raise InvalidArgumentError(
             f"{owner}.load_state_dict expects the names {sorted(targets)} of its state_dict(), got {sorted(values)}."
@@ -66,5 +76,15 @@ def copy_into(targets: Mapping[str, torch.Tensor], values: Mapping[str, torch.Te
             raise InvalidArgumentError(
                 f"{owner} state {name!r} must be a {tuple(target.shape)} {target.dtype} tensor, got {got}."
             )
+
+
+def copy_into(targets: Mapping[str, torch.Tensor], values: Mapping[str, torch.Tensor], owner: str) -> None:
+    """Copy ``values`` into the tensors of ``targets`` (same names, shapes, dtypes), in place.
+
+    Every value is checked before the first copy, so a refused state leaves the targets as they were.
+    """
+    check_values(targets, values, owner)
+    for name, target in targets.items():
+        value = values[name]
         if not same_memory(value, target):
             target.copy_(value)

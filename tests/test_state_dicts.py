@@ -90,3 +90,43 @@ def test_envs_whose_state_is_outside_torch_say_so():
     with pytest.raises(RolloutError, match="outside torch tensors"):
         GraphCollector(env, None, RolloutBuffer(env, 2), api=EmulatedGraphs())
     env.close()
+
+
+def test_a_refused_state_names_the_cause_and_leaves_the_env_as_it_was():
+    env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0)
+    env.reset()
+    before = snapshot(env)
+    actions = torch.randint(0, 2, (4, 5), generator=torch.Generator().manual_seed(1))
+    with pytest.raises(InvalidArgumentError, match="takes the dict of tensors a state_dict"):
+        env.load_state_dict(42)
+    for bad in (torch.zeros(7, 7), before["root.observation"].double()):  # a root of another env, or recast
+        with pytest.raises(InvalidArgumentError, match=r"'root.observation' must be a \(4, 4\) torch.float32"):
+            env.load_state_dict({**before, "root.observation": bad})
+    backend = [name for name in before if name.startswith("backend.")]
+    broken = {**before, **{name: before[name] + 1 for name in backend[:1]}, backend[-1]: torch.zeros(1)}
+    with pytest.raises(InvalidArgumentError, match=repr(backend[-1].removeprefix("backend.env."))):
+        env.load_state_dict(broken)  # the first backend entry is fine, the last is not: nothing is copied
+    assert_same_state(snapshot(env), before)
+    expected = replay(env, actions)
+    env.load_state_dict(before)
+    assert_same(replay(env, actions), expected)
+
+
+def test_a_refused_transformed_state_loads_nothing():
+    env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0), ObservationNorm())
+    env.reset()
+    before = snapshot(env)
+    with pytest.raises(InvalidArgumentError, match=r"TransformedEnv\.load_state_dict takes the dict"):
+        env.load_state_dict([1, 2])
+    changed = {name: value + 1 if value.is_floating_point() else value for name, value in before.items()}
+    bad_stats = next(name for name in before if name.startswith("transforms.0."))
+    changed[bad_stats] = torch.zeros(3, 3)
+    with pytest.raises(InvalidArgumentError, match="ObservationNorm state"):
+        env.load_state_dict(changed)
+    assert_same_state(snapshot(env), before)  # the env's own state was not loaded before the refusal
+
+
+def assert_same_state(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name

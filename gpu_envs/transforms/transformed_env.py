@@ -36,7 +36,7 @@ from gpu_envs.arguments import check_td
 from gpu_envs.errors import ActionError, InterruptedStepError, InvalidArgumentError, ResetNeededError
 from gpu_envs.rollout_loop import Policy, rollout
 from gpu_envs.specs.env_specs import BatchedSpecs
-from gpu_envs.state_dicts import copy_into, prefixed, under
+from gpu_envs.state_dicts import check_state, check_values, copy_into, prefixed, under
 from gpu_envs.transforms.base import EnvSpecs, Transform
 
 _ENV_API = (
@@ -217,6 +217,9 @@ class TransformedEnv(BatchedSpecs):
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Take the values of a :meth:`state_dict` (copied into the env's and transforms' tensors)."""
+        check_state(state, "TransformedEnv")
+        for i, t in enumerate(self.transforms):  # all checked before anything is loaded
+            check_values(t.state_tensors(), under(f"transforms.{i}", state), type(t).__name__)
         self.env.load_state_dict(under("env", state))
         for i, t in enumerate(self.transforms):
             copy_into(t.state_tensors(), under(f"transforms.{i}", state), type(t).__name__)

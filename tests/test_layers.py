@@ -28,7 +28,7 @@ PACKAGE = "gpu_envs"
 # the package root ("gpu_envs": make/wrap), which covers itself only.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # make()/wrap() and the registry (which imports backends by name, at run time), the CLI, check_env
-    ("entry points and tools", ("gpu_envs", "gpu_envs.building", "gpu_envs.registry", "gpu_envs.cli", "gpu_envs.check")),
+    ("entry points and tools", ("gpu_envs", "gpu_envs.__main__", "gpu_envs.building", "gpu_envs.registry", "gpu_envs.cli", "gpu_envs.check")),
     # to_torchrl, to_sb3, ...: another library's env type around a BatchedEnv
     ("interop", ("gpu_envs.interop",)),
     # collect() and its cache and CUDA graphs, GAE, multi-process collection

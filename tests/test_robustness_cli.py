@@ -129,3 +129,15 @@ def test_ctrl_c_during_bench_prints_the_finished_benchmarks_and_saves_them(tmp_p
     assert [line.split()[:3] for line in out.splitlines() if line.split()[:1] == ["overhead"]]
     saved = json.loads(path.read_text())
     assert saved["interrupted"] == "gymnasium" and "overhead" in saved["results"]
+
+
+def test_python_dash_m_gpu_envs_is_the_cli(monkeypatch, capsys):
+    # `python -m gpu_envs` used to stop with "'gpu_envs' is a package and cannot be directly executed"
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", ["gpu_envs", "rollout", "--num-envs", "0"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_module("gpu_envs", run_name="__main__", alter_sys=True)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--num-envs must be >= 1, got 0" in err

@@ -93,9 +93,16 @@ def test_pendulum_box_actions_and_errors():
     assert obs.shape == (3, 3) and venv.action_space.shape == (1,)
     obs, rewards, dones, infos = venv.step(np.zeros((3, 1)))  # float64 from a user is cast to the spec's float32
     assert rewards.shape == (3,) and not dones.any() and all(info == {"TimeLimit.truncated": False} for info in infos)
-    venv.set_options({"low": 0.1})
+    with pytest.raises(InvalidArgumentError, match="options"):
+        venv.set_options({"low": 0.1})  # refused when given: a later reset would fail on every call
+    venv._options = [{"low": 0.1}] * 3  # set behind set_options' back: still refused by reset
     with pytest.raises(InvalidArgumentError, match="options"):
         venv.reset()
+    venv.set_options(None)
+    for bad in (-1, 1.5, "3"):
+        with pytest.raises(InvalidArgumentError, match="seed"):
+            venv.seed(bad)  # refused when given, not at the next reset
+    assert venv.seed(np.int64(5)) == [5, 6, 7] and venv.reset().shape == (3, 3)
 
 
 def _mean_return(model, venv, episodes: int = 40) -> float:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from tensordict import TensorDictBase
 
+from gpu_envs.arguments import as_seed
 from gpu_envs.errors import InvalidArgumentError, ResetNeededError
 from gpu_envs.interop.conversions import Key, ObservationLayout, action_tensor, check_env, host_copy
 from gpu_envs.interop.libraries import require
@@ -74,11 +75,7 @@ class SB3VecEnv(vec_env.VecEnv):
     # ------------------------------------------------------------ reset/step
     def reset(self) -> Any:
         """Reset every row (with the seed of the last ``seed()``, if any); returns the observations."""
-        if any(self._options):
-            raise InvalidArgumentError(
-                f"reset options {self._options[0]!r} are not supported by gpu_envs envs; pass settings when "
-                "building the env (gpu_envs.make(..., **kwargs))."
-            )
+        _refuse_options(self._options)
         root = self.env.reset(seed=self._seeds[0])  # SB3 gives env i seed + i: gpu_envs seeds the batch from one
         self._reset_seeds()
         self._reset_options()
@@ -148,6 +145,15 @@ class SB3VecEnv(vec_env.VecEnv):
             )
         return len(wanted)
 
+    def seed(self, seed: int | None = None) -> Sequence[int | None]:
+        """SB3's ``seed()``, checked now (an int in ``[0, 2**63 - 1]`` or None) rather than at the next ``reset``."""
+        return super().seed(as_seed(seed))
+
+    def set_options(self, options: list[dict] | dict | None = None) -> None:
+        """Only empty options: gpu_envs envs take their settings when built. Refused here, not at the next reset."""
+        _refuse_options(options if isinstance(options, (list, tuple)) else [options])
+        super().set_options(options)
+
     def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
         """The env's attribute, once per requested index (SB3 asks for ``render_mode``: None)."""
         count = len(self._indices(indices))
@@ -173,3 +179,11 @@ class SB3VecEnv(vec_env.VecEnv):
 
     def __repr__(self) -> str:
         return f"SB3VecEnv({self.env!r})"
+
+
+def _refuse_options(options: Sequence[Any]) -> None:
+    if any(options):
+        raise InvalidArgumentError(
+            f"reset options {next(o for o in options if o)!r} are not supported by gpu_envs envs; pass settings when "
+            "building the env (gpu_envs.make(..., **kwargs))."
+        )

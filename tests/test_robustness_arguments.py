@@ -245,7 +245,13 @@ def test_specs_refuse_bad_shapes_devices_and_generators(call, word):
 
 @pytest.mark.parametrize(
     ("kwargs", "word"),
-    [({"vector_kwargs": {"autoreset_mode": "bogus"}}, "bogus"), ({"vector_kwargs": "x"}, "vector_kwargs"), ({"wrappers": "x"}, "wrappers")],
+    [
+        ({"vector_kwargs": {"autoreset_mode": "bogus"}}, "bogus"),
+        ({"vector_kwargs": "x"}, "vector_kwargs"),
+        ({"wrappers": "x"}, "wrappers"),
+        # "0: no worker processes" contradicts async workers: it used to build them anyway, uncapped
+        ({"vectorization": "async", "num_workers": 0}, "num_workers=0"),
+    ],
 )
 def test_gymnasium_make_options_are_checked(kwargs, word):
     with pytest.raises(gpu_envs.InvalidArgumentError, match=word):

@@ -140,6 +140,12 @@ class GymnasiumPlugin:
         step_timeout = optional_seconds(step_timeout, "step_timeout")  # before any worker starts
         if vectorization == "sync" and num_workers:
             raise InvalidArgumentError("num_workers needs worker processes: drop vectorization='sync' or num_workers.")
+        if vectorization == "async" and num_workers == 0:
+            raise InvalidArgumentError(
+                "num_workers=0 means no worker processes, but vectorization='async' runs the sub-envs in them: drop "
+                "num_workers (one process per sub-env), give num_workers=k (at most k stepping at once), or use "
+                "vectorization='sync'."
+            )
         use_async = vectorization == "async" or bool(num_workers)
         if not use_async and step_timeout != DEFAULT_STEP_TIMEOUT:
             raise InvalidArgumentError(

@@ -445,6 +445,12 @@ class BatchedEnv(BatchedSpecs):
                 want = reward_shape if name == "reward" else (n, 1)
                 shape_ok = isinstance(value, torch.Tensor) and tuple(value.shape) == want
                 wanted = f"shape {want}"
+            if not isinstance(value, torch.Tensor):
+                raise BackendError(
+                    f"{self.backend.describe()} returned {name} as a {type(value).__module__}.{type(value).__name__}, "
+                    f"not a torch.Tensor; expected {wanted} on {self.device} ({layout} layout). Return torch tensors "
+                    f"(e.g. torch.as_tensor(x, device='{self.device}')), or wrap a numpy env as a gymnasium VectorEnv."
+                )
             if not shape_ok or value.device != self.device:
                 raise BackendError(
                     f"{self.backend.describe()} returned {name} "

@@ -133,6 +133,8 @@ class ChangingEnv(CountingTorchVectorEnv):
             terminated = terminated.long()
         elif self.how == "list":
             obs = obs.tolist()
+        elif self.how == "numpy_reward":
+            reward = reward.numpy()  # used to read "returned reward (4,) ...; expected 4 values": no word of numpy
         elif self.how == "old_api":
             return obs, reward, terminated | truncated, info  # gym < 0.26's 4-tuple
         return obs, reward, terminated, truncated, info
@@ -176,4 +178,13 @@ def test_a_broken_first_step_is_caught_too(how):
     td = env.reset()
     td["action"] = torch.zeros(N, dtype=torch.long)
     with pytest.raises(gpu_envs.BackendError):
+        env.step(td)
+
+
+def test_a_numpy_reward_on_the_first_step_is_named_as_such():
+    # it used to read "returned reward (4,) on ?; expected 4 values": the same shape, and no word of numpy
+    env = gpu_envs.wrap(ChangingEnv("numpy_reward", at=1))
+    td = env.reset()
+    td["action"] = torch.zeros(N, dtype=torch.long)
+    with pytest.raises(gpu_envs.BackendError, match=r"reward as a numpy\.ndarray, not a torch\.Tensor.*torch\.as_tensor"):
         env.step(td)

@@ -49,6 +49,12 @@ def _row_dtype(shape: torch.Size, dtype: torch.dtype, num_envs: int, device: tor
 def check_placeholder(value: float | int, dtype: torch.dtype, key: object) -> None:
     """Refuse a ``missing_obs_value`` that ``dtype`` cannot hold exactly (NaN in ints, 2.5 in ints, 300 in uint8)."""
     if dtype.is_floating_point or dtype.is_complex:
+        magnitude = abs(value)  # 1e40 in float32 would silently become inf; inf and NaN are asked for as such
+        if math.isfinite(magnitude) and magnitude > torch.finfo(dtype).max:
+            raise InvalidArgumentError(
+                f"missing_obs_value={value!r} overflows observation {key!r} of dtype {dtype} (it would become inf); "
+                f"pass a value within +-{torch.finfo(dtype).max:.3g}, or inf/NaN explicitly, or None (NaN)."
+            )
         return
     fits = math.isfinite(value) and float(value).is_integer()
     if fits and dtype == torch.bool:

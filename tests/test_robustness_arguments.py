@@ -152,6 +152,13 @@ def test_a_placeholder_the_observation_dtype_cannot_hold_is_refused_and_nothing_
     assert env.reset()["observation"].dtype == torch.int64
 
 
+def test_a_float_placeholder_that_would_overflow_to_inf_is_refused():
+    make = lambda value: gpu_envs.make("CartPole-v1", num_envs=2, device="cpu", missing_obs_value=value)  # noqa: E731
+    _refused(gpu_envs.InvalidArgumentError, "1e+40", "float32", "inf", call=lambda: make(1e40))
+    for value in (float("inf"), -3e38, float("nan")):  # asked for explicitly, or representable
+        make(value).close()
+
+
 @pytest.mark.parametrize("backend", [None, 3, ["torch"]])
 def test_backend_must_be_a_name(backend):
     _refused(gpu_envs.InvalidArgumentError, "backend", call=lambda: gpu_envs.make("CartPole-v1", backend=backend))

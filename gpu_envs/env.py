@@ -51,6 +51,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+import gpu_envs.tensordicts as tds
 from gpu_envs.arguments import as_bool, as_seed, check_td, optional_seconds
 from gpu_envs.backends.base import Backend, RawStep, release_simulator
 from gpu_envs.devices import normalize_device, same_device
@@ -178,6 +179,9 @@ class BatchedEnv(BatchedSpecs):
         # exception escaping in between (the env raising, KeyboardInterrupt) leaves the
         # env marked at the cost of two attribute writes: the next step asks for a reset.
         self._ready = False
+        # the steps of the common case, bound after the first step (_bind_fast_steps); None: generic
+        self._fast_step = self._fast_step_and_reset = None
+        self._float_reward = False  # the first step's reward was float32 (no cast needed)
         self.validate = validate
         self._watchdog = None
         if watchdog_s is not None:
@@ -219,6 +223,8 @@ class BatchedEnv(BatchedSpecs):
                 self.generator.manual_seed(seed)
             self._final_obs.root_obs = obs
             self._needs_reset = False
+            if not self._first_step:
+                self._bind_fast_steps()  # the backend's plain transition may change with a full reset
         else:
             self._partial_reset(mask, seed)
         self._last_done = self._false
@@ -275,7 +281,8 @@ class BatchedEnv(BatchedSpecs):
     # ------------------------------------------------------------------- step
     def step(self, td: TensorDictBase) -> TensorDictBase:
         """Step with ``td["action"]``; writes ``td["next"]`` and returns ``td``."""
-        self._last_done = self._step_into(td)
+        fast = self._fast_step
+        self._last_done = self._step_into(td) if fast is None else fast(td)
         return td
 
     def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
@@ -284,6 +291,9 @@ class BatchedEnv(BatchedSpecs):
         ``td_root`` holds the post-reset observations on rows that ended and the next
         observations elsewhere (the backend already reset the ended rows in ``step``).
         """
+        fast = self._fast_step_and_reset
+        if fast is not None:
+            return fast(td)
         self._step_into(td)
         self._last_done = self._false
         if self._obs_nested:
@@ -318,6 +328,8 @@ class BatchedEnv(BatchedSpecs):
             self._check_raw(raw)
             self._first_step = False
             self._check_values_now = (self._check_values or self._check_box) and self._validate
+            self._float_reward = isinstance(raw.reward, torch.Tensor) and raw.reward.dtype == torch.float32
+            self._bind_fast_steps()
         elif self._watch_outputs:
             self._check_outputs(raw)
         done = raw.done
@@ -349,6 +361,60 @@ class BatchedEnv(BatchedSpecs):
         self._ready = True
         return done
 
+    def _bind_fast_steps(self) -> None:
+        """Bind the steps of the common case after the first step, or unbind them where it does not hold.
+
+        The common case: the backend's step is one call of an env's ``step_transition``
+        (``Backend.plain_transition``: the built-in envs, one ``"observation"`` tensor,
+        flags already ``[N, 1]``, outputs trusted), its reward float32 and no action values
+        to check (``validate`` off). A step is then what ``_step_into`` does on that path
+        and nothing else: the action's metadata check, that call, the placeholder fill
+        when the env keeps no final observations, and two TensorDicts, with every lookup
+        bound once here instead of branching per step on what the first step showed.
+        The TensorDicts are the generic path's, key for key (``tests/test_step_path.py``).
+        """
+        transition = self.backend.plain_transition()
+        if transition is None or self._check_values_now or not self._float_reward or self._obs_nested:
+            self._fast_step = self._fast_step_and_reset = None
+            return
+        env, final_obs, tensor, td_class = self, self._final_obs, torch.Tensor, TensorDict
+        shape, dtype, device, batch = self._action_shape, self._action_dtype, self.device, self.batch_size
+        fill, none_missing, false = final_obs.filler("observation"), final_obs.none_missing, self._false
+        direct = tds.DIRECT
+
+        def fast_step(td: TensorDictBase) -> torch.Tensor:
+            if not env._ready:
+                env._raise_not_ready("step")
+            if direct and td.__class__ is td_class:
+                action = td._tensordict.get("action")
+            else:
+                check_td(td, "step")  # a dict, None, a (td, root) tuple: refused before anything moves
+                action = get_entry(td, "action")
+            if action.__class__ is not tensor or action.shape != shape or action.dtype != dtype or action.device != device:
+                env._check_action(action)  # raises, unless a tensor subclass with the right metadata
+            env._ready = False
+            obs, reward, terminated, truncated, done, next_obs = transition(action)
+            final_obs.root_obs = {"observation": obs}
+            if next_obs is None:  # no final observations kept: placeholders on ended rows
+                next_obs, missing = fill(done, obs), done
+            else:
+                missing = none_missing
+            data = {"observation": next_obs, "reward": reward, "done": done, "terminated": terminated}
+            data["truncated"] = truncated
+            data["final_obs_missing"] = missing
+            set_entry(td, "next", new_td(data, batch, device))
+            env._ready = True
+            return done
+
+        def fast_step_and_reset(td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
+            fast_step(td)
+            env._last_done = false
+            root = {"observation": final_obs.root_obs["observation"], "done": false, "terminated": false}
+            root["truncated"] = false
+            return td, new_td(root, batch, device)
+
+        self._fast_step, self._fast_step_and_reset = fast_step, fast_step_and_reset
+
     def rollout(self, steps: int, policy: Policy | None = None, *, reset: bool = True) -> TensorDictBase:
         """Run ``steps`` steps and return the transitions stacked as ``[N, T]``.
 
@@ -370,6 +436,8 @@ class BatchedEnv(BatchedSpecs):
         self._check_values_now = (self._check_values and (self._validate or self._first_step)) or (
             self._check_box and self._validate
         )
+        if not self._first_step:
+            self._bind_fast_steps()  # value checks on: the generic step; off: the fast one again
 
     @property
     def interrupted(self) -> bool:

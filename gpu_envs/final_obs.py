@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -161,6 +162,10 @@ class FinalObsTransform:
             check_placeholder(value, leaf.dtype, key)
             self._plans[key] = _KeyPlan(leaf.shape, leaf.dtype, leaf.device, num_envs, value)
         self._fills = [(key, plan.fill) for key, plan in self._plans.items()]
+
+    def filler(self, key: object) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """``fill(mask, x)``: ``x`` (observation ``key``) with the placeholder on rows where ``mask`` ``[N, 1]`` is True."""
+        return self._plans[key].fill
 
     def __call__(
         self,

@@ -56,6 +56,100 @@ def test_step_transition_equals_plain_step(cls, expose_final_obs, n):
     _assert_same(fast.root(), slow.root())
 
 
+def _generic(env):
+    """``env`` with the bound fast steps declined: every step takes ``_step_into``'s generic path."""
+    env.backend.plain_transition = lambda: None
+    return env
+
+
+def _steps(env, steps):
+    """``steps`` transitions through ``step`` (odd steps) and ``step_and_maybe_reset`` (even ones)."""
+    td, out = env.reset(), []
+    for t in range(steps):
+        td["action"] = env.action_spec.rand(generator=env.generator)
+        if t % 2:
+            out.append(env.step(td).clone())
+            td = env.root()
+        else:
+            td, root = env.step_and_maybe_reset(td)
+            out.append(td.clone())
+            td = root
+    return out, td
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("expose_final_obs", [True, False])
+@pytest.mark.parametrize("n", [3, 600])  # 600: the placeholder fill's whole-row views
+def test_bound_fast_steps_equal_the_generic_path(env_id, expose_final_obs, n):
+    make = lambda: gpu_envs.make(env_id, num_envs=n, seed=5, expose_final_obs=expose_final_obs)  # noqa: E731
+    fast, slow = make(), _generic(make())
+    a, root_a = _steps(fast, 250)
+    b, root_b = _steps(slow, 250)
+    assert fast._fast_step is not None and slow._fast_step is None
+    assert any(bool(td["next", "done"].any()) for td in a)
+    for x, y in zip(a, b, strict=True):
+        _assert_same(x, y)
+    _assert_same(root_a, root_b)
+    _assert_same(fast.root(), slow.root())
+    assert fast.state_dict().keys() == slow.state_dict().keys()
+
+
+def test_fast_steps_are_bound_only_without_value_checks():
+    env = gpu_envs.make("CartPole-v1", num_envs=4, seed=0)
+    _steps(env, 1)  # the first step validates through the generic path, then binds
+    assert env._fast_step is not None
+    env.validate = True  # every step checks the action's values: generic path
+    assert env._fast_step is None and env._fast_step_and_reset is None
+    td = env.root().set("action", torch.full((4,), 2))
+    with pytest.raises(gpu_envs.ActionError, match="outside"):
+        env.step(td)
+    env.validate = False
+    assert env._fast_step is not None
+    counting = gpu_envs.wrap(CountingTorchVectorEnv(4))  # no step_transition: never bound
+    _steps(counting, 3)
+    assert counting._fast_step is None
+
+
+def test_fast_steps_refuse_what_the_generic_path_refuses():
+    env = gpu_envs.make("CartPole-v1", num_envs=4, seed=0)
+    _, td = _steps(env, 2)
+    assert env._fast_step is not None
+    for bad in (torch.zeros(4), torch.zeros(4, 1, dtype=torch.int64), None):
+        td = env.root()
+        if bad is not None:
+            td["action"] = bad
+        for call in (env.step, env.step_and_maybe_reset):
+            with pytest.raises(gpu_envs.ActionError):
+                call(td)
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="takes the TensorDict"):
+        env.step_and_maybe_reset({"action": torch.zeros(4, dtype=torch.int64)})
+    td = env.root().set("action", torch.zeros(4, dtype=torch.int64))
+    env.step_and_maybe_reset(td)  # refused calls left the env usable
+    env.close()
+    with pytest.raises(gpu_envs.ClosedEnvError):
+        env.step_and_maybe_reset(td)
+
+
+def test_an_interrupted_fast_step_marks_the_env_until_a_reset(monkeypatch):
+    env = gpu_envs.make("CartPole-v1", num_envs=4, seed=0)
+    _, td = _steps(env, 2)
+    td["action"] = torch.zeros(4, dtype=torch.int64)
+
+    def boom(action):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(env.backend.env, "_advance", lambda action, columns: boom(action))
+    with pytest.raises(KeyboardInterrupt):
+        env.step_and_maybe_reset(td)
+    monkeypatch.undo()
+    for call in (env.step, env.step_and_maybe_reset):
+        with pytest.raises(gpu_envs.InterruptedStepError, match="interrupted mid-step"):
+            call(td)
+    td = env.reset().set("action", torch.zeros(4, dtype=torch.int64))
+    assert env.step_and_maybe_reset(td)[1]["observation"].shape == (4, 4)
+    assert env._fast_step is not None
+
+
 def test_fast_path_transitions_are_not_rewritten_later():
     env = gpu_envs.make("CartPole-v1", num_envs=8, seed=0)
     td = env.reset()

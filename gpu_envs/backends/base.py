@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,6 +124,19 @@ class Backend(ABC):
     @abstractmethod
     def step(self, action: torch.Tensor) -> RawStep:
         """Step every row once, auto-resetting rows that end (same-step semantics)."""
+
+    def plain_transition(self) -> Callable[[torch.Tensor], tuple] | None:
+        """The function a step of this backend amounts to in the common case, or None.
+
+        A backend whose ``step`` is, from now on, exactly one call of an env's
+        ``step_transition`` (see :mod:`gpu_envs.backends.torch`) returning a single
+        ``"observation"`` tensor, a float32 reward and flags already ``[N, 1]``, with
+        outputs that need no per-step check, returns that function, and
+        :class:`~gpu_envs.env.BatchedEnv` then calls it directly after the first step
+        (:meth:`~gpu_envs.env.BatchedEnv._bind_fast_steps`). Every other backend keeps
+        this default: its steps go through :meth:`step` and a :class:`RawStep`.
+        """
+        return None
 
     def check_usable(self) -> None:  # noqa: B027 - optional hook
         """Raise a clear error if the simulator can no longer be used (died, closed).

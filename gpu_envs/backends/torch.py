@@ -73,7 +73,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -311,6 +311,23 @@ class TorchVectorBackend(Backend):
         except (TypeError, ValueError):
             raise self._bad_output("step", out, 5) from None
         return self._raw_step(obs, reward, terminated, truncated, info)
+
+    def plain_transition(self) -> Callable[[torch.Tensor], tuple] | None:
+        """The env's ``step_transition`` when a step is that call and nothing else (see ``Backend``).
+
+        That holds for the built-in envs (trusted outputs: fresh tensors in their specs'
+        layout, float32 rewards, no reuse detection) with one ``"observation"`` tensor, once
+        a reset fixed the framework as torch, unless a subclass overrides ``step``.
+        """
+        if (
+            self._slow
+            or self._transition is None
+            or not self.trusted_outputs
+            or not self._single_tensor_obs
+            or type(self).step is not TorchVectorBackend.step
+        ):
+            return None
+        return self._transition
 
     def _step_slow(self, action: torch.Tensor) -> RawStep:
         """A step of an env speaking another framework, or one of the first steps (reuse detection)."""

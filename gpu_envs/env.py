@@ -46,12 +46,13 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-import gpu_envs.tensordicts as tds
 from gpu_envs.arguments import as_bool, as_seed, check_td, optional_seconds
 from gpu_envs.backends.base import Backend, RawStep, release_simulator
 from gpu_envs.devices import normalize_device, same_device
@@ -64,6 +65,7 @@ from gpu_envs.errors import (
     ResetMaskError,
     ResetNeededError,
 )
+from gpu_envs.fast_steps import TRANSITION_KEYS, FastSteps, bind_fast_steps
 from gpu_envs.final_obs import FinalObsTransform
 from gpu_envs.rollout_loop import Policy, rollout
 from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete
@@ -180,6 +182,7 @@ class BatchedEnv(BatchedSpecs):
         # env marked at the cost of two attribute writes: the next step asks for a reset.
         self._ready = False
         # the steps of the common case, bound after the first step (_bind_fast_steps); None: generic
+        self._fast: FastSteps | None = None
         self._fast_step = self._fast_step_and_reset = None
         self._float_reward = False  # the first step's reward was float32 (no cast needed)
         self.validate = validate
@@ -362,58 +365,50 @@ class BatchedEnv(BatchedSpecs):
         return done
 
     def _bind_fast_steps(self) -> None:
-        """Bind the steps of the common case after the first step, or unbind them where it does not hold.
+        """Bind the steps of the common case (:mod:`gpu_envs.fast_steps`) where it holds; unbind them elsewhere.
 
-        The common case: the backend's step is one call of an env's ``step_transition``
-        (``Backend.plain_transition``: the built-in envs, one ``"observation"`` tensor,
-        flags already ``[N, 1]``, outputs trusted), its reward float32 and no action values
-        to check (``validate`` off). A step is then what ``_step_into`` does on that path
-        and nothing else: the action's metadata check, that call, the placeholder fill
-        when the env keeps no final observations, and two TensorDicts, with every lookup
-        bound once here instead of branching per step on what the first step showed.
-        The TensorDicts are the generic path's, key for key (``tests/test_step_path.py``).
+        Called after the first step, after a full reset and when ``validate`` changes: the
+        case needs the backend's ``plain_transition()``, a float32 reward at the first
+        step, no action values to check, and ``_step_into`` not overridden.
         """
         transition = self.backend.plain_transition()
-        if transition is None or self._check_values_now or not self._float_reward or self._obs_nested:
+        if (
+            transition is None
+            or self._check_values_now
+            or not self._float_reward
+            or self._obs_nested
+            or type(self)._step_into is not BatchedEnv._step_into
+        ):
+            self._fast = None
             self._fast_step = self._fast_step_and_reset = None
             return
-        env, final_obs, tensor, td_class = self, self._final_obs, torch.Tensor, TensorDict
-        shape, dtype, device, batch = self._action_shape, self._action_dtype, self.device, self.batch_size
-        fill, none_missing, false = final_obs.filler("observation"), final_obs.none_missing, self._false
-        direct = tds.DIRECT
+        self._fast = bind_fast_steps(self, transition)
+        self._fast_step, self._fast_step_and_reset = self._fast.step, self._fast.step_and_reset
 
-        def fast_step(td: TensorDictBase) -> torch.Tensor:
-            if not env._ready:
-                env._raise_not_ready("step")
-            if direct and td.__class__ is td_class:
-                action = td._tensordict.get("action")
-            else:
-                check_td(td, "step")  # a dict, None, a (td, root) tuple: refused before anything moves
-                action = get_entry(td, "action")
-            if action.__class__ is not tensor or action.shape != shape or action.dtype != dtype or action.device != device:
-                env._check_action(action)  # raises, unless a tensor subclass with the right metadata
-            env._ready = False
-            obs, reward, terminated, truncated, done, next_obs = transition(action)
-            final_obs.root_obs = {"observation": obs}
-            if next_obs is None:  # no final observations kept: placeholders on ended rows
-                next_obs, missing = fill(done, obs), done
-            else:
-                missing = none_missing
-            data = {"observation": next_obs, "reward": reward, "done": done, "terminated": terminated}
-            data["truncated"] = truncated
-            data["final_obs_missing"] = missing
-            set_entry(td, "next", new_td(data, batch, device))
-            env._ready = True
-            return done
+    def _transition_stepper(self, keys: list) -> Callable[[torch.Tensor], Any] | None:
+        """For a random-action collection (:func:`gpu_envs.rollout_loop.fused_writer`): ``action -> values``.
 
-        def fast_step_and_reset(td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
-            fast_step(td)
-            env._last_done = false
-            root = {"observation": final_obs.root_obs["observation"], "done": false, "terminated": false}
-            root["truncated"] = false
-            return td, new_td(root, batch, device)
-
-        self._fast_step, self._fast_step_and_reset = fast_step, fast_step_and_reset
+        The function steps this env exactly as ``step_and_maybe_reset`` does and returns
+        the transition's tensors for ``keys`` (a buffer's layout), in that order, without
+        building TensorDicts. None unless the fast steps are bound, ``keys`` are exactly
+        their transition's and ``step_and_maybe_reset`` is this class's own (not a
+        subclass's, not a watchdog's wrapper). Private, so that a wrapper forwarding
+        attributes (``TransformedEnv``) never hands out its inner env's.
+        """
+        fast = self._fast
+        if (
+            fast is None
+            or "step_and_maybe_reset" in self.__dict__
+            or type(self).step_and_maybe_reset is not BatchedEnv.step_and_maybe_reset
+            or len(keys) != len(TRANSITION_KEYS)
+            or set(keys) != set(TRANSITION_KEYS)
+        ):
+            return None
+        if tuple(keys) == TRANSITION_KEYS:
+            return fast.values
+        pick = itemgetter(*(TRANSITION_KEYS.index(key) for key in keys))
+        values = fast.values
+        return lambda action: pick(values(action))
 
     def rollout(self, steps: int, policy: Policy | None = None, *, reset: bool = True) -> TensorDictBase:
         """Run ``steps`` steps and return the transitions stacked as ``[N, T]``.

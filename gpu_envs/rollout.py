@@ -132,5 +132,5 @@ def collect(
 
         return graph_collector(env, policy, buffer, compile).collect()
     if not compile:
-        return run_loop(env, make_step(env, policy), buffer)
+        return run_loop(env, make_step(env, policy), buffer, random_actions=policy is None)
     return compiled_loop(env, policy, buffer).run()

@@ -42,6 +42,7 @@ __all__ = [
     "check_env",
     "check_policy",
     "check_steps",
+    "fused_writer",
     "keep_grad_mode",
     "make_step",
     "rollout",
@@ -353,6 +354,34 @@ def make_step(env: Any, policy: Policy | None) -> Callable[[TensorDictBase], tup
     return step_with_policy
 
 
+def fused_writer(env: Any, buffer: RolloutBuffer) -> Callable[[int], None] | None:
+    """``t -> None``: one random-action step written straight into column ``t``, or None.
+
+    An env on its fast path (a ``BatchedEnv`` over a built-in env, see
+    :mod:`gpu_envs.fast_steps`) offers ``_transition_stepper(keys)``: a function stepping
+    it as ``step_and_maybe_reset`` does and returning the transition's tensors for the
+    buffer's keys, with no TensorDict built. With random actions nothing else reads or
+    writes a transition, so a step is then one draw, that call and one
+    ``torch._foreach_copy_`` -- the same draws from ``env.generator`` and the same values
+    as :func:`make_step`'s step. The buffer must be bound (its layout checked against this
+    env's transitions, which the collection's first step does); an env without the hook
+    (a ``TransformedEnv``: the name is private, so not forwarded) gets None.
+    """
+    stepper_for = getattr(env, "_transition_stepper", None)
+    if stepper_for is None or not buffer.bound:
+        return None
+    stepper = stepper_for(buffer.keys)
+    if stepper is None:
+        return None
+    sample = env.action_spec.sampler(generator=env.generator)
+    columns = buffer._columns
+
+    def write(t: int) -> None:
+        torch._foreach_copy_(columns[t], stepper(sample()))
+
+    return write
+
+
 def start(env: Any) -> TensorDictBase:
     """The root to act on: ``env.root()`` if the env was reset, else ``env.reset()``.
 
@@ -379,6 +408,7 @@ def run_loop(
     first_step: Callable | None = None,
     *,
     inference: bool = True,
+    random_actions: bool = False,
 ) -> TensorDictBase:
     """Fill ``buffer`` with ``buffer.steps`` transitions from the env's current root.
 
@@ -397,6 +427,10 @@ def run_loop(
     CUDA-graph capture, which records the ops once) every step runs under
     ``torch.no_grad()``. A reset the env still needs runs before, outside both.
 
+    With ``random_actions`` (``step`` is :func:`make_step`'s for ``policy=None``), the
+    steps in between go through :func:`fused_writer` where the env offers it: the same
+    transitions, without the TensorDicts of each step.
+
     The caller's grad mode is restored on the way out whatever happens
     (:func:`keep_grad_mode`): a learner that trains after a Ctrl-C still records.
     """
@@ -406,9 +440,15 @@ def run_loop(
         with torch.no_grad():
             td = _write_step(first_step or step, td, buffer, 0)
         if inference and steps > 2:
+            fused = fused_writer(env, buffer) if random_actions else None
             with torch.inference_mode():
-                for t in range(1, steps - 1):
-                    td = _write_step(step, td, buffer, t)
+                if fused is None:
+                    for t in range(1, steps - 1):
+                        td = _write_step(step, td, buffer, t)
+                else:
+                    for t in range(1, steps - 1):
+                        fused(t)
+                    td = env.root()
         with torch.no_grad():
             for t in range(1 if not inference or steps <= 2 else steps - 1, steps):
                 td = _write_step(step, td, buffer, t)
@@ -456,4 +496,4 @@ def rollout(env: Any, steps: int, policy: Policy | None = None, *, reset: bool =
     buffer = RolloutBuffer(env, steps)  # checked (memory) before the env is touched
     if reset or env.needs_reset:
         env.reset()
-    return run_loop(env, make_step(env, policy), buffer)
+    return run_loop(env, make_step(env, policy), buffer, random_actions=policy is None)

@@ -37,8 +37,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("transforms", ("gpu_envs.transforms",)),
     # BatchedEnv, the one env contract
     ("env", ("gpu_envs.env",)),
-    # what BatchedEnv is built from: the final-obs swap, the rollout buffer and plain loop
-    ("env parts", ("gpu_envs.final_obs", "gpu_envs.rollout_loop")),
+    # what BatchedEnv is built from: the final-obs swap, the common case's bound steps, the rollout buffer and plain loop
+    ("env parts", ("gpu_envs.final_obs", "gpu_envs.fast_steps", "gpu_envs.rollout_loop")),
     # one adapter per env family: the only place foreign types are read
     ("backends", ("gpu_envs.backends",)),
     # built-in pure-torch envs

@@ -7,6 +7,8 @@
   path (any other tensordict version) gives the same transitions.
 * A step interrupted by an exception leaves the env marked; ``reset()`` recovers it.
 * A backend's TensorDict layout is validated on the first step.
+* The steps bound after the first one (:mod:`gpu_envs.fast_steps`) and random-action
+  collections written without TensorDicts equal the generic path, key for key.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from gpu_envs.backends.base import RawStep
 from gpu_envs.backends.torch import TorchVectorBackend, transition_of
 from gpu_envs.env import BatchedEnv
 from gpu_envs.envs import CartPoleEnv, PendulumEnv
+from gpu_envs.fast_steps import TRANSITION_KEYS
+from gpu_envs.rollout import RolloutBuffer, collect
+from gpu_envs.rollout_cache import collect_cache
+from gpu_envs.rollout_loop import fused_writer
+from gpu_envs.transforms import RewardScale, TransformedEnv
 from tests.fakes import CountingTorchVectorEnv
 
 
@@ -77,14 +84,15 @@ def _steps(env, steps):
     return out, td
 
 
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+# CartPole's random episodes end within 60 steps, Pendulum's at 200; 600 rows: the
+# placeholder fill's whole-row views (CartPole's 16-byte rows)
+@pytest.mark.parametrize(("env_id", "n", "steps"), [("CartPole-v1", 3, 60), ("CartPole-v1", 600, 60), ("Pendulum-v1", 3, 210)])
 @pytest.mark.parametrize("expose_final_obs", [True, False])
-@pytest.mark.parametrize("n", [3, 600])  # 600: the placeholder fill's whole-row views
-def test_bound_fast_steps_equal_the_generic_path(env_id, expose_final_obs, n):
+def test_bound_fast_steps_equal_the_generic_path(env_id, n, steps, expose_final_obs):
     make = lambda: gpu_envs.make(env_id, num_envs=n, seed=5, expose_final_obs=expose_final_obs)  # noqa: E731
     fast, slow = make(), _generic(make())
-    a, root_a = _steps(fast, 250)
-    b, root_b = _steps(slow, 250)
+    a, root_a = _steps(fast, steps)
+    b, root_b = _steps(slow, steps)
     assert fast._fast_step is not None and slow._fast_step is None
     assert any(bool(td["next", "done"].any()) for td in a)
     for x, y in zip(a, b, strict=True):
@@ -283,3 +291,59 @@ def test_tensordict_layout_is_checked_on_the_first_step(bad):
     td["action"] = torch.zeros(4, dtype=torch.int64)
     with pytest.raises(gpu_envs.BackendError, match=rf"{bad} .*shape \(4, 1\)"):
         env.step(td)
+
+
+@pytest.mark.parametrize("expose_final_obs", [True, False])
+@pytest.mark.parametrize("n", [3, 600])
+def test_random_action_collections_written_without_tensordicts_equal_the_tensordict_path(expose_final_obs, n):
+    """collect(policy=None) on a fast-path env copies each step's tensors straight into the buffer."""
+    make = lambda: gpu_envs.make("CartPole-v1", num_envs=n, seed=2, expose_final_obs=expose_final_obs)  # noqa: E731
+    fused, plain = make(), _generic(make())
+    for steps in (40, 40, 3, 1):  # episodes carry across calls; T <= 2 has no middle steps
+        a, b = collect(fused, steps=steps).clone(), collect(plain, steps=steps).clone()
+        _assert_same(a, b)
+        _assert_same(fused.root(), plain.root())
+    assert fused._transition_stepper(collect_cache(fused).buffers[40].keys) is not None
+    assert plain._transition_stepper(collect_cache(plain).buffers[40].keys) is None
+    assert torch.equal(fused.generator.get_state(), plain.generator.get_state())  # the same draws
+    for name, value in fused.state_dict().items():
+        assert torch.equal(value.nan_to_num(7.0), plain.state_dict()[name].nan_to_num(7.0)), name
+
+
+def test_only_envs_that_step_as_batched_env_does_are_collected_without_tensordicts():
+    keys = list(TRANSITION_KEYS)
+    env = gpu_envs.make("CartPole-v1", num_envs=4, seed=0)
+    collect(env, steps=4)
+    buffer = collect_cache(env).buffers[4]
+    assert fused_writer(env, buffer) is not None
+    assert env._transition_stepper(keys[::-1]) is not None  # any order of the same keys
+    assert env._transition_stepper(keys[:-1]) is None and env._transition_stepper([*keys, "sample_log_prob"]) is None
+    transformed = TransformedEnv(env, RewardScale(0.5))  # forwards public attributes, never this private one
+    assert fused_writer(transformed, buffer) is None
+    assert fused_writer(env, RolloutBuffer(env, 4)) is None  # a buffer not laid out yet
+    watched = gpu_envs.make("CartPole-v1", num_envs=4, seed=0, watchdog_s=60)
+    collect(watched, steps=4)
+    assert watched._fast_step is not None and watched._transition_stepper(keys) is None
+    watched.close()
+
+
+def test_an_interrupted_collection_without_tensordicts_marks_the_env(monkeypatch):
+    env = gpu_envs.make("CartPole-v1", num_envs=4, seed=0)
+    collect(env, steps=8)
+    calls = {"n": 0}
+    advance = env.backend.env._advance
+
+    def flaky(action, columns):
+        calls["n"] += 1
+        if calls["n"] == 4:  # a middle step of the collection
+            raise KeyboardInterrupt
+        return advance(action, columns)
+
+    monkeypatch.setattr(env.backend.env, "_advance", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        collect(env, steps=8)
+    assert env.interrupted
+    with pytest.raises(gpu_envs.InterruptedStepError):
+        collect(env, steps=8, buffer=RolloutBuffer(env, 8))
+    env.reset()
+    assert collect(env, steps=8)["next", "observation"].isfinite().all()

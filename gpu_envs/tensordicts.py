@@ -30,7 +30,8 @@ __all__ = ["DIRECT", "DIRECT_VERSIONS", "direct_supported", "entries", "get_entr
 
 # Versions whose TensorDict instance is exactly {_tensordict (a plain dict of str keys),
 # _batch_size, _device, _td_dim_names} and whose _set_str(key, value, validated=True,
-# inplace=False) stores an already-validated value: checked against the 0.14 sources
+# inplace=False) only refuses a locked TensorDict (_is_locked) or stores the value in
+# _tensordict: checked against the 0.14 sources
 # (what CI pins). Widen it only after reading a release's TensorDict._new_unsafe.
 DIRECT_VERSIONS = SpecifierSet(">=0.14,<0.15")
 
@@ -95,9 +96,14 @@ def entries(td: TensorDictBase) -> Any:
 def set_entry(td: TensorDictBase, key: str, value: TensorDictBase | torch.Tensor) -> None:
     """``td.set(key, value)`` for a tensor or sub-TensorDict already of ``td``'s batch size and device.
 
-    Nothing is checked on the direct path (a locked ``td`` still refuses).
+    Nothing is checked on the direct path: an unlocked ``td`` gets the entry in its dict,
+    which is all ``_set_str(key, value, validated=True, inplace=False)`` does on these
+    versions; a locked one still refuses through it.
     """
     if DIRECT and type(td) is TensorDict:
-        td._set_str(key, value, validated=True, inplace=False)
+        if td._is_locked:
+            td._set_str(key, value, validated=True, inplace=False)  # raises tensordict's lock error
+        else:
+            td._tensordict[key] = value
     else:
         td.set(key, value)

@@ -204,6 +204,22 @@ def test_direct_tensordicts_equal_the_public_constructor():
     assert set(direct.keys()) == {"observation", "done", "group", "new"}
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_set_entry_stores_like_set_and_a_locked_tensordict_refuses(monkeypatch, direct):
+    monkeypatch.setattr(tds, "DIRECT", direct)
+    obs = torch.randn(5, 4)
+    td = TensorDict({"observation": obs}, batch_size=[5])
+    sub = TensorDict({"reward": torch.ones(5, 1)}, batch_size=[5])
+    tds.set_entry(td, "next", sub)
+    tds.set_entry(td, "action", obs[:, 0])
+    assert td["next"] is sub and td["action"] is not None and td["next", "reward"].shape == (5, 1)
+    assert set(td.keys(True, True)) == {"observation", "action", ("next", "reward")}
+    td.lock_()
+    with pytest.raises(RuntimeError, match="locked"):
+        tds.set_entry(td, "other", obs)
+    assert td.get("other", None) is None
+
+
 @pytest.mark.parametrize(
     ("installed", "direct"),
     [("0.14.3", True), ("0.14.0", True), ("0.15.0", False), ("0.9.2", False), ("nonsense", False), (None, False)],

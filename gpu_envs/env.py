@@ -309,7 +309,10 @@ class BatchedEnv(BatchedSpecs):
         The hot path: metadata checks on the action (the values only on the first step
         or with ``validate``), one backend call, at most a few views and one ``where``
         per observation key (none when the backend gives the next observations itself),
-        and two dicts turned into TensorDicts without re-validation.
+        and two dicts turned into TensorDicts without re-validation. After the first step
+        the built-in envs skip it: ``step`` and ``step_and_maybe_reset`` run the closures
+        of :mod:`gpu_envs.fast_steps` (``_bind_fast_steps``), the same work without the
+        branches this path takes per step.
         """
         if not self._ready:
             self._raise_not_ready("step")

@@ -22,6 +22,10 @@ exposed, random actions) against a plain loop that steps the raw env with the sa
 random actions and writes the same transitions (the 12 entries of collect's buffer,
 under ``torch.inference_mode`` as collect does) into a preallocated ``[N, T]`` buffer
 with one ``torch._foreach_copy_`` per step: the least any collection loop can do.
+Random actions take collect's tensors-only path for the built-in envs; the "with
+policy" columns repeat both sides with a policy (a fixed linear layer and an argmax,
+``td["action"]`` set from ``td["observation"]``), which takes the TensorDict path
+every policy takes.
 
 Time is thread CPU time (``time.thread_time``), ``torch.set_num_threads(1)``,
 interleaved rounds in one process, medians.
@@ -119,8 +123,25 @@ def contenders(n: int, device: torch.device) -> dict:
     return out
 
 
-def plain_collect_fn(n: int, steps: int, device: torch.device):
-    """The raw env and a hand-written loop storing the same transitions as ``collect``."""
+class LinearArgmaxPolicy:
+    """A fixed linear layer and an argmax: a policy's TensorDict round trip at almost no compute."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.weight = torch.randn(4, 2, generator=torch.Generator().manual_seed(0)).to(device)
+
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs @ self.weight).argmax(-1)
+
+    def __call__(self, td):
+        td.set("action", self.act(td.get("observation")))
+        return td
+
+
+def plain_collect_fn(n: int, steps: int, device: torch.device, policy: LinearArgmaxPolicy | None = None):
+    """The raw env and a hand-written loop storing the same transitions as ``collect``.
+
+    With ``policy``, each action is ``policy.act(obs)`` instead of a random draw.
+    """
     env = CartPoleEnv(n, device=device, seed=0)
     obs, _ = env.reset()
     generator = torch.Generator(device=device)
@@ -143,7 +164,10 @@ def plain_collect_fn(n: int, steps: int, device: torch.device):
         obs = state["obs"]
         with torch.inference_mode():
             for t in range(steps):
-                action = torch.randint(0, 2, (n,), generator=generator, device=device)
+                if policy is None:
+                    action = torch.randint(0, 2, (n,), generator=generator, device=device)
+                else:
+                    action = policy.act(obs)
                 next_obs, reward, terminated, truncated, done, final = env.step_transition(action)
                 values = {
                     "observation": obs,
@@ -166,9 +190,18 @@ def plain_collect_fn(n: int, steps: int, device: torch.device):
 
 
 def collect_contenders(n: int, steps: int, device: torch.device) -> dict:
+    """Random actions (``policy=None``: collect's tensors-only path) and a policy (its TensorDict path)."""
     env = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0)
     collect(env, steps=steps)  # allocates the buffer, validates the first step
-    return {"raw loop": plain_collect_fn(n, steps, device), "gpu_envs collect": lambda: collect(env, steps=steps)}
+    policy = LinearArgmaxPolicy(device)
+    policy_env = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0)
+    collect(policy_env, policy, steps=steps)
+    return {
+        "raw loop": plain_collect_fn(n, steps, device),
+        "gpu_envs collect": lambda: collect(env, steps=steps),
+        "raw loop + policy": plain_collect_fn(n, steps, device, policy),
+        "gpu_envs collect + policy": lambda: collect(policy_env, policy, steps=steps),
+    }
 
 
 COLUMNS = [
@@ -188,6 +221,9 @@ COLLECT_COLUMNS = [
     ("raw_loop_us", "raw loop us/env-step x N"),
     ("gpu_envs_collect_us", "collect us/env-step x N"),
     ("gpu_envs_collect_overhead", "collect overhead"),
+    ("policy_loop_us", "policy: raw loop"),
+    ("policy_collect_us", "policy: collect"),
+    ("policy_collect_overhead", "policy: overhead"),
 ]
 
 
@@ -220,6 +256,9 @@ def measure_collect(sizes: list[int], steps: int, rounds: int, device: torch.dev
         row["raw_loop_us"] = round(times["raw loop"] / steps * 1e6, 1)
         row["gpu_envs_collect_us"] = round(times["gpu_envs collect"] / steps * 1e6, 1)
         row["gpu_envs_collect_overhead"] = _overhead(times["gpu_envs collect"], times["raw loop"])
+        row["policy_loop_us"] = round(times["raw loop + policy"] / steps * 1e6, 1)
+        row["policy_collect_us"] = round(times["gpu_envs collect + policy"] / steps * 1e6, 1)
+        row["policy_collect_overhead"] = _overhead(times["gpu_envs collect + policy"], times["raw loop + policy"])
         rows.append(row)
     return rows
 

@@ -577,6 +577,8 @@ class BatchedEnv(BatchedSpecs):
                             raise ValueError(key)
             if raw.terminated.dtype is not torch.bool or raw.truncated.dtype is not torch.bool:
                 raise ValueError("flags")
+            if not isinstance(raw.reward, torch.Tensor):  # a numpy reward would fail in a view, unexplained
+                raise ValueError("reward")
         except (AttributeError, KeyError, ValueError):
             self._check_raw(raw)  # says exactly what changed
             raise BackendError(f"{self.backend.describe()} changed its step outputs after the first step.") from None

@@ -150,6 +150,7 @@ class ChangingEnv(CountingTorchVectorEnv):
         ("int_flags", ["terminated", "torch.int64"]),
         ("list", ["list", "torch.Tensor"]),
         ("old_api", ["5", "4"]),
+        ("numpy_reward", ["numpy.ndarray", "torch.as_tensor"]),
     ],
 )
 @pytest.mark.parametrize("call", ["step", "step_and_maybe_reset"])

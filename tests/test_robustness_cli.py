@@ -50,6 +50,12 @@ def test_bench_checks_its_output_path_before_running_anything(capsys, tmp_path, 
     monkeypatch.setattr(bench, "_load", lambda *a: pytest.fail("a benchmark ran before the output path was checked"))
     assert main(["bench", "--json", str(tmp_path), "--only", "overhead"]) == 2
     assert "is a directory" in capsys.readouterr().err
+    # a path the permission bits allow (root passes os.access everywhere) but nothing can create
+    assert main(["bench", "--json", "/proc/gpu_envs_bench.json", "--only", "overhead"]) == 2
+    assert "cannot be written" in capsys.readouterr().err
+    good = tmp_path / "bench.json"
+    bench.check_output_path(str(good), "--json")  # passes, and its probe leaves no file behind
+    assert not good.exists()
 
 
 def test_debug_shows_the_traceback(capsys):

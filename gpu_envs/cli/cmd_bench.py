@@ -111,8 +111,16 @@ def check_output_path(path: str | None, option: str, suffixes: tuple[str, ...] =
         raise InvalidArgumentError(f"{option} {path}: the picture's type comes from its suffix; use one of {', '.join(suffixes)}.")
     if not parent.is_dir():
         raise InvalidArgumentError(f"{option} {path}: the folder {parent} does not exist; create it first.")
-    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise InvalidArgumentError(f"{option} {path} cannot be written (no permission); choose another path.")
+    # a real write, not os.access (which says yes to root, and knows nothing of /proc or a
+    # read-only filesystem); a file that was not there is removed again
+    existed = target.exists()
+    try:
+        with open(target, "ab"):
+            pass
+    except OSError as err:
+        raise InvalidArgumentError(f"{option} {path} cannot be written ({err.strerror}); choose another path.") from None
+    if not existed:
+        target.unlink()
 
 
 def check_plotting() -> None:

@@ -31,7 +31,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.errors import InvalidArgumentError
 
-__all__ = ["MAX_SEED", "as_bool", "as_int", "as_number", "as_seed", "check_td", "describe", "keywords_of", "optional_seconds"]
+__all__ = ["MAX_SEED", "STEP_CALLS", "as_bool", "as_int", "as_number", "as_seed", "check_td", "describe", "keywords_of", "optional_seconds"]
 
 MAX_SEED = 2**63 - 1
 
@@ -148,6 +148,10 @@ def keywords_of(fn: Callable, skip: tuple[str, ...] = ()) -> list[str] | None:
         for p in params
         if p.name not in skip and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY)
     )
+
+
+# how check_td names the calls that share one step path (one check serves both)
+STEP_CALLS = "step() or step_and_maybe_reset"
 
 
 def check_td(td: Any, call: str) -> None:

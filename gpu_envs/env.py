@@ -53,7 +53,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gpu_envs.arguments import as_bool, as_seed, check_td, optional_seconds
+from gpu_envs.arguments import STEP_CALLS, as_bool, as_seed, check_td, optional_seconds
 from gpu_envs.backends.base import Backend, RawStep, release_simulator
 from gpu_envs.devices import normalize_device, same_device
 from gpu_envs.errors import (
@@ -317,7 +317,7 @@ class BatchedEnv(BatchedSpecs):
         if not self._ready:
             self._raise_not_ready("step")
         if td.__class__ is not TensorDict:
-            check_td(td, "step")  # a dict, None, a (td, root) tuple: refused before anything moves
+            check_td(td, STEP_CALLS)  # a dict, None, a (td, root) tuple: refused before anything moves
         action = get_entry(td, "action")
         if (
             action.__class__ is not torch.Tensor

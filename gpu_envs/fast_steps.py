@@ -36,7 +36,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 import gpu_envs.tensordicts as tds
-from gpu_envs.arguments import check_td
+from gpu_envs.arguments import STEP_CALLS, check_td
 from gpu_envs.tensordicts import get_entry, new_td, set_entry
 
 __all__ = ["TRANSITION_KEYS", "FastSteps", "bind_fast_steps"]
@@ -91,7 +91,7 @@ def bind_fast_steps(env: Any, transition: Callable[[torch.Tensor], tuple]) -> Fa
         if direct and td.__class__ is td_class:
             action = td._tensordict.get("action")
         else:
-            check_td(td, "step")  # a dict, None, a (td, root) tuple: refused before anything moves
+            check_td(td, STEP_CALLS)  # a dict, None, a (td, root) tuple: refused before anything moves
             action = get_entry(td, "action")
         if action.__class__ is not tensor or action.shape != shape or action.dtype != dtype or action.device != device:
             env._check_action(action)  # raises, unless a tensor subclass with the right metadata

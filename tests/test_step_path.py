@@ -129,7 +129,7 @@ def test_fast_steps_refuse_what_the_generic_path_refuses():
         for call in (env.step, env.step_and_maybe_reset):
             with pytest.raises(gpu_envs.ActionError):
                 call(td)
-    with pytest.raises(gpu_envs.InvalidArgumentError, match="takes the TensorDict"):
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=r"step_and_maybe_reset\(\) takes the TensorDict"):
         env.step_and_maybe_reset({"action": torch.zeros(4, dtype=torch.int64)})
     td = env.root().set("action", torch.zeros(4, dtype=torch.int64))
     env.step_and_maybe_reset(td)  # refused calls left the env usable

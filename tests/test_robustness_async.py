@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import gymnasium as gym
@@ -279,3 +280,19 @@ def test_ctrl_c_in_a_terminal_reaches_only_the_parent_and_reset_recovers():
     assert proc.returncode == 0, err
     assert "INTERRUPTED" in out and "RECOVERED same-workers" in out, (out, err)
     assert "AlreadyPendingCallError" not in err
+
+
+def test_an_async_env_built_without_the_guarded_worker_is_warned_about():
+    """Its workers would outlive a SIGKILLed parent: wrap says so and names the fix."""
+    fns = [lambda i=i: CountingEnv(i) for i in range(2)]
+    plain = gym.vector.AsyncVectorEnv(fns, autoreset_mode=MODES["same_step"])
+    with pytest.warns(UserWarning, match=r"outlives this process.*worker=gpu_envs\.backends\.gymnasium\.guarded_worker\(\)"):
+        env = gpu_envs.wrap(plain, device="cpu")
+    env.close()
+    guarded = gym.vector.AsyncVectorEnv(fns, autoreset_mode=MODES["same_step"], worker=guarded_worker())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env = gpu_envs.wrap(guarded, device="cpu")
+        made = gpu_envs.make("CartPole-v1", num_envs=2, device="cpu", backend="gymnasium", vectorization="async")
+    env.close()
+    made.close()

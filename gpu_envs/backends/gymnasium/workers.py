@@ -43,6 +43,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -51,7 +52,7 @@ from gymnasium.vector.async_vector_env import AsyncState, _async_worker
 
 from gpu_envs.errors import BackendError, InterruptedStepError, StepTimeoutError
 
-__all__ = ["DEFAULT_STEP_TIMEOUT", "AsyncCalls", "AsyncState", "guarded_worker", "shutdown_async"]
+__all__ = ["DEFAULT_STEP_TIMEOUT", "AsyncCalls", "AsyncState", "guarded_worker", "is_guarded", "shutdown_async"]
 
 DEFAULT_STEP_TIMEOUT = 60.0  # seconds a reset/step may take before its workers count as hung
 PARENT_POLL_S = 1.0  # how often a worker checks that its parent is alive
@@ -105,6 +106,11 @@ def guarded_worker() -> Callable:
     return functools.partial(
         _guarded, parent_pid=os.getpid(), pdeathsig=threading.current_thread() is threading.main_thread()
     )
+
+
+def is_guarded(worker: Any) -> bool:
+    """True if ``worker`` (an ``AsyncVectorEnv``'s ``worker=``) came from :func:`guarded_worker`."""
+    return isinstance(worker, functools.partial) and worker.func is _guarded
 
 
 def _process_state(pid: int | None) -> str:
@@ -165,6 +171,14 @@ class AsyncCalls:
         self._poll: Any = None  # select.poll over the pipes below, reused by every call
         self._polled: list | None = None
         self._fds: list[int] = []
+        if not is_guarded(getattr(env, "worker", None)):
+            warnings.warn(
+                f"{describe()}: this AsyncVectorEnv's workers run gymnasium's plain worker, so a worker stuck in "
+                "step outlives this process if it is killed, and a Ctrl-C in the terminal reaches the workers too. "
+                "Build it with worker=gpu_envs.backends.gymnasium.guarded_worker() (gpu_envs.make(..., "
+                "vectorization='async') does); a restart after a timeout or an interruption uses it anyway.",
+                stacklevel=4,
+            )
         # shadow the methods on the instance: wrappers above it call env.step / env.reset
         env.step = self.step  # type: ignore[method-assign]
         env.reset = self.reset  # type: ignore[method-assign]

@@ -39,6 +39,7 @@ import torch
 
 import gpu_envs
 from benchmarks.timing import format_table, interleave, save_json
+from gpu_envs.tensordicts import new_td, set_entry
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_NAME = "isaaclab-3.0.0-py312"
@@ -46,8 +47,11 @@ COLUMNS = [
     ("env", "env"),
     ("N", "N"),
     ("raw_us", "raw us/step"),
+    ("floor_us", "floor us/step"),
+    ("floor_overhead", "floor overhead"),
     ("gpu_envs_us", "gpu_envs us/step"),
     ("gpu_envs_overhead", "gpu_envs overhead"),
+    ("gpu_envs_vs_floor", "gpu_envs - floor"),
     ("target", "target"),
     ("torchrl_native_us", "torchrl native us/step"),
     ("torchrl_native_overhead", "torchrl native overhead"),
@@ -83,6 +87,43 @@ def _torchrl(env: Any, action: torch.Tensor, device: torch.device) -> dict:
     return {"torchrl_native": _looping(native, action)}
 
 
+def floor_step_fn(env: Any, action: torch.Tensor):
+    """The raw fake plus ONLY what the TensorDict contract needs for it (the ``floor`` contender).
+
+    Its reward and flags are rewritten in place by the next step, so they are copied
+    (the two flags in one ``stack``); its observations are fresh tensors, so they are
+    not. Ended rows get the final observation with one ``where`` per group, from
+    ``extras["final_obs"]`` (stale between resets: only ended rows read it).
+    Then the ``[N, 1]`` flag views, ``done``, the two TensorDicts and the caller's
+    ``td.set``. No wrapper can do less and keep transitions intact.
+    """
+    n = env.num_envs
+    device = torch.device(env.device)
+    obs, _ = env.reset(seed=0)
+    batch = torch.Size([n])
+    false = torch.zeros(n, 1, dtype=torch.bool, device=device)
+    state = {"td": new_td({**obs, "done": false, "terminated": false, "truncated": false}, batch, device)}
+
+    def step() -> None:
+        td = state["td"]
+        td.set("action", action)
+        obs, reward, terminated, truncated, extras = env.step(action)
+        flags = torch.stack((terminated, truncated)).view(2, n, 1)
+        terminated, truncated = flags[0], flags[1]
+        done = terminated | truncated
+        final = extras.get("final_obs", obs)  # absent only before any row ended: nothing to swap
+        nxt = {key: torch.where(done, final[key], value) for key, value in obs.items()}
+        nxt["reward"] = reward.clone().view(n, 1)
+        nxt["done"] = done
+        nxt["terminated"] = terminated
+        nxt["truncated"] = truncated
+        nxt["final_obs_missing"] = false
+        set_entry(td, "next", new_td(nxt, batch, device))
+        state["td"] = new_td({**obs, "done": false, "terminated": false, "truncated": false}, batch, device)
+
+    return step
+
+
 def fake_contenders(n: int, device: torch.device) -> dict:
     sys.path.insert(0, str(REPO))  # tests/ holds the fake
     from tests.isaac_fakes import FakeIsaacDirectEnv
@@ -95,7 +136,11 @@ def fake_contenders(n: int, device: torch.device) -> dict:
     raw.reset(seed=0)
     # No torchrl here: its IsaacLabWrapper only treats real isaaclab classes as batched
     # (on the fake its default path refuses the partial reset, the native one resets twice).
-    return {"raw": lambda: raw.step(action), "gpu_envs": _looping(gpu_envs.wrap(make_env()), action)}
+    return {
+        "raw": lambda: raw.step(action),
+        "floor": floor_step_fn(make_env(), action),
+        "gpu_envs": _looping(gpu_envs.wrap(make_env()), action),
+    }
 
 
 def _row(env: str, n: int, times: dict[str, float], target: str) -> dict:
@@ -104,6 +149,8 @@ def _row(env: str, n: int, times: dict[str, float], target: str) -> dict:
         row[f"{name}_us"] = round(seconds * 1e6, 1)
         if name != "raw":
             row[f"{name}_overhead"] = f"{seconds / times['raw'] - 1:+.1%}"
+    if "floor" in times:
+        row["gpu_envs_vs_floor"] = f"{(times['gpu_envs'] - times['floor']) / times['raw'] * 100:+.1f} pts"
     return row
 
 

@@ -92,8 +92,9 @@ class _KeyPlan:
             self.placeholder_row = row.view(1, -1).view(self.row_dtype)
             self.ratio = self.row_dtype.itemsize // dtype.itemsize
             self.flat = len(shape) == 1  # [N, k] views as [N, 1] rows (and back) in one step
-        elif len(shape) == 1:  # [N, k]: the [N, 1] mask broadcasts as it is
+        elif len(shape) == 1:  # [N, k]: the [N, 1] mask broadcasts as it is (no view, no row test)
             self.fill = self._fill_rows_of_one_dim
+            self.where = torch.where
 
     def rows(self, x: torch.Tensor) -> torch.Tensor | None:
         """``x`` ``[N, *shape]`` as ``[N, 1]`` whole-row elements, or None if it cannot be viewed so.
@@ -162,6 +163,7 @@ class FinalObsTransform:
             check_placeholder(value, leaf.dtype, key)
             self._plans[key] = _KeyPlan(leaf.shape, leaf.dtype, leaf.device, num_envs, value)
         self._fills = [(key, plan.fill) for key, plan in self._plans.items()]
+        self._wheres = [(key, plan.where) for key, plan in self._plans.items()]
 
     def filler(self, key: object) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """``fill(mask, x)``: ``x`` (observation ``key``) with the placeholder on rows where ``mask`` ``[N, 1]`` is True."""
@@ -181,9 +183,9 @@ class FinalObsTransform:
         self.root_obs = obs
         if final_obs is None:  # nothing to swap in: placeholders on every ended row
             return {k: fill(done, obs[k]) for k, fill in self._fills}, done
-        plans = self._plans
         if final_mask is None:  # a final observation for every ended row
-            return {k: plan.where(done, final_obs[k], obs[k]) for k, plan in plans.items()}, self.none_missing
+            return {k: where(done, final_obs[k], obs[k]) for k, where in self._wheres}, self.none_missing
+        plans = self._plans
         valid = done & final_mask.view(done.shape)
         missing = done ^ valid
         next_obs = {k: plan.where(valid, final_obs[k], plan.fill(missing, obs[k])) for k, plan in plans.items()}

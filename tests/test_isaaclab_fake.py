@@ -323,6 +323,27 @@ def test_observation_group_missing_at_step_time(where, monkeypatch):
             td, td = env.step_and_maybe_reset(td)
 
 
+@pytest.mark.parametrize("output", ["reward", "flags"])
+def test_a_step_output_of_the_wrong_size_is_a_clear_error(output, monkeypatch):
+    """Rewards and flags go into the [N, 1] layout in the backend; a wrong size still gets BackendError."""
+    fake = FakeIsaacDirectEnv(4)
+    env = gpu_envs.wrap(fake)
+    td = env.reset()
+    step = fake.step
+
+    def short_step(action):
+        obs, reward, terminated, truncated, extras = step(action)
+        if output == "reward":
+            return obs, reward[:3], terminated, truncated, extras
+        return obs, reward, terminated[:3], truncated[:3], extras
+
+    monkeypatch.setattr(fake, "step", short_step)
+    td["action"] = torch.zeros(4, 1)
+    name = "reward" if output == "reward" else "terminated"
+    with pytest.raises(gpu_envs.BackendError, match=rf"returned {name} .*expected 4 values"):
+        env.step(td)
+
+
 # --------------------------------------------------------------- no syncs
 @pytest.mark.parametrize("final", [True, False], ids=["compute_final_obs", "no_final_obs"])
 @pytest.mark.parametrize("kind", ["direct", "manager"])

@@ -52,7 +52,7 @@ import torch
 
 from gpu_envs.arguments import as_bool, as_int
 from gpu_envs.backends.base import Backend, ObsDict, RawStep, claim_simulator
-from gpu_envs.backends.torch import check_same_step, flatten_obs, observation_spec_from_space
+from gpu_envs.backends.torch import NO_INFO, check_same_step, flatten_obs, observation_spec_from_space
 from gpu_envs.devices import resolve_device, same_device
 from gpu_envs.errors import ClosedEnvError, DeviceMismatchError, NotAnEnvError, ObservationError, ResetMaskError
 from gpu_envs.specs import Composite, spec_from_gym
@@ -209,19 +209,22 @@ class IsaacLabBackend(Backend):
         obs, reward, terminated, truncated, extras = self.env.step(action)
         self.extras = extras
         final = extras.get("final_obs")
+        # Fresh on the rows that ended in this step, possibly stale elsewhere: the final-obs
+        # module only reads the ended rows (final_mask None).
+        final = None if final is None else self._obs(final, False, "extras['final_obs']")
+        self._last_obs = obs = self._obs(obs, self.copy_obs, "observation")
         # Isaac Lab writes reward, terminated and truncated into the same buffers on every
-        # step: copy them (the two flags in one op).
+        # step: copy them (the two flags in one op), straight into the [N, 1] layout.
         flags = torch.stack((terminated, truncated))
-        self._last_obs = self._obs(obs, self.copy_obs, "observation")
-        return RawStep(
-            obs=self._last_obs,
-            reward=reward.clone(),
-            terminated=flags[0],
-            truncated=flags[1],
-            # Fresh on the rows that ended in this step, possibly stale elsewhere: the
-            # final-obs module only reads the ended rows (final_mask None).
-            final_obs=None if final is None else self._obs(final, False, "extras['final_obs']"),
-        )
+        reward = reward.clone()
+        n = self.num_envs
+        try:
+            flags = flags.view(2, n, 1)
+            reward = reward.view(n, 1)
+        except RuntimeError:  # not N values each: the flat layout, which BatchedEnv checks and explains
+            return RawStep(obs, reward, flags[0], flags[1], final)
+        terminated, truncated = flags[0], flags[1]
+        return RawStep(obs, reward, terminated, truncated, final, None, NO_INFO, terminated | truncated)
 
     def _obs(self, obs: Any, copy: bool, where: str) -> ObsDict:
         try:

@@ -221,6 +221,21 @@ def test_a_kept_transition_does_not_change_on_the_next_step(kind):
         assert (handed_out == snapshot).all(), "a transition changed after it was handed out"
 
 
+@pytest.mark.parametrize(("in_place", "copy_obs", "copies"), [(False, None, False), (True, None, True), (False, True, True)])
+def test_observations_are_copied_when_the_task_rewrites_them(in_place, copy_obs, copies):
+    """copy_obs=None: copies while the first calls decide, then only for a task that reuses its buffers."""
+    fake = FakeIsaacDirectEnv(N, compute_final_obs=True, obs_in_place=in_place)
+    env = gpu_envs.wrap(fake, copy_obs=copy_obs)
+    td = env.reset()
+    handed_out = []
+    for _ in range(6):
+        td["action"] = torch.zeros(N, 1)
+        td, td = env.step_and_maybe_reset(td)
+        handed_out.append(td["policy"] is fake.obs_buf["policy"])
+    assert handed_out[:2] == [False, False]  # the deciding steps always hand out copies
+    assert handed_out[2:] == [not copies] * 4
+
+
 def test_copy_obs_false_hands_out_the_env_buffers():
     """The negative control: without copies, an in-place env corrupts kept observations."""
     env = gpu_envs.wrap(FakeIsaacDirectEnv(N, obs_in_place=True), copy_obs=False)

@@ -16,9 +16,13 @@ What the backend does with Isaac Lab's contract (read from Isaac Lab 3.0's sourc
   action spec comes from ``single_action_space``.
 * Isaac Lab rewrites its reward, terminated and truncated buffers in place on every
   step; they are cloned before they are handed out, so a transition kept from step k
-  does not change at step k+1. Observations are cloned too (``copy_obs=True``), since
-  a task may return a persistent buffer; pass ``copy_obs=False`` for tasks known to
-  return fresh tensors (both cartpoles do) to save one copy per group and step.
+  does not change at step k+1. A task may also return persistent observation buffers
+  (an observation manager's pre-allocated terms): with ``copy_obs=None`` (default) the
+  first reset and steps hand out copies while :class:`~gpu_envs.backends.reuse.ReuseDetector`
+  watches the storages of the observations; a storage returned twice means the task
+  rewrites them, and every observation is cloned from then on; otherwise none is (both
+  cartpoles return fresh tensors: no copy per step). ``copy_obs=True`` clones from the
+  start, ``copy_obs=False`` never (for tasks known to return fresh tensors).
 * Rows that end are reset inside ``step`` (same step). With ``cfg.compute_final_obs =
   True`` Isaac Lab stores the pre-reset observations in ``extras["final_obs"]``: the
   full batch, written only on steps where some row resets and never cleared. It is
@@ -52,6 +56,7 @@ import torch
 
 from gpu_envs.arguments import as_bool, as_int
 from gpu_envs.backends.base import Backend, ObsDict, RawStep, claim_simulator
+from gpu_envs.backends.reuse import ReuseDetector
 from gpu_envs.backends.torch import NO_INFO, check_same_step, flatten_obs, observation_spec_from_space
 from gpu_envs.devices import resolve_device, same_device
 from gpu_envs.errors import ClosedEnvError, DeviceMismatchError, NotAnEnvError, ObservationError, ResetMaskError
@@ -135,16 +140,19 @@ class IsaacLabBackend(Backend):
             resets call ``env.unwrapped.reset(env_ids=...)``.
         device: the device the learner expects; must be the env's (``cfg.sim.device``),
             ``None`` means the env's.
-        copy_obs: clone observation tensors before handing them out (see module doc).
+        copy_obs: clone observation tensors before handing them out: ``None`` (default)
+            when the first calls show the task rewrites them in place, ``True`` always,
+            ``False`` never (see module doc).
     """
 
     name = "isaaclab"
 
-    def __init__(self, env: Any, device: torch.device | str | None = None, *, copy_obs: bool = True) -> None:
+    def __init__(self, env: Any, device: torch.device | str | None = None, *, copy_obs: bool | None = None) -> None:
         base = env.unwrapped
         _refuse_unsupported(env, base)
         check_same_step(base)
-        copy_obs = as_bool(copy_obs, "copy_obs")
+        if copy_obs is not None:
+            copy_obs = as_bool(copy_obs, "copy_obs")
         self.env = env
         self.base = base
         self.num_envs = as_int(_attr(env, "num_envs"), f"{type(base).__name__}.num_envs", minimum=1)
@@ -155,10 +163,11 @@ class IsaacLabBackend(Backend):
         self.action_spec = spec_from_gym(_attr(env, "single_action_space"), device=self.device)
         self.info_spec = Composite({}, device=self.device)
         self.supports_partial_reset = _accepts_env_ids(base)
-        self.copy_obs = copy_obs
+        self.copy_obs = copy_obs is True  # None: decided by the first calls (_watch)
         self._keys = list(self.observation_spec.keys(include_nested=True, leaves_only=True))
         self._flat = all(isinstance(key, str) for key in self._keys)
         self.extras: dict = {}
+        self._reuse = None if copy_obs is not None else ReuseDetector(self.describe(), refuse=False)
         self._last_obs: ObsDict | None = None  # served when a partial reset names no row
         claim_simulator(base, self)
 
@@ -203,16 +212,21 @@ class IsaacLabBackend(Backend):
             obs, extras = self.base.reset(env_ids=env_ids, seed=seed)
         self.extras = extras
         self._last_obs = self._obs(obs, self.copy_obs, "observation")
+        if self._reuse is not None:
+            self._last_obs = self._watch("reset", self._last_obs)
         return self._last_obs
 
     def step(self, action: torch.Tensor) -> RawStep:
         obs, reward, terminated, truncated, extras = self.env.step(action)
         self.extras = extras
+        obs = self._obs(obs, self.copy_obs, "observation")
+        if self._reuse is not None:
+            obs = self._watch("step", obs)
+        self._last_obs = obs
         final = extras.get("final_obs")
         # Fresh on the rows that ended in this step, possibly stale elsewhere: the final-obs
         # module only reads the ended rows (final_mask None).
         final = None if final is None else self._obs(final, False, "extras['final_obs']")
-        self._last_obs = obs = self._obs(obs, self.copy_obs, "observation")
         # Isaac Lab writes reward, terminated and truncated into the same buffers on every
         # step: copy them (the two flags in one op), straight into the [N, 1] layout.
         flags = torch.stack((terminated, truncated))
@@ -225,6 +239,15 @@ class IsaacLabBackend(Backend):
             return RawStep(obs, reward, flags[0], flags[1], final)
         terminated, truncated = flags[0], flags[1]
         return RawStep(obs, reward, terminated, truncated, final, None, NO_INFO, terminated | truncated)
+
+    def _watch(self, call: str, obs: ObsDict) -> ObsDict:
+        """While deciding whether the task rewrites its observations: copies out, storages remembered."""
+        if self._reuse.reused(call, list(obs.values())):
+            self.copy_obs = True
+        out = {key: value.clone() for key, value in obs.items()}
+        if self.copy_obs or not self._reuse.deciding:
+            self._reuse = None
+        return out
 
     def _obs(self, obs: Any, copy: bool, where: str) -> ObsDict:
         try:
@@ -289,7 +312,7 @@ class IsaacLabPlugin:
         cfg: Any = None,
         cfg_overrides: Sequence[str] = (),
         compute_final_obs: bool | None = None,
-        copy_obs: bool = True,
+        copy_obs: bool | None = None,
         **gym_kwargs: Any,
     ) -> Backend:
         """``gym.make(env_id, cfg=cfg)`` with ``cfg.scene.num_envs`` and ``cfg.sim.device`` set.

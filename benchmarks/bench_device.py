@@ -8,9 +8,14 @@
     Isaac Lab needs Python 3.12, so this part runs in a subprocess with that venv's
     python (or in-process when run by it).
 
-Contenders: ``raw`` = ``env.step(action)`` in a loop; ``gpu_envs`` = the same env through
-``gpu_envs.wrap`` with ``step_and_maybe_reset`` (copies of the in-place buffers, final
-observations and TensorDicts included); ``torchrl native`` = torchrl's ``IsaacLabWrapper``
+Contenders: ``raw`` = ``env.step(action)`` in a loop; ``floor`` (fake only) = the raw
+fake plus only what the TensorDict contract needs for it (:func:`floor_step_fn`: copies
+of the in-place reward and flags, one final-observation ``where`` per group, the
+``[N, 1]`` views, the two TensorDicts and the caller's ``td.set``), the limit of any
+wrapper, so ``gpu_envs - floor`` (points of raw) is what the wrapper itself costs;
+``gpu_envs`` = the same env through ``gpu_envs.wrap`` with ``step_and_maybe_reset``
+(copies of the in-place buffers, final observations and TensorDicts included);
+``torchrl native`` = torchrl's ``IsaacLabWrapper``
 with ``native_autoreset=True`` (its default path rejects direct envs) and
 ``step_and_maybe_reset``, where torchrl is importable by the Isaac Lab venv (real Isaac
 Lab only: torchrl batches real isaaclab classes, not the fake). Fixed actions,

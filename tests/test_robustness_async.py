@@ -175,6 +175,32 @@ def test_a_call_interrupted_while_a_message_may_be_half_sent_or_read_restarts_th
     env.close()
 
 
+def _counting_unless(flag: Path, i: int):
+    def build():
+        if i == 1 and flag.exists():
+            raise RuntimeError("env 1 cannot be built now")
+        return CountingEnv(i)
+
+    return build
+
+
+def test_a_restart_that_fails_half_way_stops_the_workers_it_started(tmp_path):
+    flag = tmp_path / "fail"
+    fns = [_counting_unless(flag, i) for i in range(3)]
+    venv = gym.vector.AsyncVectorEnv(fns, autoreset_mode=MODES["same_step"], worker=guarded_worker())
+    env = gpu_envs.wrap(venv, device="cpu")
+    env.reset()
+    flag.touch()  # from now on env 1's builder raises: the restart gets half-way
+    venv.parent_pipes[0].send(("step", 0))  # an interrupted call that only a restart can undo
+    env.backend._calls.call, env.backend._calls.phase = "step", "send"
+    with pytest.raises(gpu_envs.BackendError, match="restarting its worker processes failed"):
+        env.reset()
+    restarted = [p.pid for p in venv.processes]
+    assert restarted, "the restart started workers before it failed"
+    assert not _wait_gone(restarted), "workers of the failed restart outlived it"
+    env.close()
+
+
 # ----------------------------------------------------------------------- subprocesses
 
 _ORPHAN_SCRIPT = """

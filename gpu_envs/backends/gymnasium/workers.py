@@ -320,7 +320,7 @@ class AsyncCalls:
         if not env.closed:
             shutdown_async(env)
         worker = env.worker
-        if worker is None or (isinstance(worker, functools.partial) and worker.func is _guarded):
+        if worker is None or is_guarded(worker):
             worker = guarded_worker()
         env.closed = False
         try:
@@ -337,6 +337,8 @@ class AsyncCalls:
                 max_concurrency=env.max_concurrency,
             )
         except Exception as err:
+            with contextlib.suppress(Exception):
+                shutdown_async(env)  # workers started before the failure: nothing else would stop them
             env.closed = True
             raise BackendError(
                 f"{self.describe()}: restarting its worker processes failed ({type(err).__name__}: {err}). Build a new env."

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import gymnasium as gym
@@ -179,7 +180,28 @@ def test_a_worker_that_does_not_answer_is_named_after_step_timeout():
     assert time.monotonic() - start < 10
     assert "worker 0" not in str(info.value).split("from", 1)[1].split("(an env")[0]
     assert_gone(pids)  # the hung worker was stopped, and the others with it
+    for call in (lambda: env.step(td), env.reset):  # the env says it is gone, not "call env.reset()"
+        with pytest.raises(gpu_envs.BackendError, match=r"cannot be used any more.*Build a new env"):
+            call()
     env.close()
+
+
+def test_a_worker_that_cannot_be_started_takes_the_started_ones_down_with_it():
+    lock = threading.Lock()
+
+    def unpicklable():  # closes over a lock: Ray cannot ship it to an actor
+        assert lock is not None
+        return CountingEnv(1)
+
+    free = ray.available_resources().get("CPU", 0.0)
+    with pytest.raises(Exception, match=r"(?i)pickl|serializ") as info:  # kept: its traceback holds the handles
+        gpu_envs.wrap_ray([lambda: CountingEnv(0), unpicklable], num_workers=2, device="cpu", start_timeout=30)
+    time.sleep(3)  # actors take their CPU asynchronously: give a leaked one time to show
+    deadline = time.monotonic() + 10
+    while ray.available_resources().get("CPU", 0.0) < free and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0.0) == free, "worker 0's actor still holds its CPU"
+    assert info.value is not None
 
 
 def test_close_stops_every_worker_of_a_joined_cluster():

@@ -42,7 +42,7 @@ from gpu_envs.backends.gymnasium.info import InfoSpec
 from gpu_envs.backends.ray import cluster
 from gpu_envs.backends.ray.worker import StepResult
 from gpu_envs.devices import default_device, normalize_device
-from gpu_envs.errors import BackendError, ClosedEnvError, InvalidArgumentError, StepTimeoutError
+from gpu_envs.errors import BackendError, ClosedEnvError, InterruptedStepError, InvalidArgumentError, StepTimeoutError
 from gpu_envs.specs import Composite, numpy_dtype
 
 DEFAULT_STEP_TIMEOUT = 60.0  # seconds a step/reset may take before the workers are declared hung
@@ -137,13 +137,20 @@ class RayBackend(Backend):
         except BaseException:
             cluster.release(self._owned)
             raise
+        try:  # nothing below may leave the actors (and a Ray started for them) running
+            self._set_up(facts, n)
+        except BaseException:
+            self.close()
+            raise
+
+    def _set_up(self, facts: list[dict], n: int) -> None:
+        """Specs, staging buffers and bookkeeping from the workers' facts (all the same kind of env)."""
         self._ray = cluster.import_ray()
         first = facts[0]
         self._keys = list(first["keys"])
         self._inner = first["describe"]
         for w, f in zip(self.workers, facts, strict=True):
             if f["keys"] != self._keys or repr(f["observation_spec"]) != repr(first["observation_spec"]):
-                self.close()
                 raise BackendError(
                     f"Ray worker {w.index} built envs with observation spec {f['observation_spec']!r}, worker 0 "
                     f"with {first['observation_spec']!r}: every worker must build the same kind of env."
@@ -167,7 +174,7 @@ class RayBackend(Backend):
         return f"ray({len(self.workers)} workers x {self._inner})"
 
     # ------------------------------------------------------------------ calls
-    def _check_usable(self) -> None:
+    def check_usable(self) -> None:
         if self._closed:
             raise ClosedEnvError("this Ray env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap_ray().")
         if self._broken is not None:
@@ -217,7 +224,7 @@ class RayBackend(Backend):
 
     # ------------------------------------------------------------------ reset
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
-        self._check_usable()
+        self.check_usable()
         seed = None if seed is None else int(seed)
         if mask is None:
             calls = [(w, w.actor.reset.remote(seed, None)) for w in self.workers]
@@ -245,8 +252,11 @@ class RayBackend(Backend):
     # ------------------------------------------------------------------- step
     def step(self, action: torch.Tensor) -> RawStep:
         if self._closed or self._broken is not None or self._stale:
-            self._check_usable()
-            raise BackendError(f"a step of {self.describe()} failed half-way; call env.reset() before stepping again.")
+            self.check_usable()
+            raise InterruptedStepError(
+                f"interrupted mid-step: call env.reset(). A step of {self.describe()} did not finish, so its workers "
+                "may be half-stepped."
+            )
         if self._action_host is None:
             host = action.detach().numpy()
         else:

@@ -127,12 +127,13 @@ def start_workers(
     """One actor per builder; returns the workers and each one's ``facts()`` once all are ready."""
     ray = import_ray()
     remote_cls = ray.remote(num_cpus=cpus_per_worker, max_restarts=0, max_task_retries=0)(EnvWorker)
-    workers, start = [], 0
-    for i, (build, size) in enumerate(zip(builders, sizes, strict=True)):
-        workers.append(Worker(i, remote_cls.remote(build), start, start + size))
-        start += size
-    refs = [w.actor.facts.remote() for w in workers]
-    try:
+    workers: list[Worker] = []
+    start = 0
+    try:  # every actor started so far is stopped if a later one cannot be (an unpicklable builder...)
+        for i, (build, size) in enumerate(zip(builders, sizes, strict=True)):
+            workers.append(Worker(i, remote_cls.remote(build), start, start + size))
+            start += size
+        refs = [w.actor.facts.remote() for w in workers]
         _, pending = ray.wait(refs, num_returns=len(refs), timeout=start_timeout)
         if pending:
             late = [w for w, ref in zip(workers, refs, strict=True) if ref in pending]

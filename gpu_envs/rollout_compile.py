@@ -107,15 +107,14 @@ class CompiledLoop:
         env, buffer, k, nb = self.env, self.buffer, self.k, self._nb
         td = start(env)
         storage = buffer.storage()
+        # the batched action spec's sampler: whole batches, the generator checked once (as make_step does)
+        sample = env.action_spec.sampler(generator=env.generator) if self.policy is None else None
         for t in range(0, buffer.steps, k):
             if not self.warmed:  # the very first chunk: eager, validating, binding the layout
                 td = self._eager_chunk(td)
                 storage = buffer.storage()
                 continue
-            actions = None
-            if self.policy is None:  # the batched action spec: rand() is a whole batch
-                spec, generator = env.action_spec, env.generator
-                actions = [spec.rand(generator=generator) for _ in range(k)]
+            actions = None if sample is None else [sample() for _ in range(k)]
             chunk = self.chunk if _get_current_dispatch_mode() is not None else self._compiled
             transition, td = chunk(td, actions, [x.narrow(nb, t, k) for x in storage])
             self._calls += chunk is self._compiled

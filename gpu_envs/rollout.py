@@ -116,9 +116,9 @@ def collect(
         buffer = cache.buffers.get(steps)
         if buffer is None:
             buffer = cache.buffers[steps] = RolloutBuffer(env, steps)
-        # an eager collection into this cache's own buffer follows a new policy's keys (compiled
-        # loops keep the layout they were traced with)
-        buffer.relayout = not compile and not cudagraph
+        # a collection into this cache's own buffer follows a new policy's keys (eagerly, or in
+        # a compiled loop's eager first chunk, which it re-runs when the layout has moved since)
+        buffer.relayout = not cudagraph
     else:
         if not isinstance(buffer, RolloutBuffer):
             raise InvalidArgumentError(f"buffer must be a RolloutBuffer (or None), got {type(buffer).__name__}.")

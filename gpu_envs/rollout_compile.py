@@ -105,6 +105,8 @@ class CompiledLoop:
 
     def _run(self) -> TensorDictBase:
         env, buffer, k, nb = self.env, self.buffer, self.k, self._nb
+        if self.warmed and self._keys != buffer.keys:  # another policy's collection re-laid the shared buffer out
+            self.warmed = False  # the first chunk runs eagerly again and lays it out for this policy
         td = start(env)
         storage = buffer.storage()
         # the batched action spec's sampler: whole batches, the generator checked once (as make_step does)

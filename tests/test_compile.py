@@ -327,3 +327,29 @@ def test_graph_state_is_what_the_layers_expose():
     collector.collect()
     # in-place state stays the very tensor the graph replays into
     assert env.state_dict()["env.backend.env.state"] is state["env.backend.env.state"]
+
+
+@pytest.mark.slow
+def test_a_compiled_loop_follows_its_policy_after_another_policy_re_laid_the_shared_buffer_out():
+    """collect's cached buffer is shared per steps: an eager collection of a policy writing an
+    extra key re-lays it out, and the compiled loop of the first policy must lay it back out
+    (it used to pair its traced keys with the new columns: a fake-tensor shape error, or
+    transitions in the wrong columns where shapes agree)."""
+
+    def act(td):
+        return td.set("action", (td["observation"][:, 2] > 0).long())
+
+    def act_and_note(td):
+        return act(td).set("extra", td["observation"][:, :1] * 2)
+
+    def run(compile):
+        env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0)
+        env.reset(seed=0)
+        out = [collect(env, act, steps=8, compile=compile).clone(), collect(env, act_and_note, steps=8).clone()]
+        out.append(collect(env, act, steps=8, compile=compile).clone())
+        return out
+
+    compiled, eager = run(True), run(False)
+    assert "extra" in compiled[1] and "extra" not in compiled[2]
+    for got, want in zip(compiled, eager, strict=True):
+        assert_same(got, want, float_exact=False)  # compiled physics may round the last bit differently

@@ -42,7 +42,7 @@ from gpu_envs.errors import (
     UnsupportedSpaceError,
 )
 from gpu_envs.memory import ensure_fits
-from gpu_envs.registry import MAKE_ORDER, WRAP_ORDER, get_plugin, plugins
+from gpu_envs.registry import MAKE_ORDER, WRAP_ORDER, plugins
 from gpu_envs.watchdog import watchdog
 
 __version__ = "0.1.0"
@@ -199,7 +199,7 @@ def wrap(
     seed = as_seed(seed)
     backend_kwargs = dict(kwargs)
     options = env_options(backend_kwargs)
-    candidates = plugins(WRAP_ORDER) if _backend_name(backend) == "auto" else [get_plugin(backend)]
+    candidates = plugins(WRAP_ORDER) if _backend_name(backend) == "auto" else [require_plugin(backend)]
     for plugin in candidates:
         if plugin.detect(obj):
             check_kwargs(plugin, "wrap", obj, backend_kwargs)

@@ -76,9 +76,9 @@ def require_plugin(backend: str) -> Any:
     """The plugin of ``backend``, or a clear error naming the install that brings its library."""
     plugin = get_plugin(backend)
     if not plugin.available():
-        extra = getattr(plugin, "extra", None)  # the pyproject extra, where a plugin names one
-        how = f"pip install 'gpu-envs[{extra}]'" if extra else install_hint(backend)
-        raise MissingComponentError(f"backend={backend!r} needs a library that is not installed here: {how}.")
+        raise MissingComponentError(
+            f"backend={backend!r} needs a library that is not installed here: {install_hint(backend)}."
+        )
     return plugin
 
 

@@ -180,6 +180,8 @@ def test_a_backend_whose_library_is_missing_names_the_extra(monkeypatch):
              call=lambda: gpu_envs.make("CartPole-v1", backend="jax"))
     _refused(gpu_envs.MissingComponentError, "gymnax/Breakout-MinAtar", "gpu-envs[jax]",
              call=lambda: gpu_envs.make("gymnax/Breakout-MinAtar"))
+    _refused(gpu_envs.MissingComponentError, "backend='jax'", "pip install 'gpu-envs[jax]'",  # wrap, as make
+             call=lambda: gpu_envs.wrap(gym.make("CartPole-v1"), backend="jax"))
 
 
 def test_an_id_listed_by_gymnasium_that_needs_jax_names_the_extra(monkeypatch):

@@ -46,7 +46,6 @@ class RayPlugin:
     """Registry entry: gymnasium ids spread over Ray actors (asked for by name only)."""
 
     name = "ray"
-    extra = "ray"  # pip install 'gpu-envs[ray]'
     accepts_env_index_offset = True
 
     def available(self) -> bool:

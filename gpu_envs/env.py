@@ -299,9 +299,7 @@ class BatchedEnv(BatchedSpecs):
             return fast(td)
         self._step_into(td)
         self._last_done = self._false
-        if self._obs_nested:
-            return td, self.root()
-        return td, new_td({**self._final_obs.root_obs, **self._root_flags}, self.batch_size, self.device)
+        return td, self.root()
 
     def _step_into(self, td: TensorDictBase) -> torch.Tensor:
         """One backend step; sets ``td["next"]``, caches the next root; returns ``done`` ``[N, 1]``.
@@ -333,9 +331,8 @@ class BatchedEnv(BatchedSpecs):
         if self._first_step:
             self._check_raw(raw)
             self._first_step = False
-            self._check_values_now = (self._check_values or self._check_box) and self._validate
             self._float_reward = isinstance(raw.reward, torch.Tensor) and raw.reward.dtype == torch.float32
-            self._bind_fast_steps()
+            self.validate = self._validate  # the value checks of the later steps, and the fast steps bound
         elif self._watch_outputs:
             self._check_outputs(raw)
         done = raw.done

@@ -46,7 +46,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -232,7 +232,8 @@ class GraphCollector:
                 "run without host syncs (.item(), bool(tensor), nonzero, validate=True) and keep their per-step state "
                 "in device tensors; find a sync with tests/sync_guard.py's no_sync(), or use cudagraph=False."
             ) from err
-        changed = [key for key, value in python_before.items() if not _same_value(python_state(env).get(key), value)]
+        python_after = python_state(env)
+        changed = [key for key, value in python_before.items() if not _same_value(python_after.get(key), value)]
         if changed:
             layers = _layers(env)
             for i, attr in changed:
@@ -252,29 +253,29 @@ class GraphCollector:
 
     def _write_back(self, pinned: dict[str, torch.Tensor]) -> None:
         """Inside the capture: copy state the steps re-bound into the pinned tensors."""
-        current = self.env.state_dict()
-        for name, old in pinned.items():
-            new = current.get(name)
-            if not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype:
-                raise RolloutError(
-                    f"env state {name!r} changed from {_describe(old)} to {_describe(new)} during a step; a CUDA graph "
-                    "needs state of fixed shapes and dtypes."
-                )
-            if not same_memory(new, old):
-                old.copy_(new)
+        self._copy_state(
+            pinned,
+            lambda name, old, new: f"env state {name!r} changed from {_describe(old)} to {_describe(new)} during a "
+            "step; a CUDA graph needs state of fixed shapes and dtypes.",
+        )
 
     def _copy_in(self) -> None:
         """Before a replay: bring state replaced since the last one into the pinned tensors."""
+        self._copy_state(
+            self._pinned,
+            lambda name, pinned, value: f"env state {name!r} is now {_describe(value)} but the captured graph was "
+            f"built for {_describe(pinned)}; collect with a new RolloutBuffer to capture again.",
+        )
+
+    def _copy_state(self, pinned: dict[str, torch.Tensor], mismatch: Callable[[str, Any, Any], str]) -> None:
+        """Copy the env's current state into ``pinned`` where it lives elsewhere; refuse a changed shape or dtype."""
         current = self.env.state_dict()
-        for name, pinned in self._pinned.items():
+        for name, target in pinned.items():
             value = current.get(name)
-            if not isinstance(value, torch.Tensor) or value.shape != pinned.shape or value.dtype != pinned.dtype:
-                raise RolloutError(
-                    f"env state {name!r} is now {_describe(value)} but the captured graph was built for "
-                    f"{_describe(pinned)}; collect with a new RolloutBuffer to capture again."
-                )
-            if not same_memory(value, pinned):
-                pinned.copy_(value)
+            if not isinstance(value, torch.Tensor) or value.shape != target.shape or value.dtype != target.dtype:
+                raise RolloutError(mismatch(name, target, value))
+            if not same_memory(value, target):
+                target.copy_(value)
 
 
 def graph_collector(env: Any, policy: Policy | None, buffer: RolloutBuffer, compile: bool) -> GraphCollector:

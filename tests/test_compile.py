@@ -256,6 +256,16 @@ def test_graph_replays_normalise_with_statistics_merged_between_them():
     assert not norm.pending_stats().any()
 
 
+def test_graph_refuses_state_whose_shape_or_dtype_changed_since_the_capture():
+    env = gpu_envs.wrap(CountingTorchVectorEnv(N))
+    env.reset()
+    collector = GraphCollector(env, None, RolloutBuffer(env, 5), api=EmulatedGraphs())
+    collector.collect()
+    env.backend.env.t = env.backend.env.t.float()  # re-bound with another dtype between replays
+    with pytest.raises(RolloutError, match=r"env state 'backend.env.t' is now .*float32.* but the captured graph was built for .*int64"):
+        collector.collect()
+
+
 def test_graph_refuses_python_side_step_state():
     class PythonCounter(CountingTorchVectorEnv):
         calls = 0

@@ -45,6 +45,7 @@ __all__ = [
     "FRAMEWORKS",
     "HostStaging",
     "RowBlocks",
+    "any_to_torch",
     "array_device",
     "framework_of",
     "from_torch",
@@ -308,6 +309,18 @@ def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
         return torch.empty((), dtype=dtype).numpy().dtype
     except TypeError as err:
         raise InvalidArgumentError(f"{dtype} has no numpy equivalent, so host data cannot be staged as it.") from err
+
+
+def any_to_torch(x: Any, device: torch.device | str | None = None) -> torch.Tensor:
+    """:func:`to_torch` that also takes what numpy reads: lists, scalars, numpy ints (a user's actions).
+
+    Example::
+
+        t = any_to_torch([0, 1, 1], "cpu")   # int64 [3]
+    """
+    if not isinstance(x, torch.Tensor) and not hasattr(x, "__dlpack__"):
+        x = np.asarray(x)
+    return to_torch(x, device)
 
 
 def to_torch(

@@ -37,11 +37,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import gymnasium
-import numpy as np
 import torch
 
 from gpu_envs.arguments import as_bool, as_int, as_seed
-from gpu_envs.arrays import to_torch
+from gpu_envs.arrays import any_to_torch
 from gpu_envs.devices import resolve_device
 from gpu_envs.envs.counter_rng import CounterRNG
 from gpu_envs.errors import ClosedEnvError, InvalidArgumentError, ResetMaskError, ResetNeededError
@@ -213,9 +212,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         """
         if isinstance(action, torch.Tensor) and action.device == self.device:
             return action
-        if not isinstance(action, torch.Tensor) and not hasattr(action, "__dlpack__"):
-            action = np.asarray(action)
-        return to_torch(action, self.device)
+        return any_to_torch(action, self.device)
 
     # ------------------------------------------------------------------ step
     def _state_columns(self) -> tuple[torch.Tensor, ...]:

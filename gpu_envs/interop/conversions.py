@@ -27,7 +27,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from gpu_envs.arrays import to_torch
+from gpu_envs.arrays import any_to_torch
 from gpu_envs.devices import same_device
 from gpu_envs.errors import ActionError, NotAnEnvError
 from gpu_envs.rollout_loop import check_env as check_env_api
@@ -99,12 +99,7 @@ def action_tensor(actions: Any, spec: Spec, device: torch.device) -> torch.Tenso
     indices); a float action for an integer spec is left as it is, so the env's own
     check names the dtype mismatch instead of truncating values silently.
     """
-    if isinstance(actions, torch.Tensor):
-        tensor = actions
-    else:
-        if not hasattr(actions, "__dlpack__"):
-            actions = np.asarray(actions)
-        tensor = to_torch(actions)
+    tensor = any_to_torch(actions)
     if tensor.shape != spec.shape:
         raise ActionError(
             f"the actions have shape {tuple(tensor.shape)}; this env takes {tuple(spec.shape)} (one action per env, "
@@ -126,9 +121,7 @@ def reshaped_action_tensor(actions: Any, spec: Spec, device: torch.device) -> to
     :class:`~gpu_envs.errors.ActionError` names both shapes instead of a reshape failing
     inside the adapter.
     """
-    tensor = actions if isinstance(actions, torch.Tensor) else to_torch(
-        actions if hasattr(actions, "__dlpack__") else np.asarray(actions)
-    )
+    tensor = any_to_torch(actions)
     if tensor.numel() != spec.shape.numel():
         raise ActionError(
             f"the actions have shape {tuple(tensor.shape)} ({tensor.numel()} values); this env takes "

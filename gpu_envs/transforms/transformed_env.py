@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -167,14 +168,7 @@ class TransformedEnv(BatchedSpecs):
         """Step with ``td["action"]`` (rewritten by the action transforms); returns ``td``."""
         if self._needs_reset or self._pending is not None:
             self._refuse("step")
-        inner = self._inverse(td, "step")
-        self._pending = "step"
-        try:
-            out = self.env.step(inner)
-        except BaseException:
-            if not getattr(self.env, "interrupted", None):
-                self._pending = None
-            raise
+        out = self._inner_call("step", self.env.step, self._inverse(td, "step"))
         td = self._forward(td, out)
         self._pending = None
         return td
@@ -184,18 +178,22 @@ class TransformedEnv(BatchedSpecs):
         if self._needs_reset or self._pending is not None:
             self._refuse("step_and_maybe_reset")
         inner = self._inverse(td, "step_and_maybe_reset")
-        self._pending = "step_and_maybe_reset"
-        try:
-            out, root = self.env.step_and_maybe_reset(inner)
-        except BaseException:
-            if not getattr(self.env, "interrupted", None):
-                self._pending = None
-            raise
+        out, root = self._inner_call("step_and_maybe_reset", self.env.step_and_maybe_reset, inner)
         td = self._forward(td, out)
         for t in self.transforms:
             root = t.root(root)
         self._pending = None
         return td, root
+
+    def _inner_call(self, call: str, fn: Callable[[TensorDictBase], Any], inner: TensorDictBase) -> Any:
+        """``fn(inner)`` with ``call`` pending: left pending (refusing later calls) only if the env was interrupted."""
+        self._pending = call
+        try:
+            return fn(inner)
+        except BaseException:
+            if not getattr(self.env, "interrupted", None):  # refused before the env moved: nothing changed
+                self._pending = None
+            raise
 
     def rollout(self, steps: int, policy: Policy | None = None, *, reset: bool = True) -> TensorDictBase:
         """Run ``steps`` steps and return the transitions stacked as ``[N, T]``.

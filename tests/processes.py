@@ -1,11 +1,15 @@
-"""Process helpers for tests of backends that run worker processes (Ray): alive? gone? whose children?
+"""Process helpers for tests that run worker processes (Ray, torchrun): alive? gone? whose children?
 
-Everything is read from /proc (Linux), so a zombie counts as gone and nothing is signalled.
+Everything is read from /proc (Linux), so a zombie counts as gone; only :func:`run_tree`
+signals (the process tree it started, on a timeout).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import time
 
 
@@ -50,3 +54,28 @@ def descendants(root: int) -> set[int]:
 def worker_pids(env) -> list[int]:
     """The process ids of a Ray env's workers."""
     return [w.pid for w in env.backend.workers]
+
+
+def run_tree(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True, timeout=...)`` that ends the whole tree on a timeout.
+
+    ``subprocess.run`` kills only ``cmd`` itself; torchrun starts its ranks in sessions of
+    their own, so they would outlive it (a rank blocked in a collective for 30 minutes).
+    Here the launcher gets SIGTERM (torchrun stops its ranks on it), then whatever of the
+    tree is left gets SIGKILL, and the ``TimeoutExpired`` is raised as ``run`` would.
+    """
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tree = descendants(proc.pid)
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=10)
+        for pid in [*tree, proc.pid]:
+            if alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

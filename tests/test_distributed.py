@@ -24,6 +24,7 @@ from gpu_envs.distributed import current, sync_stats
 from gpu_envs.rollout import collect
 from gpu_envs.transforms import EpisodeStats, ObservationNorm, TransformedEnv
 from tests import distributed_worker as worker
+from tests.processes import run_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(worker.__file__)
@@ -33,7 +34,7 @@ def torchrun(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     """``torchrun --standalone --nproc_per_node=2 ARGS`` from the repository root, this tree importable."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return run_tree(cmd, timeout, cwd=ROOT, env=env)  # on a timeout the ranks are ended too
 
 
 # ------------------------------------------------------------------ one process

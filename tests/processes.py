@@ -79,3 +79,19 @@ def run_tree(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedPr
         proc.communicate()
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def ending_new_children():
+    """Inside, processes this one starts may be left behind (a failing test); on exit they are SIGKILLed.
+
+    For tests that start worker processes and close them only on their success path: a
+    failed assertion must not leave workers (stopped ones included) running on.
+    """
+    before = descendants(os.getpid())
+    try:
+        yield
+    finally:
+        for pid in descendants(os.getpid()) - before:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

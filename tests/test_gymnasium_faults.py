@@ -20,6 +20,7 @@ import gpu_envs
 from gpu_envs.backends.gymnasium import PLUGIN, GymnasiumBackend
 from tests.fakes import CountingEnv
 from tests.gym_fakes import MODES, RaisingEnv, SlowEnv, counting_vector_env, register_test_envs
+from tests.processes import ending_new_children
 
 register_test_envs()
 
@@ -43,6 +44,12 @@ def _step_in_thread(env, td, limit: float = 60.0):
 
 def _zeros(n):
     return torch.zeros(n, dtype=torch.long)
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_outlives_its_test():
+    with ending_new_children():  # closed on success by each test; on a failure, killed here
+        yield
 
 
 # ---------------------------------------------------------------- env raising

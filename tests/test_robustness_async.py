@@ -25,6 +25,7 @@ from gpu_envs.backends.gymnasium import guarded_worker
 from gpu_envs.backends.gymnasium.workers import AsyncState
 from tests.fakes import CountingEnv
 from tests.gym_fakes import MODES, SlowEnv
+from tests.processes import ending_new_children
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +54,12 @@ def _alive(pids):
         except OSError:
             pass
     return alive
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_outlives_its_test():
+    with ending_new_children():  # closed on success by each test; on a failure, killed here
+        yield
 
 
 def _wait_gone(pids, limit=30.0):

@@ -51,14 +51,17 @@ from tensordict import TensorDict
 import gpu_envs
 from benchmarks.timing import bench_result, format_table, interleave, save_json
 from gpu_envs.envs import CartPoleEnv
+from gpu_envs.final_obs import ROW_VIEW_MIN_ENVS
 from gpu_envs.rollout import collect
 from gpu_envs.tensordicts import new_td, set_entry
 
-ROW_VIEW_MIN_ENVS = 256  # the floor masks whole [N, 4] rows as single elements from here (as gpu_envs does)
-
 
 def floor_step_fn(n: int, device: torch.device, action: torch.Tensor):
-    """Raw env + placeholder ``where`` + two TensorDicts + the caller's ``td.set``."""
+    """Raw env + placeholder ``where`` + two TensorDicts + the caller's ``td.set``.
+
+    From ``ROW_VIEW_MIN_ENVS`` envs on, the ``where`` masks whole ``[N, 4]`` rows as single
+    elements, as gpu_envs' final-observation swap does.
+    """
     env = CartPoleEnv(n, device=device, expose_final_obs=False)
     obs, _ = env.reset(seed=0)
     batch = torch.Size([n])

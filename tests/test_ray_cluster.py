@@ -7,8 +7,10 @@ Processes are found through /proc (this process's descendants, or the head's).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +22,7 @@ import pytest
 import torch
 
 import gpu_envs
-from tests.processes import assert_gone, descendants, worker_pids
+from tests.processes import alive, assert_gone, descendants, worker_pids
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gpu-envs[ray]')")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes via /proc")]
@@ -112,6 +114,12 @@ def test_joining_an_existing_cluster_leaves_it_running():
     finally:
         cluster = descendants(head.pid)
         head.terminate()
-        head.wait(timeout=60)
-        assert_gone(sorted(cluster), within=60)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        try:
+            head.wait(timeout=60)
+            assert_gone(sorted(cluster), within=60)
+        finally:  # a head or cluster process that would not stop is killed, not left running
+            for pid in [head.pid, *cluster]:
+                if alive(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            shutil.rmtree(temp_dir, ignore_errors=True)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import sys
 import time
 import warnings
@@ -49,7 +48,7 @@ import numpy as np
 import torch
 
 import gpu_envs
-from benchmarks.timing import bench_result, format_table, interleave, save_json
+from benchmarks.timing import bench_result, format_table, interleave, memory_bytes, save_json
 from gpu_envs.rollout import collect
 
 SIZES = (8, 256, 4096)
@@ -183,30 +182,16 @@ def rate_rows(n: int, rate: dict[str, float]) -> list[dict]:
     return rows
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def measure_memory(n: int, steps: int, collections: int, device: torch.device) -> dict:
     """Memory before and after ``collections`` collections (after a warm-up)."""
     env = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0)
-    cuda = device.type == "cuda"
     for _ in range(20):
         collect(env, steps=steps)
-    if cuda:
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_stats(device)["allocated_bytes.all.current"]
-    else:
-        before = _rss_bytes()
+    before = memory_bytes(device)
     for _ in range(collections):
         collect(env, steps=steps)
-    if cuda:
-        torch.cuda.synchronize(device)
-        after = torch.cuda.memory_stats(device)["allocated_bytes.all.current"]
-    else:
-        after = _rss_bytes()
-    what = "CUDA allocated" if cuda else "RSS"
+    after = memory_bytes(device)
+    what = "CUDA allocated" if device.type == "cuda" else "RSS"
     growth = after - before
     return {
         "contender": f"memory: {collections} collections N={n} T={steps}",

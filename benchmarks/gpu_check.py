@@ -48,6 +48,8 @@ if str(ROOT) not in sys.path:  # run as a script: make gpu_envs, benchmarks and 
 
 import torch  # noqa: E402
 
+from benchmarks.timing import memory_bytes, sync  # noqa: E402
+
 MODES = ("eager", "compile", "cudagraph", "compile+cudagraph")
 PYTEST_FILES = ("tests/test_sync_guard.py", "tests/test_draw_pool.py")
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIPPED"
@@ -252,14 +254,6 @@ def check_graph_equals_eager(plan: Plan, budget: Budget) -> tuple[bool, str]:
     return ok_count and ok_cart, f"{what}: counting env {msg_count}; CartPole {msg_cart}"
 
 
-def _memory_now(device: torch.device) -> int:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        return torch.cuda.memory_stats(device)["allocated_bytes.all.current"]
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def check_memory(plan: Plan, budget: Budget) -> tuple[bool, str]:
     import gpu_envs
     from gpu_envs.rollout import RolloutBuffer, collect
@@ -274,10 +268,10 @@ def check_memory(plan: Plan, budget: Budget) -> tuple[bool, str]:
         buf = RolloutBuffer(env, 8)
         for _ in range(5):
             collect(env, buffer=buf, **kw)
-        before = _memory_now(device)
+        before = memory_bytes(device)
         for _ in range(plan.collections):
             collect(env, buffer=buf, **kw)
-        after = _memory_now(device)
+        after = memory_bytes(device)
         ok &= after - before <= limit
         notes.append(f"{mode} {before / 2**20:.1f} -> {after / 2**20:.1f} MiB")
     what = "CUDA allocated" if device.type == "cuda" else "RSS"
@@ -285,11 +279,6 @@ def check_memory(plan: Plan, budget: Budget) -> tuple[bool, str]:
 
 
 # --------------------------------------------------------------------------- throughput
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 # a first guess of what a (mode, N) cell costs before any was measured, seconds
 _FIRST_GUESS = {"eager": 10.0, "compile": 90.0, "cudagraph": 20.0, "compile+cudagraph": 60.0}
 
@@ -322,12 +311,12 @@ def throughput(plan: Plan, budget: Budget) -> tuple[list[dict], list[str]]:
                 t0 = time.perf_counter()
                 for _ in range(3):  # warm-up: first chunk, compile, capture, then a steady call
                     collect(env, buffer=buf, **kw)
-                _sync(device)
+                sync(device)
                 warm = time.perf_counter() - t0
                 t0 = time.perf_counter()
                 for _ in range(plan.repeats):
                     collect(env, buffer=buf, **kw)
-                _sync(device)
+                sync(device)
                 rate = n * steps * plan.repeats / (time.perf_counter() - t0)
                 row[mode] = f"{rate:.3g}"
                 row[f"{mode}_rate"] = rate

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -25,9 +26,19 @@ from pathlib import Path
 import torch
 
 
-def _sync(device: torch.device | None) -> None:
+def sync(device: torch.device | None) -> None:
+    """Wait for ``device``'s queued work (CUDA); nothing to wait for elsewhere."""
     if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def memory_bytes(device: torch.device) -> int:
+    """What a leak would grow: CUDA's allocated bytes on a GPU (after a sync), else this process's RSS."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        return torch.cuda.memory_stats(device)["allocated_bytes.all.current"]
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def clock(device: torch.device | None = None) -> Callable[[], float]:
@@ -53,11 +64,11 @@ def interleave(
     now = timer or clock(device)
     for r in range(warmup + rounds):
         for name, fn in contenders.items():
-            _sync(device)
+            sync(device)
             start = now()
             for _ in range(steps):
                 fn()
-            _sync(device)
+            sync(device)
             if r >= warmup:
                 samples[name].append((now() - start) / steps)
     return {name: statistics.median(values) for name, values in samples.items()}

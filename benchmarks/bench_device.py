@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a script: our benchmarks package, not to
 import torch
 
 import gpu_envs
-from benchmarks.timing import format_table, interleave, save_json
+from benchmarks.timing import format_table, interleave, overhead_row, save_json
 from gpu_envs.tensordicts import new_td, set_entry
 
 REPO = Path(__file__).resolve().parent.parent
@@ -148,22 +148,11 @@ def fake_contenders(n: int, device: torch.device) -> dict:
     }
 
 
-def _row(env: str, n: int, times: dict[str, float], target: str) -> dict:
-    row: dict[str, Any] = {"env": env, "N": n, "target": target}
-    for name, seconds in times.items():
-        row[f"{name}_us"] = round(seconds * 1e6, 1)
-        if name != "raw":
-            row[f"{name}_overhead"] = f"{seconds / times['raw'] - 1:+.1%}"
-    if "floor" in times:
-        row["gpu_envs_vs_floor"] = f"{(times['gpu_envs'] - times['floor']) / times['raw'] * 100:+.1f} pts"
-    return row
-
-
 def bench_fake(sizes: list[int], steps: int, rounds: int, device: torch.device) -> list[dict]:
     rows = []
     for n in sizes:
         times = interleave(fake_contenders(n, device), steps=steps, rounds=rounds, device=device)
-        rows.append(_row("Isaac-contract fake", n, times, "<= +10%"))
+        rows.append(overhead_row(times, env="Isaac-contract fake", N=n, target="<= +10%"))
     return rows
 
 
@@ -185,7 +174,7 @@ def bench_real(n: int, steps: int, rounds: int) -> list[dict]:
     contenders.update(_torchrl(isaac, action, torch.device(isaac.unwrapped.device)))
     times = interleave(contenders, steps=steps, rounds=rounds, warmup=1)
     ours.close()
-    row = _row("Isaac-Cartpole-Direct (real, cpu)", n, times, "<= +5%")
+    row = overhead_row(times, env="Isaac-Cartpole-Direct (real, cpu)", N=n, target="<= +5%")
     row["env_steps_per_s"] = round(n / times["gpu_envs"])
     if "torchrl_native" not in times:
         row["torchrl_native_us"] = "not installed"

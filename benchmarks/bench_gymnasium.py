@@ -41,7 +41,7 @@ if __package__ in (None, ""):  # run as a script: our benchmarks package, not to
 import torch
 
 import gpu_envs
-from benchmarks.timing import interleave, sizes_main
+from benchmarks.timing import interleave, overhead_row, sizes_main
 from gpu_envs.tensordicts import new_td, set_entry
 
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
@@ -158,13 +158,7 @@ def run(
             times = interleave(fns, steps=per_round, rounds=rounds or (5 if quick else 21))
         for env in envs:
             env.close()
-        row: dict = {"N": n}
-        for name, seconds in times.items():
-            row[f"{name}_us"] = round(seconds * 1e6, 1)
-            if name != "raw":
-                row[f"{name}_overhead"] = f"{seconds / times['raw'] - 1:+.1%}"
-        row["gpu_envs_vs_floor"] = f"{(times['gpu_envs'] - times['floor']) / times['raw'] * 100:+.1f} pts"
-        rows.append(row)
+        rows.append(overhead_row(times, N=n))
     columns = [c for c in COLUMNS if any(c[0] in r for r in rows)]
     return {
         "title": "bench_gymnasium: CartPole-v1 SyncVectorEnv (SAME_STEP) on cpu, 1 thread",

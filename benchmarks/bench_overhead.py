@@ -49,7 +49,7 @@ import torch
 from tensordict import TensorDict
 
 import gpu_envs
-from benchmarks.timing import bench_result, format_table, interleave, save_json
+from benchmarks.timing import bench_result, format_table, interleave, overhead_row, save_json
 from gpu_envs.envs import CartPoleEnv
 from gpu_envs.final_obs import ROW_VIEW_MIN_ENVS
 from gpu_envs.rollout import collect
@@ -239,14 +239,7 @@ def measure(sizes: list[int], steps: int, rounds: int, device: torch.device, war
     rows = []
     for n in sizes:
         times = interleave(contenders(n, device), steps=steps, rounds=rounds, warmup=warmup, device=device)
-        row = {"N": n}
-        for name, seconds in times.items():
-            row[f"{name}_us"] = round(seconds * 1e6, 1)
-            if name != "raw":
-                row[f"{name}_overhead"] = _overhead(seconds, times["raw"])
-        gap = (times["gpu_envs"] - times["floor"]) / times["raw"]
-        row["gpu_envs_vs_floor"] = f"{gap * 100:+.1f} pts"
-        rows.append(row)
+        rows.append(overhead_row(times, N=n))
     return rows
 
 

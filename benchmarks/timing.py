@@ -74,6 +74,21 @@ def interleave(
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def overhead_row(times: dict[str, float], **leading: object) -> dict:
+    """A step table's row: ``leading`` entries, each contender's ``<name>_us`` and its ``<name>_overhead`` over ``raw``.
+
+    With a ``floor`` contender, also ``gpu_envs_vs_floor``: gpu_envs' distance to it, in points of the raw step.
+    """
+    row: dict = dict(leading)
+    for name, seconds in times.items():
+        row[f"{name}_us"] = round(seconds * 1e6, 1)
+        if name != "raw":
+            row[f"{name}_overhead"] = f"{seconds / times['raw'] - 1:+.1%}"
+    if "floor" in times:
+        row["gpu_envs_vs_floor"] = f"{(times['gpu_envs'] - times['floor']) / times['raw'] * 100:+.1f} pts"
+    return row
+
+
 def format_table(title: str, rows: list[dict], columns: list[tuple[str, str]]) -> str:
     """A plain-text table; ``columns`` is a list of (key, header)."""
     cells = [[str(row.get(key, "")) for key, _ in columns] for row in rows]

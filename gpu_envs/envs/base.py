@@ -109,6 +109,8 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         # elapsed_steps as [N, 1] for the TensorDict layout (see _state_columns, _elapsed_view)
         self._columns = self._state.unbind(1)
         self._elapsed_col = self._elapsed.unsqueeze(1)
+        self._one_step = torch.ones((), dtype=torch.int64, device=self.device)
+        self._limit = torch.tensor(self.max_episode_steps, dtype=torch.int64, device=self.device)
         self._build()
 
     def _build(self) -> None:
@@ -238,6 +240,16 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         if not columns:
             return self._elapsed
         return self._elapsed.unsqueeze(1) if torch.compiler.is_compiling() else self._elapsed_col
+
+    def _count_step(self, columns: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Count this step on every row: ``(elapsed_steps view, truncated)``, each ``[N, 1]`` or ``[N]``."""
+        elapsed = self._elapsed_view(columns).add_(self._one_step)
+        return elapsed, elapsed >= self._limit
+
+    def _end_episodes(self, elapsed: torch.Tensor, done: torch.Tensor) -> None:
+        """Rows that ended (and took their fresh state): step count back to 0, their draw counted."""
+        elapsed.masked_fill_(done, 0)
+        self._rng.advance(done)
 
     def step(self, action: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         """gymnasium's ``(obs, reward [N], terminated [N], truncated [N], info)``.

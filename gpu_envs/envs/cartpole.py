@@ -145,9 +145,7 @@ class CartPoleEnv(BatchedTorchEnv):
             [self.x_threshold, math.inf, self.theta_threshold_radians, math.inf], dtype=f32, device=dev
         )
         self._bounds = bounds.expand(n, 4).contiguous()
-        self._one = torch.ones((), dtype=torch.int64, device=dev)
         self._reward_shape = ((n,), (n, 1))  # [N], or [N, 1] in the TensorDict layout
-        self._limit = torch.tensor(self.max_episode_steps, dtype=torch.int64, device=dev)
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
@@ -212,8 +210,7 @@ class CartPoleEnv(BatchedTorchEnv):
             terminated = terminated if columns else terminated.view(-1)
         else:
             terminated = out_of_bounds.any(1, keepdim=columns)
-        elapsed = self._elapsed_view(columns).add_(self._one)
-        truncated = elapsed >= self._limit
+        elapsed, truncated = self._count_step(columns)
         done = terminated | truncated
 
         # Same-step auto-reset: fresh candidates for every row, kept where done; only the
@@ -226,7 +223,6 @@ class CartPoleEnv(BatchedTorchEnv):
         else:
             post = torch.where(done_rows, fresh, new)
         s.copy_(post)
-        elapsed.masked_fill_(done, 0)
-        self._rng.advance(done)
+        self._end_episodes(elapsed, done)
         reward = torch.ones(self._reward_shape[columns], dtype=torch.float32, device=self.device)
         return post, reward, terminated, truncated, done, new

@@ -109,8 +109,6 @@ class PendulumEnv(BatchedTorchEnv):
         self._k_sin = 3 * self.g / (2 * self.l) * self.dt
         self._k_u = 3.0 / (self.m * self.l**2) * self.dt
         self._zero = torch.zeros((), dtype=f32, device=dev)
-        self._one_step = torch.ones((), dtype=torch.int64, device=dev)
-        self._limit = torch.tensor(self.max_episode_steps, dtype=torch.int64, device=dev)
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
@@ -166,8 +164,7 @@ class PendulumEnv(BatchedTorchEnv):
         new_thdot = torch.add(new_thdot, u, alpha=self._k_u).clamp_(-self.max_speed, self.max_speed)
         new_th = torch.add(th, new_thdot, alpha=self.dt)
 
-        elapsed = self._elapsed_view(columns).add_(self._one_step)
-        truncated = elapsed >= self._limit  # nothing terminates: done is truncated
+        elapsed, truncated = self._count_step(columns)  # nothing terminates: done is truncated
         terminated = torch.zeros_like(truncated)
 
         # Same-step auto-reset: fresh candidates for every row, kept where truncated; only
@@ -175,8 +172,7 @@ class PendulumEnv(BatchedTorchEnv):
         fresh = self._step_draws.uniform()  # == self._rng.uniform(self._reset_bounds)
         new = torch.stack((new_th, new_thdot), 1)
         torch.where(truncated if columns else truncated.unsqueeze(1), fresh, new, out=self._state)
-        elapsed.masked_fill_(truncated, 0)
-        self._rng.advance(truncated)
+        self._end_episodes(elapsed, truncated)
         post_th, post_thdot = self._state_columns()
         obs = torch.stack((torch.cos(post_th), torch.sin(post_th), post_thdot), 1)
         if columns:

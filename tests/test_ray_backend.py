@@ -193,14 +193,19 @@ def test_a_worker_that_cannot_be_started_takes_the_started_ones_down_with_it():
         assert lock is not None
         return CountingEnv(1)
 
-    free = ray.available_resources().get("CPU", 0.0)
+    def all_cpus_free(within: float) -> bool:  # earlier tests' actors are released asynchronously
+        deadline = time.monotonic() + within
+        while ray.available_resources().get("CPU", 0.0) < ray.cluster_resources().get("CPU", 0.0):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
+
+    assert all_cpus_free(within=30)
     with pytest.raises(Exception, match=r"(?i)pickl|serializ") as info:  # kept: its traceback holds the handles
         gpu_envs.wrap_ray([lambda: CountingEnv(0), unpicklable], num_workers=2, device="cpu", start_timeout=30)
     time.sleep(3)  # actors take their CPU asynchronously: give a leaked one time to show
-    deadline = time.monotonic() + 10
-    while ray.available_resources().get("CPU", 0.0) < free and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert ray.available_resources().get("CPU", 0.0) == free, "worker 0's actor still holds its CPU"
+    assert all_cpus_free(within=10), "worker 0's actor still holds its CPU"
     assert info.value is not None
 
 
@@ -213,6 +218,15 @@ def test_close_stops_every_worker_of_a_joined_cluster():
     assert ray.is_initialized(), "a cluster the env joined is not the env's to stop"
     with pytest.raises(gpu_envs.ClosedEnvError):
         env.reset()
+
+
+def test_bad_sub_env_arguments_are_refused_before_any_worker_starts(monkeypatch):
+    from gpu_envs.backends.ray import cluster
+
+    monkeypatch.setattr(cluster, "start_workers", lambda *a, **k: pytest.fail("workers started before the check"))
+    for kwargs, words in (({"frame_skip": 0}, "frame_skip"), ({"wrappers": [3]}, "wrappers"), ({"vector_kwargs": 1}, "vector_kwargs")):
+        with pytest.raises(gpu_envs.InvalidArgumentError, match=words):
+            gpu_envs.make("CartPole-v1", num_envs=2, backend="ray", num_workers=1, **kwargs)
 
 
 def test_bad_arguments_are_refused_clearly():

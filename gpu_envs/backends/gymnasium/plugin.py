@@ -41,7 +41,7 @@ from gpu_envs.errors import InvalidArgumentError, NotAnEnvError
 from gpu_envs.memory import ensure_fits
 from gpu_envs.specs import Composite
 
-__all__ = ["PLUGIN", "GymnasiumPlugin"]
+__all__ = ["PLUGIN", "GymnasiumPlugin", "check_sub_env_args"]
 
 AutoresetMode = gym.vector.AutoresetMode
 _BACKEND_KWARGS = ("one_hot_actions", "info_spec", "env_index_offset", "step_timeout")
@@ -80,6 +80,18 @@ def check_capacity(env_id: str, num_envs: int, use_async: bool) -> None:
             "Use fewer envs or vectorization='sync'."
         )
 _PER_ENV_KWARGS = ("from_pixels", "pixels_only", "frame_skip")
+
+
+def check_sub_env_args(vector_kwargs: Any, wrappers: Any, frame_skip: Any) -> int:
+    """Refuse bad ``vector_kwargs``/``wrappers``/``frame_skip`` before anything is built; returns ``frame_skip``.
+
+    The Ray backend asks this too, before it starts a cluster whose workers would refuse them.
+    """
+    if vector_kwargs is not None and not isinstance(vector_kwargs, dict):
+        raise InvalidArgumentError(f"vector_kwargs must be a dict, got {type(vector_kwargs).__name__}.")
+    if wrappers is not None and (not isinstance(wrappers, (list, tuple)) or not all(callable(w) for w in wrappers)):
+        raise InvalidArgumentError("wrappers must be a list of callables env -> wrapped env (per sub-env).")
+    return as_int(frame_skip, "frame_skip", minimum=1)
 
 
 class GymnasiumPlugin:
@@ -131,12 +143,7 @@ class GymnasiumPlugin:
             raise InvalidArgumentError(f"vectorization must be 'sync' or 'async', got {vectorization!r}.")
         if num_workers is not None:
             num_workers = as_int(num_workers, "num_workers", minimum=0, hint="(0: no worker processes)")
-        if vector_kwargs is not None and not isinstance(vector_kwargs, dict):
-            raise InvalidArgumentError(f"vector_kwargs must be a dict, got {type(vector_kwargs).__name__}.")
-        if wrappers is not None and (
-            not isinstance(wrappers, (list, tuple)) or not all(callable(w) for w in wrappers)
-        ):
-            raise InvalidArgumentError("wrappers must be a list of callables env -> wrapped env (per sub-env).")
+        frame_skip = check_sub_env_args(vector_kwargs, wrappers, frame_skip)
         step_timeout = optional_seconds(step_timeout, "step_timeout")  # before any worker starts
         if vectorization == "sync" and num_workers:
             raise InvalidArgumentError("num_workers needs worker processes: drop vectorization='sync' or num_workers.")
@@ -153,7 +160,6 @@ class GymnasiumPlugin:
                 "process, where a hang cannot be interrupted safely: pass watchdog_s= for the stacks of a hung call."
             )
         per_env = list(wrappers or [])
-        frame_skip = as_int(frame_skip, "frame_skip", minimum=1)
         if frame_skip != 1:
             per_env.append(functools.partial(FrameSkip, skip=frame_skip))
         if from_pixels:

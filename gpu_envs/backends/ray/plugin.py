@@ -25,6 +25,7 @@ import gymnasium as gym
 import torch
 
 from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
+from gpu_envs.backends.gymnasium.plugin import check_sub_env_args
 from gpu_envs.backends.ray.backend import RayBackend, RayOptions, split_rows
 from gpu_envs.backends.ray.worker import make_share, wrap_share
 from gpu_envs.errors import InvalidArgumentError, NotAnEnvError
@@ -79,6 +80,7 @@ class RayPlugin:
                 "num_workers= sets the number of Ray workers."
             )
         offset = _check_offset(env_index_offset)
+        check_sub_env_args(kwargs.get("vector_kwargs"), kwargs.get("wrappers"), kwargs.get("frame_skip", 1))  # before Ray
         return _backend(
             num_envs, num_workers, offset, device, options,
             lambda start, size, first: functools.partial(make_share, env_id, size, first, kwargs),

@@ -44,7 +44,7 @@ import torch
 
 import gpu_envs
 from benchmarks.timing import format_table, interleave, overhead_row, save_json
-from gpu_envs.tensordicts import new_td, set_entry
+from gpu_envs.utils.tensordicts import new_td, set_entry
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_NAME = "isaaclab-3.0.0-py312"

@@ -42,7 +42,7 @@ import torch
 
 import gpu_envs
 from benchmarks.timing import interleave, overhead_row, sizes_main
-from gpu_envs.tensordicts import new_td, set_entry
+from gpu_envs.utils.tensordicts import new_td, set_entry
 
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 COLUMNS = [

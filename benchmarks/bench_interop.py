@@ -80,7 +80,7 @@ def sb3_contenders(n: int) -> tuple[dict[str, Callable[[], object]], list]:
 def torchrl_contenders(n: int) -> tuple[dict[str, Callable[[], object]], list]:
     from torchrl.envs import GymWrapper
 
-    from gpu_envs.envs import CartPoleEnv
+    from gpu_envs.builtin import CartPoleEnv
     from gpu_envs.interop import to_torchrl
 
     theirs = GymWrapper(CartPoleEnv(num_envs=n, device="cpu", seed=0), **GYM_WRAPPER_FASTEST)

@@ -50,10 +50,10 @@ from tensordict import TensorDict
 
 import gpu_envs
 from benchmarks.timing import bench_result, format_table, interleave, overhead_row, save_json
-from gpu_envs.envs import CartPoleEnv
-from gpu_envs.final_obs import ROW_VIEW_MIN_ENVS
+from gpu_envs.builtin import CartPoleEnv
+from gpu_envs.contract.final_obs import ROW_VIEW_MIN_ENVS
 from gpu_envs.rollout import collect
-from gpu_envs.tensordicts import new_td, set_entry
+from gpu_envs.utils.tensordicts import new_td, set_entry
 
 
 def floor_step_fn(n: int, device: torch.device, action: torch.Tensor):

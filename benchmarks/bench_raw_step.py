@@ -14,7 +14,7 @@ thread, medians:
     from the counters with ~20 int64 ops per step (what a compiled or captured step
     records, and what every eager step cost before the pool);
 (c) ``pooled``: the shipped env: each row's next P draws precomputed in one int32 pass
-    and gathered per step (:mod:`gpu_envs.envs.draw_pool`); the same values as (b) bit
+    and gathered per step (:mod:`gpu_envs.builtin.draw_pool`); the same values as (b) bit
     for bit.
 
 CartPole-v1 (4 lanes per draw) and Pendulum-v1 (2 lanes), ``expose_final_obs=False``,
@@ -35,8 +35,8 @@ if __package__ in (None, ""):  # run as a script: make the repository's packages
 import torch
 
 from benchmarks.timing import bench_result, interleave, sizes_main
-from gpu_envs.envs import CartPoleEnv, PendulumEnv
-from gpu_envs.envs.draw_pool import direct_draws
+from gpu_envs.builtin import CartPoleEnv, PendulumEnv
+from gpu_envs.builtin.draw_pool import direct_draws
 
 SIZES = (8, 256, 4096)
 

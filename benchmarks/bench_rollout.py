@@ -11,7 +11,7 @@ cold start after the previous contender filled the caches:
 (a) ``collect(env, steps=T)``: the built-in torch CartPole, eager, into the preallocated
     ``[N, T]`` buffer (transitions with true final observations, done flags, ...);
 (b) ``collect(env, steps=T, compile=True)``: the same as ``T / K`` calls of one compiled
-    ``K``-step function (``gpu_envs.rollout_compile``);
+    ``K``-step function (``gpu_envs.rollout.compiled``);
 (c) gymnasium's ``SyncVectorEnv`` of CartPole-v1 (``gym.make_vec(..., "sync")``, numpy),
     stepped with random actions -- the usual CPU baseline;
 (d) EnvPool (C++, ``envpool.make("CartPole-v1", env_type="gymnasium", num_envs=N,
@@ -114,7 +114,7 @@ def contenders(n: int, steps: int, gym_steps: int, device: torch.device) -> dict
     if importlib.util.find_spec("torchrl") is not None:
         from torchrl.envs import GymWrapper
 
-        from gpu_envs.envs import CartPoleEnv
+        from gpu_envs.builtin import CartPoleEnv
 
         def torchrl_contender(expose_final_obs: bool) -> tuple:
             with warnings.catch_warnings():

@@ -215,7 +215,7 @@ def _equal(a, b) -> tuple[bool, str]:
 def check_graph_equals_eager(plan: Plan, budget: Budget) -> tuple[bool, str]:
     import gpu_envs
     from gpu_envs.rollout import RolloutBuffer, collect
-    from gpu_envs.rollout_graph import GraphCollector
+    from gpu_envs.rollout.cudagraph import GraphCollector
     from tests.fakes import CountingTorchVectorEnv
 
     api = None

@@ -34,15 +34,15 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.arguments import MAX_SEED, as_int, as_seed
-from gpu_envs.errors import InvalidArgumentError
-from gpu_envs.rollout_loop import check_env as check_env_api
-from gpu_envs.specs import Composite, Spec
+from gpu_envs.contract.errors import InvalidArgumentError
+from gpu_envs.contract.keys import DONE_KEYS
+from gpu_envs.contract.protocols import require_env_api
+from gpu_envs.contract.specs import Composite, Spec
+from gpu_envs.utils.arguments import MAX_SEED, as_int, as_seed
 
 __all__ = ["CheckReport", "CheckResult", "check_env"]
 
 PASS, FAIL, WARN = "pass", "fail", "warn"
-DONE_KEYS = ("done", "terminated", "truncated")
 _RESET_SAMPLES = 256  # fresh reset observations gathered for the post-reset check
 
 
@@ -87,7 +87,7 @@ def check_env(env: Any, steps: int = 300, seed: int = 0, name: str | None = None
     The env is left reset, not closed. Transforms with running state (ObservationNorm's
     statistics) make two rollouts differ by design: check the env below them.
     """
-    check_env_api(env, "check_env")
+    require_env_api(env, "check_env")
     steps = as_int(steps, "steps", minimum=1)
     seed = as_seed(seed)
     if seed is None:

@@ -52,7 +52,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gpu_envs.errors import InvalidArgumentError
+from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.transforms.base import Transform
 
 __all__ = ["Shard", "all_max", "current", "init", "shutdown", "sync_stats"]

@@ -21,7 +21,7 @@ import importlib
 import importlib.util
 from typing import Any
 
-from gpu_envs.errors import UnknownBackendError
+from gpu_envs.contract.errors import UnknownBackendError
 
 # make(backend="auto") tries these in order: built-in torch envs first; jax before gymnasium
 # because gymnasium's registry also lists its functional JAX envs (phys2d/...), which only

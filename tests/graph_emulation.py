@@ -23,7 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from gpu_envs.rollout_graph import CudaGraphs
+from gpu_envs.rollout.cudagraph import CudaGraphs
 
 __all__ = ["EmulatedGraph", "EmulatedGraphs", "SyncInCapture"]
 

@@ -1,4 +1,4 @@
-"""``gpu_envs.arrays``: zero-copy DLPack interop, checked by buffer pointers, and staged copies.
+"""``gpu_envs.utils.arrays``: zero-copy DLPack interop, checked by buffer pointers, and staged copies.
 
 The CPU is a DLPack device like any other, so every zero-copy claim is checked here with
 ``data_ptr`` (and a write through one side seen by the other, where the side is mutable).
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gpu_envs import DeviceMismatchError, InvalidArgumentError
-from gpu_envs.arrays import HostStaging, RowBlocks, array_device, framework_of, from_torch, is_zero_copy, to_torch
+from gpu_envs.utils.arrays import HostStaging, RowBlocks, array_device, framework_of, from_torch, is_zero_copy, to_torch
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -235,7 +235,7 @@ def test_to_torch_without_staging_moves_explicitly():
 def test_jax_argument_is_a_view_on_the_cpu():
     import jax
 
-    from gpu_envs.arrays import jax_argument
+    from gpu_envs.utils.arrays import jax_argument
 
     t = torch.arange(6, dtype=torch.float32)
     arg = jax_argument(t)

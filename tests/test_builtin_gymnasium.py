@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpu_envs.envs import CartPoleEnv, PendulumEnv
-from gpu_envs.envs.gymnasium_ids import register_gymnasium_ids
+from gpu_envs.builtin import CartPoleEnv, PendulumEnv
+from gpu_envs.builtin.gymnasium_ids import register_gymnasium_ids
 
 ENVS = {"CartPole-v1": CartPoleEnv, "Pendulum-v1": PendulumEnv}
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import gpu_envs
-from gpu_envs.envs import CartPoleEnv, PendulumEnv
-from gpu_envs.errors import InvalidArgumentError
+from gpu_envs.builtin import CartPoleEnv, PendulumEnv
+from gpu_envs.contract.errors import InvalidArgumentError
 
 ENVS = {"CartPole-v1": {}, "Pendulum-v1": {"max_episode_steps": 13}}
 

@@ -8,9 +8,9 @@ import torch
 from tensordict import TensorDict
 
 import gpu_envs
+from gpu_envs.builtin import CartPoleEnv
 from gpu_envs.check import FAIL, PASS, WARN, _check_final_obs, check_env
-from gpu_envs.envs import CartPoleEnv
-from gpu_envs.errors import InvalidArgumentError
+from gpu_envs.contract.errors import InvalidArgumentError
 from tests.fakes import CountingTorchVectorEnv
 
 

@@ -17,11 +17,11 @@ import pytest
 import torch
 
 import gpu_envs
-from gpu_envs.errors import InvalidArgumentError, RolloutError
+from gpu_envs.contract.errors import InvalidArgumentError, RolloutError
 from gpu_envs.rollout import RolloutBuffer, collect
-from gpu_envs.rollout_cache import collect_cache
-from gpu_envs.rollout_compile import chunk_length, compiled_loop
-from gpu_envs.rollout_graph import GraphCollector
+from gpu_envs.rollout.cache import collect_cache
+from gpu_envs.rollout.compiled import chunk_length, compiled_loop
+from gpu_envs.rollout.cudagraph import GraphCollector
 from tests.fakes import CountingTorchVectorEnv
 from tests.graph_emulation import EmulatedGraphs
 from tests.sync_guard import no_sync

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpu_envs.envs.counter_rng import MASK32, CounterRNG, UniformBounds, mix32, mix32_int32_
+from gpu_envs.builtin.counter_rng import MASK32, CounterRNG, UniformBounds, mix32, mix32_int32_
 
 
 def mix32_reference(x: int) -> int:

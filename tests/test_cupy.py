@@ -29,7 +29,7 @@ except Exception as err:  # cupy installed without a usable CUDA runtime
 import gymnasium as gym  # noqa: E402
 
 import gpu_envs  # noqa: E402
-from gpu_envs.arrays import array_device, framework_of, from_torch, is_zero_copy, to_torch  # noqa: E402
+from gpu_envs.utils.arrays import array_device, framework_of, from_torch, is_zero_copy, to_torch  # noqa: E402
 from tests.fakes import MAX_LEN, reference_rollout  # noqa: E402
 from tests.sync_guard import no_sync  # noqa: E402
 

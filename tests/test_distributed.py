@@ -120,7 +120,7 @@ def test_loaded_statistics_are_not_recounted_by_a_sync():
 
 
 def test_sharding_passes_env_index_offset_to_backends_that_take_it_and_refuses_the_others():
-    from gpu_envs import _shard_kwargs
+    from gpu_envs.factory import _shard_kwargs
     from gpu_envs.registry import get_plugin
 
     assert _shard_kwargs(get_plugin("gymnasium"), {"env_index_offset": 2}, 6) == {"env_index_offset": 8}

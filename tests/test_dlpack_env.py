@@ -13,8 +13,8 @@ import torch
 from tensordict import TensorDict
 
 import gpu_envs
-from gpu_envs.arrays import is_zero_copy
 from gpu_envs.backends.reuse import DECIDING_CALLS
+from gpu_envs.utils.arrays import is_zero_copy
 from tests.fakes import CountingTorchVectorEnv, reference_rollout
 from tests.sync_guard import no_sync
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gpu_envs.envs import CartPoleEnv, PendulumEnv
-from gpu_envs.envs.counter_rng import CounterRNG
-from gpu_envs.envs.draw_pool import MAX_EVENTS, DrawPool, direct_draws, pool_events
+from gpu_envs.builtin import CartPoleEnv, PendulumEnv
+from gpu_envs.builtin.counter_rng import CounterRNG
+from gpu_envs.builtin.draw_pool import MAX_EVENTS, DrawPool, direct_draws, pool_events
 
 # on CUDA the int32 kernels' wrapping multiplies are checked as well (benchmarks/gpu_check.py runs this file)
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -218,7 +218,7 @@ def _interrupt_the_hash_once(monkeypatch, module):
 
 
 def test_a_fill_interrupted_half_way_is_not_trusted(monkeypatch):
-    from gpu_envs.envs import draw_pool
+    from gpu_envs.builtin import draw_pool
 
     rng = CounterRNG(8, 4, "cpu", seed=5)
     bounds = rng.bounds([-0.05] * 4, [0.05] * 4)
@@ -233,7 +233,7 @@ def test_a_fill_interrupted_half_way_is_not_trusted(monkeypatch):
 
 def test_a_full_reset_after_an_interrupted_step_draws_the_right_stream(monkeypatch):
     """Ctrl-C inside a built-in env's step, then reset(): the run continues as a fresh env's from that state."""
-    from gpu_envs.envs import draw_pool
+    from gpu_envs.builtin import draw_pool
 
     action = torch.ones(6, dtype=torch.int64)
     env = CartPoleEnv(6, seed=1)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import gpu_envs
-from gpu_envs.errors import SpecError
-from gpu_envs.specs import Box, Composite, Discrete, MultiDiscrete, OneHot
+from gpu_envs.contract.errors import SpecError
+from gpu_envs.contract.specs import Box, Composite, Discrete, MultiDiscrete, OneHot
 from gpu_envs.transforms import (
     ActionRescale,
     ClipAction,

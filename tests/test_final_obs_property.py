@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpu_envs
-from gpu_envs.final_obs import FinalObsTransform
-from gpu_envs.specs import Composite, numpy_dtype, spec_from_gym
+from gpu_envs.contract.final_obs import FinalObsTransform
+from gpu_envs.contract.specs import Composite, numpy_dtype, spec_from_gym
 
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.uint8]
 GROUPS = ["policy", "critic", "image", "proprio"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu_envs.final_obs import ROW_VIEW_MIN_ENVS, FinalObsTransform
-from gpu_envs.specs import Box, Composite
+from gpu_envs.contract.final_obs import ROW_VIEW_MIN_ENVS, FinalObsTransform
+from gpu_envs.contract.specs import Box, Composite
 
 CASES = [((4,), torch.float32), ((2,), torch.float32), ((1,), torch.int64), ((2, 2), torch.float32), ((3,), torch.float32), ((8,), torch.int16)]
 

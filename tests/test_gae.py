@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import gpu_envs
-from gpu_envs.errors import InvalidArgumentError
+from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.rollout import add_gae, collect, gae
 from tests.fakes import CountingTorchVectorEnv
 from tests.sync_guard import no_sync

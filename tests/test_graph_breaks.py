@@ -2,7 +2,7 @@
 chunk as ONE graph each: ``torch._dynamo.explain`` counts 0 graph breaks.
 
 (A ``torch.Generator`` in the reset draws used to cut every compiled step into ~20 graphs;
-the counter-based generator of :mod:`gpu_envs.envs.counter_rng` is plain integer ops.)
+the counter-based generator of :mod:`gpu_envs.builtin.counter_rng` is plain integer ops.)
 Both batch sizes are covered: 512 rows take the eager-only row-view paths when not traced.
 """
 
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import gpu_envs
-from gpu_envs.envs import CartPoleEnv, PendulumEnv
+from gpu_envs.builtin import CartPoleEnv, PendulumEnv
 from gpu_envs.rollout import RolloutBuffer
-from gpu_envs.rollout_compile import CompiledLoop
+from gpu_envs.rollout.compiled import CompiledLoop
 from gpu_envs.transforms import EpisodeStats, ObservationNorm, RewardScale, TransformedEnv
 
 SIZES = [8, 512]

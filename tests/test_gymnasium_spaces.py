@@ -16,7 +16,7 @@ import torch
 
 import gpu_envs
 from gpu_envs.backends.gymnasium import GymnasiumBackend
-from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete, OneHot
+from gpu_envs.contract.specs import Binary, Box, Composite, Discrete, MultiDiscrete, OneHot
 from tests.fakes import CountingEnv
 from tests.gym_fakes import (
     InfoEnv,

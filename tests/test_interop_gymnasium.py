@@ -23,7 +23,13 @@ import torch
 from gymnasium.wrappers import vector as vector_wrappers
 
 import gpu_envs
-from gpu_envs.errors import AutoresetModeError, InvalidArgumentError, NotAnEnvError, ResetMaskError, ResetNeededError
+from gpu_envs.contract.errors import (
+    AutoresetModeError,
+    InvalidArgumentError,
+    NotAnEnvError,
+    ResetMaskError,
+    ResetNeededError,
+)
 from gpu_envs.interop import to_gymnasium
 from gpu_envs.interop.gymnasium import GymnasiumVectorEnv
 from gpu_envs.transforms import EpisodeStats, TransformedEnv

@@ -25,5 +25,5 @@ def test_missing_library_error_names_the_extra(monkeypatch, function, module, li
     monkeypatch.setitem(sys.modules, library, None)
     monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.delitem(vars(gpu_envs.interop), function, raising=False)  # the package caches what it loaded
-    with pytest.raises(gpu_envs.errors.MissingComponentError, match=rf'pip install "gpu-envs\[{extra}\]"'):
+    with pytest.raises(gpu_envs.contract.errors.MissingComponentError, match=rf'pip install "gpu-envs\[{extra}\]"'):
         getattr(gpu_envs.interop, function)

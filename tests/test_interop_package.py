@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import gpu_envs.interop
-from gpu_envs.errors import MissingComponentError
+from gpu_envs.contract.errors import MissingComponentError
 from gpu_envs.interop.libraries import require
 
 

@@ -13,7 +13,7 @@ import pytest
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor
 
 import gpu_envs
-from gpu_envs.errors import InvalidArgumentError, ResetNeededError
+from gpu_envs.contract.errors import InvalidArgumentError, ResetNeededError
 from gpu_envs.interop import to_sb3
 from gpu_envs.transforms import EpisodeStats, TransformedEnv
 from tests.example_files import load_example

@@ -27,7 +27,7 @@ from torchrl.envs.utils import check_env_specs
 from torchrl.modules import MLP, ProbabilisticActor
 
 import gpu_envs
-from gpu_envs import specs
+from gpu_envs.contract import specs
 from gpu_envs.interop import to_torchrl
 from gpu_envs.interop.torchrl import TorchRLEnv, torchrl_spec
 from gpu_envs.transforms import EpisodeStats, TransformedEnv

@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gpu_envs.envs import BUILTIN_ENVS, CartPoleEnv, PendulumEnv
-from gpu_envs.errors import ClosedEnvError, ResetMaskError, ResetNeededError
+from gpu_envs.builtin import BUILTIN_ENVS, CartPoleEnv, PendulumEnv
+from gpu_envs.contract.errors import ClosedEnvError, ResetMaskError, ResetNeededError
 
 ENV_CLASSES = [CartPoleEnv, PendulumEnv]
 GYM_ID = {CartPoleEnv: "CartPole-v1", PendulumEnv: "Pendulum-v1"}

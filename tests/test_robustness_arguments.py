@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import gpu_envs
-import gpu_envs.envs
-import gpu_envs.specs
+import gpu_envs.builtin
+import gpu_envs.contract.specs
 from tests.fakes import CountingTorchVectorEnv
 
 
@@ -241,9 +241,9 @@ def test_single_gymnasium_env_options_are_checked(kwargs, word):
 @pytest.mark.parametrize(
     ("call", "word"),
     [
-        (lambda: gpu_envs.specs.Box(-1, 1, (-1,)), "shape"),
-        (lambda: gpu_envs.specs.Box(-1, 1, (2.5,)), "shape"),
-        (lambda: gpu_envs.specs.Box(-1, 1, (2,), device="banana"), "banana"),
+        (lambda: gpu_envs.contract.specs.Box(-1, 1, (-1,)), "shape"),
+        (lambda: gpu_envs.contract.specs.Box(-1, 1, (2.5,)), "shape"),
+        (lambda: gpu_envs.contract.specs.Box(-1, 1, (2,), device="banana"), "banana"),
         (lambda: gpu_envs.make("CartPole-v1", num_envs=2, device="cpu").action_spec.rand(generator="x"), "generator"),
     ],
 )
@@ -279,13 +279,13 @@ def test_jax_backend_options_are_checked():
 @pytest.mark.parametrize(
     ("call", "word"),
     [
-        (lambda: gpu_envs.envs.CartPoleEnv(2, seed=-1), "seed=-1"),
-        (lambda: gpu_envs.envs.PendulumEnv(2).reset(seed=-1), "seed=-1"),
+        (lambda: gpu_envs.builtin.CartPoleEnv(2, seed=-1), "seed=-1"),
+        (lambda: gpu_envs.builtin.PendulumEnv(2).reset(seed=-1), "seed=-1"),
         (lambda: gym.make_vec("gpu_envs/CartPole-v1", num_envs=2).reset(seed=-1), "seed=-1"),
-        (lambda: gpu_envs.envs.CartPoleEnv(2, max_episode_steps=2.5), "max_episode_steps"),
+        (lambda: gpu_envs.builtin.CartPoleEnv(2, max_episode_steps=2.5), "max_episode_steps"),
         (lambda: gpu_envs.make("CartPole-v1", device="cpu", max_episode_steps=2.5), "max_episode_steps"),
-        (lambda: gpu_envs.envs.CartPoleEnv(2, expose_final_obs="no"), "expose_final_obs"),
-        (lambda: gpu_envs.envs.CartPoleEnv(True), "num_envs"),
+        (lambda: gpu_envs.builtin.CartPoleEnv(2, expose_final_obs="no"), "expose_final_obs"),
+        (lambda: gpu_envs.builtin.CartPoleEnv(True), "num_envs"),
     ],
 )
 def test_built_in_envs_used_directly_follow_the_same_rules(call, word):

@@ -59,7 +59,7 @@ def test_bench_checks_its_output_path_before_running_anything(capsys, tmp_path, 
 
 
 def test_debug_shows_the_traceback(capsys):
-    from gpu_envs.errors import InvalidArgumentError
+    from gpu_envs.contract.errors import InvalidArgumentError
 
     with pytest.raises(InvalidArgumentError):
         main(["--debug", "rollout", "--device", "banana", "--steps", "3"])

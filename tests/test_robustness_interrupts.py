@@ -25,9 +25,9 @@ import torch
 from tensordict import TensorDict
 
 import gpu_envs
-from gpu_envs.final_obs import FinalObsTransform
+from gpu_envs.contract.final_obs import FinalObsTransform
 from gpu_envs.rollout import collect
-from gpu_envs.rollout_loop import RolloutBuffer
+from gpu_envs.rollout.loop import RolloutBuffer
 from gpu_envs.transforms import EpisodeStats, TransformedEnv
 from tests.fakes import CountingTorchVectorEnv
 

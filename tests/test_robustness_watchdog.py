@@ -1,7 +1,7 @@
 """The watchdog: an in-process env call that hangs gets every thread's stack dumped (issue 10).
 
 A hang inside this process cannot be interrupted safely; ``watchdog_s=`` on make/wrap
-and the ``gpu_envs.watchdog`` context manager say where it is stuck instead.
+and the ``gpu_envs.utils.watchdog`` context manager say where it is stuck instead.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 
 import gpu_envs
-from gpu_envs.errors import InvalidArgumentError, RolloutError
+from gpu_envs.contract.errors import InvalidArgumentError, RolloutError
 from gpu_envs.rollout import DEFAULT_STEPS, RolloutBuffer, collect
 from tests.fakes import CountingTorchVectorEnv, assert_trajectory_matches, reference_rollout
 from tests.sync_guard import no_sync

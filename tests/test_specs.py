@@ -1,4 +1,4 @@
-"""Tests for gpu_envs.specs: values, sampling, membership, devices and gymnasium round trips."""
+"""Tests for gpu_envs.contract.specs: values, sampling, membership, devices and gymnasium round trips."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from gpu_envs.errors import SpecError, UnsupportedSpaceError
-from gpu_envs.specs import (
+from gpu_envs.contract.errors import SpecError, UnsupportedSpaceError
+from gpu_envs.contract.specs import (
     Binary,
     Box,
     Composite,

@@ -16,8 +16,8 @@ import pytest
 import torch
 from gymnasium.vector.utils import batch_space
 
-from gpu_envs.errors import SpecError
-from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete, OneHot, spec_from_gym
+from gpu_envs.contract.errors import SpecError
+from gpu_envs.contract.specs import Binary, Box, Composite, Discrete, MultiDiscrete, OneHot, spec_from_gym
 from tests.sync_guard import no_sync
 from tests.test_specs import DEVICES, LEAVES, SPECS, check_value, leaves, same
 

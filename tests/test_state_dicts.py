@@ -1,4 +1,4 @@
-"""The state protocol (gpu_envs.state_dicts): every layer's state_dict() is live, and
+"""The state protocol (gpu_envs.utils.state_dicts): every layer's state_dict() is live, and
 load_state_dict() of a snapshot brings back exactly that state, so the same actions give
 the same transitions again. It is what the CUDA-graph collector pins (tests/test_compile.py)."""
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import gpu_envs
-from gpu_envs.errors import InvalidArgumentError, RolloutError
+from gpu_envs.contract.errors import InvalidArgumentError, RolloutError
 from gpu_envs.rollout import RolloutBuffer
-from gpu_envs.rollout_graph import GraphCollector
+from gpu_envs.rollout.cudagraph import GraphCollector
 from gpu_envs.transforms import EpisodeStats, ObservationNorm, TransformedEnv
 from tests.fakes import CountingTorchVectorEnv
 from tests.graph_emulation import EmulatedGraphs

@@ -7,7 +7,7 @@
   path (any other tensordict version) gives the same transitions.
 * A step interrupted by an exception leaves the env marked; ``reset()`` recovers it.
 * A backend's TensorDict layout is validated on the first step.
-* The steps bound after the first one (:mod:`gpu_envs.fast_steps`) and random-action
+* The steps bound after the first one (:mod:`gpu_envs.core.fast_steps`) and random-action
   collections written without TensorDicts equal the generic path, key for key.
 """
 
@@ -18,15 +18,15 @@ import torch
 from tensordict import TensorDict
 
 import gpu_envs
-import gpu_envs.tensordicts as tds
+import gpu_envs.utils.tensordicts as tds
 from gpu_envs.backends.base import RawStep
 from gpu_envs.backends.torch import TorchVectorBackend, transition_of
-from gpu_envs.env import BatchedEnv
-from gpu_envs.envs import CartPoleEnv, PendulumEnv
-from gpu_envs.fast_steps import TRANSITION_KEYS
+from gpu_envs.builtin import CartPoleEnv, PendulumEnv
+from gpu_envs.core.env import BatchedEnv
+from gpu_envs.core.fast_steps import TRANSITION_KEYS
 from gpu_envs.rollout import RolloutBuffer, collect
-from gpu_envs.rollout_cache import collect_cache
-from gpu_envs.rollout_loop import fused_writer
+from gpu_envs.rollout.cache import collect_cache
+from gpu_envs.rollout.loop import fused_writer
 from gpu_envs.transforms import RewardScale, TransformedEnv
 from tests.fakes import CountingTorchVectorEnv
 

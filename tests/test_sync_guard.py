@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import gpu_envs
-import gpu_envs.tensordicts as tds
-from gpu_envs.envs import CartPoleEnv
+import gpu_envs.utils.tensordicts as tds
+from gpu_envs.builtin import CartPoleEnv
 from gpu_envs.rollout import collect
 from tests.fakes import CountingTorchVectorEnv
 from tests.sync_guard import SyncError, SyncGuard, no_sync

@@ -16,8 +16,8 @@ import torch
 from tensordict import TensorDict
 
 import gpu_envs
-from gpu_envs.errors import InvalidArgumentError, ResetNeededError, SpecError
-from gpu_envs.specs import Box
+from gpu_envs.contract.errors import InvalidArgumentError, ResetNeededError, SpecError
+from gpu_envs.contract.specs import Box
 from gpu_envs.transforms import (
     ActionRescale,
     ClipAction,

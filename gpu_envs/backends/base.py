@@ -2,7 +2,7 @@
 
 A backend is the ONLY layer that reads foreign types (numpy arrays, JAX arrays, info
 dicts, observation groups). It returns plain torch tensors on the target device in a
-:class:`RawStep`, and it never builds a TensorDict: that is :mod:`gpu_envs.env`'s job.
+:class:`RawStep`, and it never builds a TensorDict: that is :mod:`gpu_envs.core.env`'s job.
 
 Every backend behaves like a *same-step auto-resetting* vector env: when a row ends in
 ``step``, the backend resets it before returning, reports the post-reset observation in
@@ -22,20 +22,15 @@ Example (a minimal backend over something that already speaks torch)::
 
 from __future__ import annotations
 
-import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from gpu_envs.errors import InvalidArgumentError, RolloutError
-from gpu_envs.specs import Composite, Spec
-
-# Observations travel as flat dicts keyed by TensorDict keys: a string, or a tuple of
-# strings for nested entries (a gymnasium Dict inside a Dict).
-ObsDict = dict[Any, torch.Tensor]
+from gpu_envs.contract.errors import RolloutError
+from gpu_envs.contract.keys import ObsDict
+from gpu_envs.contract.specs import Composite, Spec
 
 
 @dataclass(slots=True)
@@ -45,7 +40,7 @@ class RawStep:
     Two layouts, told apart by ``done``:
 
     * flat (``done is None``): ``reward``, ``terminated``, ``truncated`` are ``[N]``;
-      :class:`~gpu_envs.env.BatchedEnv` views them as ``[N, 1]`` and ors the flags.
+      :class:`~gpu_envs.core.env.BatchedEnv` views them as ``[N, 1]`` and ors the flags.
     * TensorDict layout (``done`` given): ``reward``, ``terminated``, ``truncated`` and
       ``done`` are already ``[N, 1]``, as they go into the TensorDict. Backends that
       can produce them at no cost (the built-in envs, numpy, JAX) use it.
@@ -54,7 +49,7 @@ class RawStep:
     already has it for every row: the final observation where an episode ended, the
     plain next observation elsewhere; nothing is swapped) or, when ``next_obs`` is
     ``None``, from ``final_obs``/``final_mask`` merged by
-    :class:`~gpu_envs.final_obs.FinalObsTransform` (placeholders where none is known).
+    :class:`~gpu_envs.contract.final_obs.FinalObsTransform` (placeholders where none is known).
 
     Every tensor is the backend's to give away: it is never written again after
     ``step`` returns (a transition handed out stays as it was).
@@ -132,8 +127,8 @@ class Backend(ABC):
         ``step_transition`` (see :mod:`gpu_envs.backends.torch`) returning a single
         ``"observation"`` tensor, a float32 reward and flags already ``[N, 1]``, with
         outputs that need no per-step check, returns that function, and
-        :class:`~gpu_envs.env.BatchedEnv` then calls it directly after the first step
-        (:meth:`~gpu_envs.env.BatchedEnv._bind_fast_steps`). Every other backend keeps
+        :class:`~gpu_envs.core.env.BatchedEnv` then calls it directly after the first step
+        (:meth:`~gpu_envs.core.env.BatchedEnv._bind_fast_steps`). Every other backend keeps
         this default: its steps go through :meth:`step` and a :class:`RawStep`.
         """
         return None
@@ -141,12 +136,12 @@ class Backend(ABC):
     def check_usable(self) -> None:  # noqa: B027 - optional hook
         """Raise a clear error if the simulator can no longer be used (died, closed).
 
-        :class:`~gpu_envs.env.BatchedEnv` asks this first when a step was interrupted,
+        :class:`~gpu_envs.core.env.BatchedEnv` asks this first when a step was interrupted,
         so that a backend that knows why (a dead worker process) says so.
         """
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The simulator's per-step state as live tensors (see :mod:`gpu_envs.state_dicts`).
+        """The simulator's per-step state as live tensors (see :mod:`gpu_envs.utils.state_dicts`).
 
         This default refuses: most simulators (numpy envs, JAX arrays, a physics engine)
         keep their state outside torch tensors, where a CUDA graph cannot replay it.
@@ -177,52 +172,3 @@ class Backend(ABC):
     def describe(self) -> str:
         """A short text for ``repr``: the wrapped object's type."""
         return self.name
-
-
-# ------------------------------------------------------------------ one owner per simulator
-# id(simulator) -> weak reference to the backend driving it. Two BatchedEnvs stepping one
-# simulator would interleave their steps (each caching its own root), silently.
-_OWNERS: dict[int, weakref.ref] = {}
-
-
-def claim_simulator(simulator: Any, backend: Backend) -> None:
-    """Record ``backend`` as the only driver of ``simulator``; refuse a second live one.
-
-    ``simulator`` should be the innermost object (``env.unwrapped``), so that two
-    wrappers around one simulator are caught too. The claim ends with
-    :func:`release_simulator` (``BatchedEnv.close``) or when the backend is garbage
-    collected.
-    """
-    key = id(simulator)
-    owner = _OWNERS.get(key)
-    current = owner() if owner is not None else None
-    if current is not None and current is not backend:
-        raise InvalidArgumentError(
-            f"this {type(simulator).__name__} is already driven by another BatchedEnv ({current.describe()}); "
-            "two BatchedEnvs over one simulator would interleave their steps silently. Close the other env first "
-            "(env.close()), keep using it, or build a second simulator."
-        )
-    _OWNERS[key] = weakref.ref(backend, lambda _ref, key=key: _OWNERS.pop(key, None) if _OWNERS.get(key) is _ref else None)
-
-
-def release_simulator(backend: Backend) -> None:
-    """End every claim of ``backend`` (it was closed)."""
-    for key, ref in list(_OWNERS.items()):
-        if ref() is backend:
-            _OWNERS.pop(key, None)
-
-
-def innermost(env: Any) -> Any:
-    """The simulator behind ``env``: ``env.unwrapped`` when it exists and works, else ``env``.
-
-    An adapter object that stands for another library's env (the SB3 and gym shims) names
-    that env in its ``gpu_envs_simulator`` attribute, so wrapping the same foreign env
-    twice is caught through two different shims.
-    """
-    try:
-        inner = getattr(env, "unwrapped", env)
-    except Exception:  # a wrapper whose property raises: claim the wrapper
-        inner = env
-    inner = env if inner is None else inner
-    foreign = getattr(inner, "gpu_envs_simulator", None)
-    return inner if foreign is None else innermost(foreign)

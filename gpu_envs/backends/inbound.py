@@ -24,7 +24,7 @@ from typing import Any
 
 import gymnasium
 
-from gpu_envs.errors import InvalidArgumentError
+from gpu_envs.contract.errors import InvalidArgumentError
 
 __all__ = ["InboundPlugin", "check_options", "from_package", "registered_by"]
 

@@ -54,13 +54,20 @@ from typing import Any
 
 import torch
 
-from gpu_envs.arguments import as_bool, as_int
-from gpu_envs.backends.base import Backend, ObsDict, RawStep, claim_simulator
+from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.backends.common import NO_INFO, check_same_step, claim_simulator, flatten_obs, observation_spec_from_space
 from gpu_envs.backends.reuse import ReuseDetector
-from gpu_envs.backends.torch import NO_INFO, check_same_step, flatten_obs, observation_spec_from_space
-from gpu_envs.devices import resolve_device, same_device
-from gpu_envs.errors import ClosedEnvError, DeviceMismatchError, NotAnEnvError, ObservationError, ResetMaskError
-from gpu_envs.specs import Composite, spec_from_gym
+from gpu_envs.contract.errors import (
+    ClosedEnvError,
+    DeviceMismatchError,
+    NotAnEnvError,
+    ObservationError,
+    ResetMaskError,
+)
+from gpu_envs.contract.keys import ObsDict
+from gpu_envs.contract.specs import Composite, spec_from_gym
+from gpu_envs.utils.arguments import as_bool, as_int
+from gpu_envs.utils.devices import resolve_device, same_device
 
 # Class attribute honoured by the detector, for objects that follow Isaac Lab's contract.
 BACKEND_HOOK = "gpu_envs_backend"

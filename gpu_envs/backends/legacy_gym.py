@@ -23,7 +23,7 @@ sub-envs; the BatchedEnv validates the first step itself). A gym ``AsyncVectorEn
 builds its envs in worker processes, out of reach: build it with
 ``disable_env_checker=True``. gym envs that use other names numpy 2 removed (gym's own
 ``Acrobot-v1`` calls ``np.float_``) still fail inside gym, with a
-:class:`~gpu_envs.errors.BackendError` quoting gym's error: use gymnasium's version.
+:class:`~gpu_envs.contract.errors.BackendError` quoting gym's error: use gymnasium's version.
 
 The pre-0.26 API (``reset`` returning the observation alone, a 4-tuple ``step``) is
 refused with the fix. Detection looks at class modules (``gym.*``), so gym is imported
@@ -44,10 +44,10 @@ import gymnasium
 import numpy as np
 import torch
 
-from gpu_envs.arguments import as_int
 from gpu_envs.backends.gymnasium import GymnasiumBackend
 from gpu_envs.backends.inbound import InboundPlugin, check_options, from_package
-from gpu_envs.errors import NotAnEnvError, ResetMaskError, UnsupportedSpaceError
+from gpu_envs.contract.errors import NotAnEnvError, ResetMaskError, UnsupportedSpaceError
+from gpu_envs.utils.arguments import as_int
 
 __all__ = ["PLUGIN", "GymEnvShim", "GymVectorEnvShim", "LegacyGymBackend", "LegacyGymPlugin", "gymnasium_space"]
 

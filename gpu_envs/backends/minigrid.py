@@ -11,7 +11,7 @@ and there it is what the agent must do, so it is kept, not dropped:
   BossLevel/Synth missions is 166 bytes), zero-padded, with no vocabulary to maintain. :func:`decode_missions` gives the strings back
   (``decode_missions(td["mission"])`` -> ``["go to the red ball", ...]``); a learner
   embeds the bytes, or decodes and tokenises them with its own vocabulary. A mission
-  longer than ``mission_length`` raises :class:`~gpu_envs.errors.ObservationError`
+  longer than ``mission_length`` raises :class:`~gpu_envs.contract.errors.ObservationError`
   naming the option (never truncated silently).
 * ``mission="drop"``: no ``mission`` key (for tasks whose mission never changes).
 
@@ -50,7 +50,7 @@ import torch
 from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
 from gpu_envs.backends.gymnasium import GymnasiumBackend
 from gpu_envs.backends.inbound import InboundPlugin, from_package
-from gpu_envs.errors import InvalidArgumentError, NotAnEnvError, ObservationError
+from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError, ObservationError
 
 __all__ = ["PLUGIN", "MiniGridPlugin", "MissionBytes", "VectorMissionBytes", "decode_missions", "mission_keys"]
 

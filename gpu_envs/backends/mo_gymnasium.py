@@ -51,8 +51,8 @@ import torch
 
 from gpu_envs.backends.gymnasium import GymnasiumBackend
 from gpu_envs.backends.inbound import InboundPlugin, check_options, from_package
-from gpu_envs.errors import InvalidArgumentError, MissingComponentError, NotAnEnvError
-from gpu_envs.specs import Box
+from gpu_envs.contract.errors import InvalidArgumentError, MissingComponentError, NotAnEnvError
+from gpu_envs.contract.specs import Box
 
 __all__ = ["PLUGIN", "FreshRowsOnMaskedReset", "MOGymnasiumBackend", "MOGymnasiumPlugin", "vector_reward_space"]
 

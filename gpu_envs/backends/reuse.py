@@ -13,7 +13,7 @@ the backend does not have to take it on trust:
 
 Then ``copy_buffers`` decides (:class:`~gpu_envs.backends.torch.TorchVectorBackend`):
 ``None`` (default) copies every output from then on, ``False`` refuses with a
-:class:`~gpu_envs.errors.BackendError` naming the fix, ``True`` copies from the start
+:class:`~gpu_envs.contract.errors.BackendError` naming the fix, ``True`` copies from the start
 and skips the detection. Once decided, the detector is dropped: no cost per step. The
 built-in envs are not watched (their outputs are fresh by construction); a user env
 stepped under ``torch.compile`` sees a graph break in the deciding calls only (storage
@@ -32,7 +32,7 @@ from collections.abc import Iterable
 
 import torch
 
-from gpu_envs.errors import BackendError
+from gpu_envs.contract.errors import BackendError
 
 __all__ = ["DECIDING_CALLS", "ReuseDetector"]
 

@@ -43,10 +43,10 @@ import gymnasium
 import numpy as np
 import torch
 
-from gpu_envs.arguments import as_int
 from gpu_envs.backends.gymnasium import GymnasiumBackend
 from gpu_envs.backends.inbound import InboundPlugin, check_options, from_package
-from gpu_envs.errors import NotAnEnvError, ResetMaskError
+from gpu_envs.contract.errors import NotAnEnvError, ResetMaskError
+from gpu_envs.utils.arguments import as_int
 
 __all__ = ["PLUGIN", "SB3Plugin", "SB3VecEnvBackend", "SB3VecEnvShim"]
 

@@ -43,7 +43,7 @@ wrapped, with no numpy and no host synchronisation::
 * Envs written in CuPy, Warp or JAX may return their own arrays instead of tensors:
   whatever implements ``__dlpack__`` crosses into torch without a copy when it lives on
   the target device, and the action goes back as an array of the same framework (see
-  :mod:`gpu_envs.arrays`). The framework is read once, from the first ``reset``.
+  :mod:`gpu_envs.utils.arrays`). The framework is read once, from the first ``reset``.
 
 Optional fast path (what the built-in envs implement): an env that already holds its
 step's results in the TensorDict layout may also define::
@@ -78,26 +78,31 @@ from typing import Any
 
 import torch
 
-from gpu_envs.arguments import as_bool, as_int, keywords_of
-from gpu_envs.arrays import framework_of, from_torch, to_torch
-from gpu_envs.backends.base import Backend, ObsDict, RawStep, claim_simulator, innermost
+from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.backends.common import (
+    NO_INFO,
+    check_same_step,
+    claim_simulator,
+    env_device,
+    flatten_obs,
+    innermost,
+    observation_spec_from_space,
+)
 from gpu_envs.backends.reuse import ReuseDetector
-from gpu_envs.devices import resolve_device as check_device
-from gpu_envs.devices import same_device
-from gpu_envs.errors import (
-    AutoresetModeError,
+from gpu_envs.contract.errors import (
     BackendError,
-    DeviceMismatchError,
     InvalidArgumentError,
     NotAnEnvError,
     ObservationError,
     RolloutError,
 )
-from gpu_envs.specs import Composite, Spec, spec_from_gym
-from gpu_envs.state_dicts import prefixed, same_memory, under
+from gpu_envs.contract.keys import ObsDict
+from gpu_envs.contract.specs import Composite, Spec, spec_from_gym
+from gpu_envs.utils.arguments import as_bool, as_int, keywords_of
+from gpu_envs.utils.arrays import framework_of, from_torch, to_torch
+from gpu_envs.utils.state_dicts import prefixed, same_memory, under
 
 REQUIRED_METHODS = ("reset", "step")
-NO_INFO: dict = {}  # the info of every fast-path step: nothing (never written)
 REQUIRED_ATTRIBUTES = ("num_envs", "single_observation_space", "single_action_space")
 # (final observations, their [N] validity mask) in a step's info: ours, then ManiSkill3's.
 FINAL_OBS_KEYS = (("final_obs", "_final_obs"), ("final_observation", "_final_observation"))
@@ -117,56 +122,6 @@ def looks_like_torch_vector_env(obj: Any) -> bool:
     import gymnasium as gym
 
     return getattr(obj, "device", None) is not None or not isinstance(obj, (gym.Env, gym.vector.VectorEnv))
-
-
-def flatten_obs(obs: Any, default_key: str = "observation") -> ObsDict:
-    """A tensor/array or (nested) dict of them -> flat dict keyed by str / tuple keys."""
-    if not isinstance(obs, Mapping):  # one tensor (or foreign array)
-        return {default_key: obs}
-    flat: ObsDict = {}
-
-    def visit(prefix: tuple, node: Mapping) -> None:
-        for name, value in node.items():
-            key = prefix + (name,)
-            if isinstance(value, Mapping):
-                visit(key, value)
-            else:
-                flat[key[0] if len(key) == 1 else key] = value
-
-    visit((), obs)
-    return flat
-
-
-def observation_spec_from_space(space: Any, device: torch.device, default_key: str = "observation") -> Composite:
-    """The observation Composite for a single-env gymnasium space (Dict -> one key per group)."""
-    spec = spec_from_gym(space, device=device)
-    if isinstance(spec, Composite):
-        return spec
-    return Composite({default_key: spec}, device=device)
-
-
-def resolve_device(env: Any, device: torch.device | str | None) -> torch.device:
-    """The env's device, checked against the requested one (no silent cross-device copies)."""
-    env_device = getattr(env, "device", None)
-    if env_device is None:
-        return check_device(device) if device is not None else torch.device("cpu")
-    try:
-        env_device = torch.device(env_device)
-    except (RuntimeError, TypeError, ValueError):
-        raise NotAnEnvError(
-            f"{type(env).__name__}.device is {env_device!r}, not a torch device; set it to the torch.device its "
-            "tensors live on."
-        ) from None
-    if device is None:
-        return env_device
-    wanted = check_device(device)
-    if same_device(wanted, env_device):
-        return env_device
-    raise DeviceMismatchError(
-        f"{type(env).__name__} lives on {env_device} but device={wanted} was requested. "
-        f"Build the env on {wanted}, or wrap it with device={env_device!s} (gpu_envs never "
-        "copies device-resident data through another device behind your back)."
-    )
 
 
 def transition_of(env: Any) -> Any:
@@ -197,20 +152,6 @@ def final_obs_in(info: Mapping | None) -> tuple[str, Any, Any]:
     return "", None, None
 
 
-def check_same_step(env: Any) -> None:
-    """Refuse envs that declare another auto-reset mode: their transitions would be wrong."""
-    import gymnasium as gym
-
-    mode = (getattr(env, "metadata", None) or {}).get("autoreset_mode")
-    if mode is None or mode == gym.vector.AutoresetMode.SAME_STEP or str(mode).lower() in ("same_step", "samestep"):
-        return
-    raise AutoresetModeError(
-        f"{type(env).__name__} declares autoreset_mode={mode}, but torch vector envs must reset ended rows "
-        "inside step (SAME_STEP), reporting final observations in info['final_obs']. Build the env with "
-        "autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP."
-    )
-
-
 class TorchVectorBackend(Backend):
     """Backend over any env following the torch vector env protocol (module docstring)."""
 
@@ -237,14 +178,14 @@ class TorchVectorBackend(Backend):
             copy_buffers = as_bool(copy_buffers, "copy_buffers")
         if observation_spec is not None and not isinstance(observation_spec, Composite):
             raise InvalidArgumentError(
-                f"observation_spec must be a gpu_envs.specs.Composite of the observation keys, got "
+                f"observation_spec must be a gpu_envs.contract.specs.Composite of the observation keys, got "
                 f"{type(observation_spec).__name__}."
             )
         if action_spec is not None and not isinstance(action_spec, Spec):
-            raise InvalidArgumentError(f"action_spec must be a gpu_envs.specs spec, got {type(action_spec).__name__}.")
+            raise InvalidArgumentError(f"action_spec must be a gpu_envs.contract.specs spec, got {type(action_spec).__name__}.")
         self.env = env
         self.num_envs = as_int(env.num_envs, f"{type(env).__name__}.num_envs", minimum=1)
-        self.device = resolve_device(env, device)
+        self.device = env_device(env, device)
         self.observation_spec = observation_spec or observation_spec_from_space(
             env.single_observation_space, self.device
         )
@@ -262,7 +203,7 @@ class TorchVectorBackend(Backend):
         # the env's step_transition (module docstring), used once the env is known to speak torch
         self._transition = None if copy_buffers else transition_of(env)
         claim_simulator(innermost(env), self)
-        from gpu_envs.envs import BUILTIN_ENVS
+        from gpu_envs.builtin import BUILTIN_ENVS
 
         # the built-in envs' outputs are ours: fresh tensors in the layout of their specs (no reuse to
         # detect, nothing to compare per step); a user env's are watched
@@ -506,7 +447,7 @@ class TorchPlugin:
         return True
 
     def env_ids(self) -> list[str]:
-        from gpu_envs.envs import BUILTIN_ENVS
+        from gpu_envs.builtin import BUILTIN_ENVS
 
         return sorted(BUILTIN_ENVS)
 
@@ -514,19 +455,19 @@ class TorchPlugin:
         return env_id in self.env_ids()
 
     def make(self, env_id: str, num_envs: int, device: torch.device, **kwargs: Any) -> Backend:
-        from gpu_envs.envs import BUILTIN_ENVS
+        from gpu_envs.builtin import BUILTIN_ENVS
 
         return TorchVectorBackend(BUILTIN_ENVS[env_id](num_envs=num_envs, device=device, **kwargs))
 
     def make_kwargs(self, env_id: str) -> list[str] | None:
         """Options of a built-in env (``make`` takes ``seed`` itself)."""
-        from gpu_envs.envs import BUILTIN_ENVS
+        from gpu_envs.builtin import BUILTIN_ENVS
 
         return keywords_of(BUILTIN_ENVS[env_id].__init__, skip=("self", "num_envs", "device", "seed"))
 
     def min_bytes_per_env(self, env_id: str) -> int:
         """A lower bound of one built-in env's memory: its state, held twice (state and observation)."""
-        from gpu_envs.envs import BUILTIN_ENVS
+        from gpu_envs.builtin import BUILTIN_ENVS
 
         return 8 * int(getattr(BUILTIN_ENVS[env_id], "state_size", 1)) + 8
 

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpu-envs`` console script; returns the exit code."""
-    from gpu_envs.errors import GpuEnvsError
+    from gpu_envs.contract.errors import GpuEnvsError
 
     args = build_parser().parse_args(argv)
     try:

@@ -81,7 +81,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def benchmarks_dir() -> Path:
     """``benchmarks/`` of the source checkout this ``gpu_envs`` was imported from."""
     import gpu_envs
-    from gpu_envs.errors import MissingComponentError
+    from gpu_envs.contract.errors import MissingComponentError
 
     root = Path(gpu_envs.__file__).resolve().parents[1]
     directory = root / "benchmarks"
@@ -99,7 +99,7 @@ PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 def check_output_path(path: str | None, option: str, suffixes: tuple[str, ...] = ()) -> None:
     """Refuse an output path that cannot be written, before any benchmark runs."""
-    from gpu_envs.errors import InvalidArgumentError
+    from gpu_envs.contract.errors import InvalidArgumentError
 
     if path is None:
         return
@@ -127,7 +127,7 @@ def check_plotting() -> None:
     """Refuse ``--plot`` without matplotlib, before any benchmark runs."""
     import importlib.util
 
-    from gpu_envs.errors import MissingComponentError
+    from gpu_envs.contract.errors import MissingComponentError
 
     if importlib.util.find_spec("matplotlib") is None:
         raise MissingComponentError("--plot needs matplotlib: pip install 'gpu-envs[plot]' (or matplotlib), then run again.")
@@ -144,7 +144,7 @@ def machine_label() -> str:
 
 def parse_only(text: str) -> list[str]:
     """``"overhead,rollout"`` -> ``["overhead", "rollout"]``, refusing unknown names."""
-    from gpu_envs.errors import InvalidArgumentError
+    from gpu_envs.contract.errors import InvalidArgumentError
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in NAMES]

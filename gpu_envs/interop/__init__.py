@@ -12,7 +12,7 @@ Each function takes any :class:`~gpu_envs.BatchedEnv` (every backend, a
 
 One module per library (``gpu_envs/interop/<library>.py``), imported only when its
 function is first used, so a library that is not installed costs nothing until then;
-using it raises :class:`~gpu_envs.errors.MissingComponentError` naming the pip extra
+using it raises :class:`~gpu_envs.contract.errors.MissingComponentError` naming the pip extra
 that installs it (see :mod:`gpu_envs.interop.libraries`). The adapters only translate
 the BatchedEnv contract (``step_and_maybe_reset``'s transition and next root): auto-reset
 and final observations stay the env's job.

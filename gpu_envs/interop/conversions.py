@@ -1,6 +1,6 @@
 """What every adapter does at its boundary with another library.
 
-* :func:`check_env`: the object has the BatchedEnv API (``make``/``wrap``'s result, or a
+* :func:`require_env`: the object has the BatchedEnv API (``make``/``wrap``'s result, or a
   ``TransformedEnv``), else a clear error;
 * :class:`ObservationLayout`: a TensorDict's observation keys as the value a gymnasium
   space describes (one array for a lone ``"observation"`` key, else a dict, nested, or a
@@ -27,21 +27,18 @@ import gymnasium
 import numpy as np
 import torch
 
-from gpu_envs.arrays import any_to_torch
-from gpu_envs.devices import same_device
-from gpu_envs.errors import ActionError, NotAnEnvError
-from gpu_envs.rollout_loop import check_env as check_env_api
-from gpu_envs.specs import Composite, Spec
-
-# what an adapter uses of an env: BatchedEnv's API, which TransformedEnv shares
-ENV_API = ("reset", "step_and_maybe_reset", "single_observation_spec", "single_action_spec", "num_envs", "device")
+from gpu_envs.contract.errors import ActionError, NotAnEnvError
+from gpu_envs.contract.protocols import require_env_api
+from gpu_envs.contract.specs import Composite, Spec
+from gpu_envs.utils.arrays import any_to_torch
+from gpu_envs.utils.devices import same_device
 
 Key = str | tuple[str, ...]
 
 
-def check_env(env: Any, consumer: str) -> None:
+def require_env(env: Any, consumer: str) -> None:
     """Refuse anything without the BatchedEnv API, naming what to build instead."""
-    check_env_api(env, consumer, ENV_API, NotAnEnvError, f" Wrap it first: {consumer}(gpu_envs.wrap(your_env)).")
+    require_env_api(env, consumer, NotAnEnvError, f" Wrap it first: {consumer}(gpu_envs.wrap(your_env)).")
 
 
 class ObservationLayout:
@@ -118,7 +115,7 @@ def reshaped_action_tensor(actions: Any, spec: Spec, device: torch.device) -> to
 
     For libraries whose policies emit actions in their own layout (skrl's ``[N, 1]``
     columns, rsl_rl's ``[N, num_actions]``): the number of values must match, else an
-    :class:`~gpu_envs.errors.ActionError` names both shapes instead of a reshape failing
+    :class:`~gpu_envs.contract.errors.ActionError` names both shapes instead of a reshape failing
     inside the adapter.
     """
     tensor = any_to_torch(actions)

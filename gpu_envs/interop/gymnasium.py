@@ -46,16 +46,16 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gpu_envs.arguments import as_seed
-from gpu_envs.errors import AutoresetModeError, InvalidArgumentError, ResetMaskError, ResetNeededError
+from gpu_envs.contract.errors import AutoresetModeError, InvalidArgumentError, ResetMaskError, ResetNeededError
 from gpu_envs.interop.conversions import (
     Key,
     ObservationLayout,
     action_tensor,
-    check_env,
     gym_action_spaces,
     host_copy,
+    require_env,
 )
+from gpu_envs.utils.arguments import as_seed
 
 AutoresetMode = gymnasium.vector.AutoresetMode
 MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP}
@@ -126,7 +126,7 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
     """
 
     def __init__(self, env: Any, *, arrays: str = "numpy", autoreset_mode: str | AutoresetMode = "next_step") -> None:
-        check_env(env, "to_gymnasium")
+        require_env(env, "to_gymnasium")
         if arrays not in ARRAYS:
             raise InvalidArgumentError(f"arrays must be 'numpy' or 'torch', got {arrays!r}.")
         mode = parse_autoreset_mode(autoreset_mode)

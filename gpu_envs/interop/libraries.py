@@ -2,7 +2,7 @@
 
 Every adapter module imports its training library through :func:`require` at the top,
 so ``from gpu_envs.interop import to_sb3`` without Stable-Baselines3 fails with one
-clear :class:`~gpu_envs.errors.MissingComponentError` naming the install command,
+clear :class:`~gpu_envs.contract.errors.MissingComponentError` naming the install command,
 instead of a bare ``ModuleNotFoundError`` from deep inside an import.
 
 Example::
@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from gpu_envs.errors import MissingComponentError
+from gpu_envs.contract.errors import MissingComponentError
 
 
 def require(module: str, *, package: str, extra: str, consumer: str) -> ModuleType:

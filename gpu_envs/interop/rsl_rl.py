@@ -42,11 +42,11 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gpu_envs.errors import InvalidArgumentError
-from gpu_envs.interop.conversions import check_env, reshaped_action_tensor
+from gpu_envs.contract.errors import InvalidArgumentError
+from gpu_envs.contract.specs import Box, Composite
+from gpu_envs.contract.specs.env_specs import require_scalar_reward
+from gpu_envs.interop.conversions import require_env, reshaped_action_tensor
 from gpu_envs.interop.libraries import require
-from gpu_envs.specs import Box, Composite
-from gpu_envs.specs.env_specs import require_scalar_reward
 
 rsl_rl_env = require("rsl_rl.env", package="rsl-rl-lib", extra="rsl_rl", consumer="to_rsl_rl")
 
@@ -220,5 +220,5 @@ def to_rsl_rl(env: Any, max_episode_length: int | None = None) -> RslRlVecEnv:
         runner = OnPolicyRunner(vec_env, train_cfg, device=str(vec_env.device))
         runner.learn(num_learning_iterations=100, init_at_random_ep_len=True)
     """
-    check_env(env, "to_rsl_rl")
+    require_env(env, "to_rsl_rl")
     return RslRlVecEnv(env, max_episode_length)

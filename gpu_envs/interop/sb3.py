@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 from tensordict import TensorDictBase
 
-from gpu_envs.arguments import as_seed
-from gpu_envs.errors import InvalidArgumentError, ResetNeededError
-from gpu_envs.interop.conversions import Key, ObservationLayout, action_tensor, check_env, host_copy
+from gpu_envs.contract.errors import InvalidArgumentError, ResetNeededError
+from gpu_envs.contract.specs.env_specs import require_scalar_reward
+from gpu_envs.interop.conversions import Key, ObservationLayout, action_tensor, host_copy, require_env
 from gpu_envs.interop.libraries import require
-from gpu_envs.specs.env_specs import require_scalar_reward
+from gpu_envs.utils.arguments import as_seed
 
 vec_env = require("stable_baselines3.common.vec_env", package="stable-baselines3", extra="sb3", consumer="to_sb3")
 
@@ -63,7 +63,7 @@ class SB3VecEnv(vec_env.VecEnv):
     """
 
     def __init__(self, env: Any) -> None:
-        check_env(env, "to_sb3")
+        require_env(env, "to_sb3")
         require_scalar_reward(env.single_reward_spec.shape, "to_sb3")
         self.env = env
         self._layout = ObservationLayout(env.single_observation_spec, env.observation_spec)

@@ -41,10 +41,10 @@ import gymnasium
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.interop.conversions import check_env, reshaped_action_tensor
+from gpu_envs.contract.specs import Composite
+from gpu_envs.contract.specs.env_specs import require_scalar_reward
+from gpu_envs.interop.conversions import require_env, reshaped_action_tensor
 from gpu_envs.interop.libraries import require
-from gpu_envs.specs import Composite
-from gpu_envs.specs.env_specs import require_scalar_reward
 
 skrl_wrappers = require("skrl.envs.wrappers.torch", package="skrl", extra="skrl", consumer="to_skrl")
 skrl_spaces = require("skrl.utils.spaces.torch", package="skrl", extra="skrl", consumer="to_skrl")
@@ -156,5 +156,5 @@ def to_skrl(env: Any) -> SkrlEnv:
         env = to_skrl(gpu_envs.make("Pendulum-v1", num_envs=256))
         env.observation_space, env.action_space    # Box(3,), Box(1,): one env's spaces
     """
-    check_env(env, "to_skrl")
+    require_env(env, "to_skrl")
     return SkrlEnv(env)

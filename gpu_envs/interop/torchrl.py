@@ -46,11 +46,11 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gpu_envs.arguments import as_seed
-from gpu_envs.errors import SpecError
-from gpu_envs.interop.conversions import check_env
+from gpu_envs.contract.errors import SpecError
+from gpu_envs.contract.specs import Binary, Box, Composite, Discrete, MultiDiscrete, OneHot, Spec
+from gpu_envs.interop.conversions import require_env
 from gpu_envs.interop.libraries import require
-from gpu_envs.specs import Binary, Box, Composite, Discrete, MultiDiscrete, OneHot, Spec
+from gpu_envs.utils.arguments import as_seed
 
 torchrl_data = require("torchrl.data", package="torchrl", extra="torchrl", consumer="to_torchrl")
 torchrl_envs = require("torchrl.envs", package="torchrl", extra="torchrl", consumer="to_torchrl")
@@ -225,5 +225,5 @@ def to_torchrl(env: Any) -> TorchRLEnv:
         torchrl.envs.utils.check_env_specs(tenv)
         data = tenv.rollout(100, break_when_any_done=False)     # [256, 100]
     """
-    check_env(env, "to_torchrl")
+    require_env(env, "to_torchrl")
     return TorchRLEnv(env)

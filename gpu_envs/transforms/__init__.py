@@ -1,7 +1,7 @@
 """Transforms: small TensorDict -> TensorDict modules on the device, composable.
 
 * :class:`FinalObsTransform` (used inside every ``BatchedEnv``, so it lives below it in
-  :mod:`gpu_envs.final_obs`; re-exported here): true final observations.
+  :mod:`gpu_envs.contract.final_obs`; re-exported here): true final observations.
 * :class:`TransformedEnv` stacks :class:`Transform` pieces on an env, keeping its API:
   :class:`EpisodeStats`, :class:`ObservationNorm`, :class:`RewardScale`,
   :class:`ClipReward`, :class:`ScalarizeReward` (vector rewards of multi-objective envs as
@@ -17,7 +17,7 @@ Example::
     print(stats.summary())
 """
 
-from gpu_envs.final_obs import FinalObsTransform
+from gpu_envs.contract.final_obs import FinalObsTransform
 from gpu_envs.transforms.action import ActionRescale, ClipAction
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.episode_stats import EpisodeStats, EpisodeSummary, completed_episodes

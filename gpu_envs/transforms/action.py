@@ -27,8 +27,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.errors import SpecError
-from gpu_envs.specs import Box
+from gpu_envs.contract.errors import SpecError
+from gpu_envs.contract.specs import Box
 from gpu_envs.transforms.base import EnvSpecs, Transform
 
 __all__ = ["ActionRescale", "ClipAction"]

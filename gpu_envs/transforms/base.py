@@ -39,8 +39,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.errors import InvalidArgumentError
-from gpu_envs.specs import Composite, Spec
+from gpu_envs.contract.errors import InvalidArgumentError
+from gpu_envs.contract.specs import Composite, Spec
 
 __all__ = ["EnvSpecs", "Transform"]
 
@@ -140,7 +140,7 @@ class Transform:
         Unlike :meth:`state_dict` (copies of the statistics worth saving or sharing), this
         is its whole per-step state, updated in place: ``TransformedEnv.state_dict()``
         includes it, which is how a CUDA-graph collection knows it (see
-        :mod:`gpu_envs.state_dicts`).
+        :mod:`gpu_envs.utils.state_dicts`).
         """
         return {}
 

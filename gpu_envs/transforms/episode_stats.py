@@ -41,8 +41,8 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.specs import Box
-from gpu_envs.specs.env_specs import require_scalar_reward
+from gpu_envs.contract.specs import Box
+from gpu_envs.contract.specs.env_specs import require_scalar_reward
 from gpu_envs.transforms.base import EnvSpecs, Transform
 
 __all__ = ["EpisodeStats", "EpisodeSummary", "completed_episodes"]

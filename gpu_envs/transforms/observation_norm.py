@@ -45,10 +45,10 @@ from collections.abc import Sequence
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.arguments import as_bool, as_number
-from gpu_envs.errors import InvalidArgumentError, SpecError
-from gpu_envs.specs import Box
+from gpu_envs.contract.errors import InvalidArgumentError, SpecError
+from gpu_envs.contract.specs import Box
 from gpu_envs.transforms.base import EnvSpecs, Transform
+from gpu_envs.utils.arguments import as_bool, as_number
 
 __all__ = ["ObservationNorm"]
 

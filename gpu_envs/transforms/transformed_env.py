@@ -33,23 +33,12 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.arguments import check_td
-from gpu_envs.errors import ActionError, InterruptedStepError, InvalidArgumentError, ResetNeededError
-from gpu_envs.rollout_loop import Policy, rollout
-from gpu_envs.specs.env_specs import BatchedSpecs
-from gpu_envs.state_dicts import check_state, check_values, copy_into, prefixed, under
+from gpu_envs.contract.errors import ActionError, InterruptedStepError, InvalidArgumentError, ResetNeededError
+from gpu_envs.contract.protocols import require_env_api
+from gpu_envs.contract.specs.env_specs import BatchedSpecs
 from gpu_envs.transforms.base import EnvSpecs, Transform
-
-_ENV_API = (
-    "reset",
-    "step",
-    "step_and_maybe_reset",
-    "root",
-    "single_observation_spec",
-    "single_action_spec",
-    "num_envs",
-    "device",
-)
+from gpu_envs.utils.arguments import check_td
+from gpu_envs.utils.state_dicts import check_state, check_values, copy_into, prefixed, under
 
 
 class TransformedEnv(BatchedSpecs):
@@ -65,12 +54,7 @@ class TransformedEnv(BatchedSpecs):
     """
 
     def __init__(self, env: Any, *transforms: Transform) -> None:
-        missing = [name for name in _ENV_API if not hasattr(env, name)]
-        if missing:
-            raise InvalidArgumentError(
-                f"TransformedEnv needs an env with the BatchedEnv API (missing {missing}); got a "
-                f"{type(env).__name__}. Build one with gpu_envs.make() or gpu_envs.wrap() first."
-            )
+        require_env_api(env, "TransformedEnv", fix=" Build one with gpu_envs.make() or gpu_envs.wrap() first.")
         for t in transforms:
             if not isinstance(t, Transform):
                 raise InvalidArgumentError(
@@ -195,18 +179,20 @@ class TransformedEnv(BatchedSpecs):
                 self._pending = None
             raise
 
-    def rollout(self, steps: int, policy: Policy | None = None, *, reset: bool = True) -> TensorDictBase:
+    def rollout(self, steps: int, policy: Callable | None = None, *, reset: bool = True) -> TensorDictBase:
         """Run ``steps`` steps and return the transitions stacked as ``[N, T]``.
 
         Same contract as :meth:`gpu_envs.BatchedEnv.rollout`: ``policy=None`` samples
         :attr:`action_spec` (the transformed one) with :attr:`generator`, and
         ``reset=False`` continues from the current root.
         """
+        from gpu_envs.rollout.loop import rollout  # at call time: transforms sit below rollout/
+
         return rollout(self, steps, policy, reset=reset)
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Live state tensors (see :mod:`gpu_envs.state_dicts`): the env's under ``"env."``,
+        """Live state tensors (see :mod:`gpu_envs.utils.state_dicts`): the env's under ``"env."``,
         each transform's :meth:`~Transform.state_tensors` under ``"transforms.<i>."``."""
         state = prefixed("env", self.env.state_dict())
         for i, t in enumerate(self.transforms):

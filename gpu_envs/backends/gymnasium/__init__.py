@@ -14,7 +14,7 @@ Read in this order:
 * :mod:`.wrappers` -- per-env :class:`FrameSkip` and :func:`add_pixels`.
 
 Each step's numpy results cross to the target device through one
-:class:`gpu_envs.arrays.HostStaging` (for a CUDA target: one packed pinned buffer, one
+:class:`gpu_envs.utils.arrays.HostStaging` (for a CUDA target: one packed pinned buffer, one
 transfer).
 
 Example::

@@ -38,7 +38,7 @@ Data path per step: the action tensor becomes numpy once (the tensor's own memor
 the CPU, one copy into a pinned buffer from CUDA). Each result is copied once: for a
 CUDA target into ONE reused packed staging buffer (pinned) that crosses in one
 non-blocking copy, for a CPU target into a fresh array shared by ``torch.from_numpy``
-(:class:`gpu_envs.arrays.HostStaging`). No Python loop over sub-envs, except over the
+(:class:`gpu_envs.utils.arrays.HostStaging`). No Python loop over sub-envs, except over the
 rows that ended, to collect their final observations from gymnasium's object array.
 
 Info: numeric entries become ``("next", key)`` tensors with specs discovered from the
@@ -60,12 +60,12 @@ that many sub-envs stepping at once), ``vector_kwargs``, ``wrappers`` and keywor
 arguments of the env. Vector-env facts (modes, worker shutdown) are in
 :mod:`.vector`.
 A failure inside the env (an exception, a dead async worker) raises
-:class:`~gpu_envs.errors.BackendError` with the env's message; an async env is shut
+:class:`~gpu_envs.contract.errors.BackendError` with the env's message; an async env is shut
 down at once (no worker left behind).
 
 Async envs (:mod:`.workers`): every ``reset``/``step`` waits at most ``step_timeout``
 seconds (default :data:`~.workers.DEFAULT_STEP_TIMEOUT`, 60 s; ``None`` waits forever)
-for every worker; on expiry a :class:`~gpu_envs.errors.StepTimeoutError` names the
+for every worker; on expiry a :class:`~gpu_envs.contract.errors.StepTimeoutError` names the
 sub-envs that did not answer, every worker is stopped, and ``env.reset()`` starts new
 ones. A call interrupted mid-way (Ctrl-C, an exception) is recovered by the next full
 ``reset()``: the answers in flight are drained, or the workers restarted; gymnasium's
@@ -81,16 +81,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from gpu_envs.arguments import as_bool, as_int, optional_seconds
-from gpu_envs.arrays import HostStaging
-from gpu_envs.backends.base import Backend, ObsDict, RawStep, claim_simulator, innermost
+from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.backends.common import claim_simulator, innermost
 from gpu_envs.backends.gymnasium.info import InfoReader, InfoSpec
 from gpu_envs.backends.gymnasium.spaces import ActionCodec, ObsLayout
 from gpu_envs.backends.gymnasium.vector import autoreset_mode, check_next_step, episode_statistics
 from gpu_envs.backends.gymnasium.workers import DEFAULT_STEP_TIMEOUT, AsyncCalls, shutdown_async
 from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
-from gpu_envs.devices import normalize_device, resolve_device
-from gpu_envs.errors import (
+from gpu_envs.contract.errors import (
     BackendError,
     ClosedEnvError,
     GpuEnvsError,
@@ -99,7 +97,11 @@ from gpu_envs.errors import (
     NotAnEnvError,
     StepTimeoutError,
 )
-from gpu_envs.specs import Composite, Spec
+from gpu_envs.contract.keys import ObsDict
+from gpu_envs.contract.specs import Composite, Spec
+from gpu_envs.utils.arguments import as_bool, as_int, optional_seconds
+from gpu_envs.utils.arrays import HostStaging
+from gpu_envs.utils.devices import normalize_device, resolve_device
 
 __all__ = ["GymnasiumBackend", "wrap_single"]
 
@@ -113,7 +115,7 @@ class GymnasiumBackend(Backend):
 
     Args:
         env: the vector env (a single env goes through :func:`wrap_single` first).
-        device: target device; ``None`` means :func:`gpu_envs.devices.default_device`.
+        device: target device; ``None`` means :func:`gpu_envs.utils.devices.default_device`.
         one_hot_actions: a ``Discrete`` action as a one-hot bool ``[N, n]`` tensor.
         info_spec: a Composite of the info entries to keep (no discovery), or ``None``.
         default_key: key of a non-Dict observation (``"pixels"`` for pixels-only envs).
@@ -183,7 +185,7 @@ class GymnasiumBackend(Backend):
         self.reward_spec = None if reward_spec is None else reward_spec.to(self.device)
         if info_spec is not None and not isinstance(info_spec, Composite):
             raise InvalidArgumentError(
-                f"info_spec must be a gpu_envs.specs.Composite of the info entries to keep, got {type(info_spec).__name__}."
+                f"info_spec must be a gpu_envs.contract.specs.Composite of the info entries to keep, got {type(info_spec).__name__}."
             )
         self.info_spec = InfoSpec({}, device=self.device) if info_spec is None else info_spec.to(self.device)
         reserved = set(self._keys) | set(_NEXT_KEYS)

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from gpu_envs.errors import BackendError, SpecError
-from gpu_envs.specs import Binary, Box, Composite, Spec, numpy_dtype, torch_dtype
+from gpu_envs.contract.errors import BackendError, SpecError
+from gpu_envs.contract.specs import Binary, Box, Composite, Spec, numpy_dtype, torch_dtype
 
 # keys the vector env itself puts in info for same-step auto-reset bookkeeping
 _RESERVED_INFO = frozenset({"final_obs", "_final_obs", "final_info", "_final_info"})

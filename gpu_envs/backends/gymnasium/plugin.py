@@ -32,14 +32,14 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from gpu_envs.arguments import as_int, optional_seconds
 from gpu_envs.backends.gymnasium.backend import GymnasiumBackend, wrap_single
 from gpu_envs.backends.gymnasium.workers import DEFAULT_STEP_TIMEOUT, guarded_worker
 from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
 from gpu_envs.backends.inbound import check_options
-from gpu_envs.errors import InvalidArgumentError, NotAnEnvError
-from gpu_envs.memory import ensure_fits
-from gpu_envs.specs import Composite
+from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError
+from gpu_envs.contract.specs import Composite
+from gpu_envs.utils.arguments import as_int, optional_seconds
+from gpu_envs.utils.memory import ensure_fits
 
 __all__ = ["PLUGIN", "GymnasiumPlugin", "check_sub_env_args"]
 

@@ -14,9 +14,9 @@ actions; this module decides, once at wrap time, how each space maps to tensors:
   default (``start`` included), or a one-hot ``[N, n]`` bool (:class:`OneHot`) with
   ``one_hot_actions=True``; ``Box``, ``MultiDiscrete`` and ``MultiBinary`` keep their
   shape and dtype. Composite action spaces (``Dict``/``Tuple``) are refused: a
-  :class:`~gpu_envs.env.BatchedEnv` action is one tensor.
+  :class:`~gpu_envs.core.env.BatchedEnv` action is one tensor.
 * ``Sequence``, ``Text``, ``Graph`` and ``OneOf`` have no fixed-shape tensor and raise
-  :class:`~gpu_envs.errors.UnsupportedSpaceError` naming the offending key.
+  :class:`~gpu_envs.contract.errors.UnsupportedSpaceError` naming the offending key.
 
 Example::
 
@@ -33,8 +33,8 @@ import gymnasium
 import numpy as np
 import torch
 
-from gpu_envs.errors import UnsupportedSpaceError
-from gpu_envs.specs import Composite, OneHot, Spec, numpy_dtype, spec_from_gym
+from gpu_envs.contract.errors import UnsupportedSpaceError
+from gpu_envs.contract.specs import Composite, OneHot, Spec, numpy_dtype, spec_from_gym
 
 Key = str | tuple[str, ...]
 
@@ -63,7 +63,7 @@ class ObsLayout:
     """Flat tensor keys for a (single-env) gymnasium observation space.
 
     Attributes:
-        spec: the observation :class:`~gpu_envs.specs.Composite`.
+        spec: the observation :class:`~gpu_envs.contract.specs.Composite`.
         keys: leaf keys, in ``spec`` order.
         paths: for each key, the accessors (dict keys / tuple indices) into one observation.
         shapes / dtypes: per key, the per-env shape and the numpy dtype.

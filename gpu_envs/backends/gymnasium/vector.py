@@ -20,8 +20,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from gpu_envs.errors import AutoresetModeError
-from gpu_envs.specs import Box
+from gpu_envs.contract.errors import AutoresetModeError
+from gpu_envs.contract.specs import Box
 
 AutoresetMode = gym.vector.AutoresetMode
 

@@ -50,7 +50,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector.async_vector_env import AsyncState, _async_worker
 
-from gpu_envs.errors import BackendError, InterruptedStepError, StepTimeoutError
+from gpu_envs.contract.errors import BackendError, InterruptedStepError, StepTimeoutError
 
 __all__ = ["DEFAULT_STEP_TIMEOUT", "AsyncCalls", "AsyncState", "guarded_worker", "is_guarded", "shutdown_async"]
 

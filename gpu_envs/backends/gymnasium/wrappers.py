@@ -21,7 +21,7 @@ from typing import Any
 
 import gymnasium
 
-from gpu_envs.errors import InvalidArgumentError
+from gpu_envs.contract.errors import InvalidArgumentError
 
 
 class FrameSkip(gymnasium.Wrapper):

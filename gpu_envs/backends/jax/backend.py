@@ -5,7 +5,7 @@ is wrapped and why): it takes a *core* from :mod:`gpu_envs.backends.jax.cores`, 
 from the env's spaces, checks the observation structure once by tracing (no
 compilation), jit-compiles ``init`` / ``reset`` / ``step`` and keeps the carry (per-row
 keys, env state) on the JAX device matching the torch device. ``step`` hands the action
-to JAX without a host copy (:func:`gpu_envs.arrays.jax_argument`) and gets every output
+to JAX without a host copy (:func:`gpu_envs.utils.arrays.jax_argument`) and gets every output
 back as views of a few packed buffers, one per dtype (:mod:`gpu_envs.backends.jax.pack`).
 
 JAX is imported lazily, when a backend is built.
@@ -27,14 +27,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from gpu_envs.arguments import as_bool, as_seed
-from gpu_envs.arrays import from_torch, jax_argument, jax_dtype_for, jax_reader
-from gpu_envs.backends.base import Backend, ObsDict, RawStep
+from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.backends.common import observation_spec_from_space
 from gpu_envs.backends.jax.pack import PackedLayout
-from gpu_envs.backends.torch import observation_spec_from_space
-from gpu_envs.devices import resolve_device
-from gpu_envs.errors import DeviceMismatchError, ObservationError
-from gpu_envs.specs import Binary, Box, Composite, numpy_dtype, spec_from_gym, torch_dtype
+from gpu_envs.contract.errors import DeviceMismatchError, ObservationError
+from gpu_envs.contract.keys import ObsDict
+from gpu_envs.contract.specs import Binary, Box, Composite, numpy_dtype, spec_from_gym, torch_dtype
+from gpu_envs.utils.arguments import as_bool, as_seed
+from gpu_envs.utils.arrays import from_torch, jax_argument, jax_dtype_for, jax_reader
+from gpu_envs.utils.devices import resolve_device
 
 
 def prepare_jax() -> None:

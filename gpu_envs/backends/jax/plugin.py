@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from gpu_envs.arguments import as_int
 from gpu_envs.backends.base import Backend
 from gpu_envs.backends.jax.backend import JaxBackend, prepare_jax
-from gpu_envs.errors import InvalidArgumentError, NotAnEnvError
+from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError
+from gpu_envs.utils.arguments import as_int
 
 __all__ = ["GYMNAX_PREFIX", "PLUGIN", "JaxPlugin", "is_functional_jax_id", "looks_like_jax_env", "wrap_jax"]
 

@@ -26,7 +26,7 @@ Cluster: the envs join the Ray this process already initialised, the cluster at
 again. Exactness: the same transitions as the gymnasium backend over the same envs
 (env ``i`` is seeded ``s + i`` over the global index). Failures: an env's exception
 comes back with its own traceback; a dead worker or one that does not answer within
-``step_timeout`` gives a :class:`~gpu_envs.errors.BackendError` naming it.
+``step_timeout`` gives a :class:`~gpu_envs.contract.errors.BackendError` naming it.
 """
 
 from gpu_envs.backends.ray.backend import DEFAULT_START_TIMEOUT, DEFAULT_STEP_TIMEOUT, RayBackend, RayOptions

@@ -8,7 +8,7 @@ Per step the driver
    the true final observations and info entries read by the gymnasium backend inside
    the worker (:mod:`.worker`);
 3. writes each worker's arrays straight into their rows of ONE staging buffer
-   (:class:`gpu_envs.arrays.HostStaging` with :class:`~gpu_envs.arrays.RowBlocks`) and
+   (:class:`gpu_envs.utils.arrays.HostStaging` with :class:`~gpu_envs.utils.arrays.RowBlocks`) and
    moves it with one transfer (a fresh array per field on a CPU target).
 
 Rows are in worker order: worker ``w`` steps rows ``[start_w, stop_w)``, so global env
@@ -16,7 +16,7 @@ Rows are in worker order: worker ``w`` steps rows ``[start_w, stop_w)``, so glob
 backend's ``env_index_offset``). Partial resets send each worker its rows of the mask
 (workers without a masked row are not called).
 
-Failures, all as :class:`~gpu_envs.errors.BackendError`:
+Failures, all as :class:`~gpu_envs.contract.errors.BackendError`:
 
 * an env raising inside a worker: the env's own traceback, and the env must be reset
   (the other workers stepped: the batch is half-stepped);
@@ -36,14 +36,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from gpu_envs.arrays import HostStaging, RowBlocks
-from gpu_envs.backends.base import Backend, ObsDict, RawStep
+from gpu_envs.backends.base import Backend, RawStep
 from gpu_envs.backends.gymnasium.info import InfoSpec
 from gpu_envs.backends.ray import cluster
 from gpu_envs.backends.ray.worker import StepResult
-from gpu_envs.devices import default_device, normalize_device
-from gpu_envs.errors import BackendError, ClosedEnvError, InterruptedStepError, InvalidArgumentError, StepTimeoutError
-from gpu_envs.specs import Composite, numpy_dtype
+from gpu_envs.contract.errors import (
+    BackendError,
+    ClosedEnvError,
+    InterruptedStepError,
+    InvalidArgumentError,
+    StepTimeoutError,
+)
+from gpu_envs.contract.keys import ObsDict
+from gpu_envs.contract.specs import Composite, numpy_dtype
+from gpu_envs.utils.arrays import HostStaging, RowBlocks
+from gpu_envs.utils.devices import default_device, normalize_device
 
 DEFAULT_STEP_TIMEOUT = 60.0  # seconds a step/reset may take before the workers are declared hung
 DEFAULT_START_TIMEOUT = 180.0  # seconds to place the actors and build their envs
@@ -106,7 +113,7 @@ class RayBackend(Backend):
         builders: one picklable callable per worker, run inside its actor, returning a
             CPU :class:`~gpu_envs.backends.gymnasium.GymnasiumBackend` of its envs.
         sizes: how many envs each builder builds (rows, in order).
-        device: target device; ``None`` means :func:`gpu_envs.devices.default_device`.
+        device: target device; ``None`` means :func:`gpu_envs.utils.devices.default_device`.
         options: timeouts, CPUs per worker and the cluster (:class:`RayOptions`).
     """
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_envs.backends.ray.worker import EnvWorker, WorkerFailure
-from gpu_envs.errors import BackendError, MissingComponentError
+from gpu_envs.contract.errors import BackendError, MissingComponentError
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _lock = threading.Lock()

@@ -28,7 +28,7 @@ from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
 from gpu_envs.backends.gymnasium.plugin import check_sub_env_args
 from gpu_envs.backends.ray.backend import RayBackend, RayOptions, split_rows
 from gpu_envs.backends.ray.worker import make_share, wrap_share
-from gpu_envs.errors import InvalidArgumentError, NotAnEnvError
+from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError
 
 _OWN_GYMNASIUM_KWARGS = ("vectorization", "num_workers")  # the gymnasium backend's, meaningless inside a worker
 

@@ -30,9 +30,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from gpu_envs.arrays import to_torch
 from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
 from gpu_envs.backends.gymnasium import GymnasiumBackend
+from gpu_envs.utils.arrays import to_torch
 
 # One step of a worker: obs leaves, reward, terminated, truncated, next obs leaves (every
 # row's next observation, when the backend has them), final obs leaves (or None),

@@ -1,0 +1,291 @@
+"""What every built-in torch env shares: lifecycle, seeding, state, partial resets.
+
+A built-in env is a gymnasium ``VectorEnv`` (so gymnasium and torchrl tooling accept it)
+that follows the torch vector env protocol (:mod:`gpu_envs.backends.torch`): torch
+tensors in and out, same-step auto-reset, final observations in ``info["final_obs"]``.
+Subclasses write the physics (``step``) and the initial-state bounds; this base owns the
+rest, so the envs differ only where their dynamics do.
+
+State lives in tensors that are updated IN PLACE and never re-bound (the physical state,
+the step counts, the random generator's keys and counters): a CUDA graph or a compiled
+step reads and writes the same memory every time, and :meth:`BatchedTorchEnv.state_dict`
+/ :meth:`BatchedTorchEnv.load_state_dict` expose and restore all of it.
+
+Randomness comes from a :class:`~gpu_envs.builtin.counter_rng.CounterRNG`: row ``i``'s initial
+states depend only on the seed, its global index ``env_index_offset + i`` and how many
+times it was reset -- never on ``N`` or on other rows -- and the draws are plain integer
+ops, so ``torch.compile`` traces them without a graph break. In eager mode a step takes
+its reset candidates from a :class:`~gpu_envs.builtin.draw_pool.DrawPool` (each row's next
+draws, computed in bulk): the same values, for a fraction of the ops.
+
+Example (a subclass)::
+
+    class MyEnv(BatchedTorchEnv):
+        state_size = 2
+        default_max_episode_steps = 100
+        def _build(self):
+            ...                               # spaces and constants
+        def reset(self, *, seed=None, options=None):
+            options = self._begin_reset(seed, options)
+            fresh = self._rng.uniform(self._rng.bounds([-1, -1], [1, 1]))
+            self._apply_reset(fresh, options.get("reset_mask"))
+            return self._state.clone(), {}
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium
+import torch
+
+from gpu_envs.builtin.counter_rng import CounterRNG
+from gpu_envs.contract.errors import ClosedEnvError, InvalidArgumentError, ResetMaskError, ResetNeededError
+from gpu_envs.utils.arguments import as_bool, as_int, as_seed
+from gpu_envs.utils.arrays import any_to_torch
+from gpu_envs.utils.devices import resolve_device
+from gpu_envs.utils.state_dicts import copy_into
+
+
+class BatchedTorchEnv(gymnasium.vector.VectorEnv):
+    """Base of the built-in envs: ``N`` systems as one ``[N, state_size]`` float32 state.
+
+    Args:
+        num_envs: number of independent systems ``N``.
+        device: where every tensor (state, outputs, random generator) lives.
+        expose_final_obs: if True, ``step`` returns ``info = {"final_obs": obs before the
+            auto-reset, "_final_obs": done mask [N]}``; if False, ``info = {}`` (Isaac Lab
+            style: the final observation of ended rows is lost).
+        max_episode_steps: truncation limit (``truncated = elapsed_steps >= limit``);
+            ``None``: the env's gymnasium limit (``default_max_episode_steps``).
+        seed: keys the env's counter-based generator, the only source of randomness;
+            ``None`` draws a fresh seed. ``reset(seed=...)`` re-keys it.
+        env_index_offset: global index of row 0. Row ``i`` draws what row
+            ``env_index_offset + i`` of a larger env with the same seed draws, so shards
+            built with offsets ``0, N, 2N, ...`` together reproduce one big run exactly.
+
+    Attributes:
+        state: ``[N, state_size]`` float32, updated in place by ``reset``/``step`` (assigning
+            to it copies into it).
+        elapsed_steps: ``[N]`` int64, steps since each row's episode began (in place too).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP,
+        "render_modes": [],
+    }
+    autoreset_mode = gymnasium.vector.AutoresetMode.SAME_STEP  # read by torchrl's GymWrapper
+    render_mode = None
+    supports_reset_mask = True
+    state_size: ClassVar[int]
+    default_max_episode_steps: ClassVar[int]  # gymnasium's TimeLimit of the env
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        device: str | torch.device = "cpu",
+        *,
+        expose_final_obs: bool = True,
+        max_episode_steps: int | None = None,
+        seed: int | None = None,
+        env_index_offset: int = 0,
+    ) -> None:
+        if max_episode_steps is None:
+            max_episode_steps = self.default_max_episode_steps
+        self.num_envs = as_int(num_envs, "num_envs", minimum=1)
+        self.device = resolve_device(device)
+        self.expose_final_obs = as_bool(expose_final_obs, "expose_final_obs")
+        self.max_episode_steps = as_int(max_episode_steps, "max_episode_steps", minimum=1)
+        self.env_index_offset = as_int(
+            env_index_offset, "env_index_offset", minimum=0, hint="(the global index of this env's first row)"
+        )
+        seed = as_seed(seed)
+        self._state = torch.zeros(self.num_envs, self.state_size, dtype=torch.float32, device=self.device)
+        self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self._rng = CounterRNG(self.num_envs, self.state_size, self.device, seed, env_index_offset)
+        self._needs_reset = True
+        self._closed = False
+        # views made once (neither tensor is ever re-bound): the state's columns, and
+        # elapsed_steps as [N, 1] for the TensorDict layout (see _state_columns, _elapsed_view)
+        self._columns = self._state.unbind(1)
+        self._elapsed_col = self._elapsed.unsqueeze(1)
+        self._one_step = torch.ones((), dtype=torch.int64, device=self.device)
+        self._limit = torch.tensor(self.max_episode_steps, dtype=torch.int64, device=self.device)
+        self._build()
+
+    def _build(self) -> None:
+        """Subclasses: spaces, reset bounds and step constants, once the state exists."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ state
+    @property
+    def state(self) -> torch.Tensor:
+        """``[N, state_size]`` float32, updated in place; assigning copies into it."""
+        return self._state
+
+    @state.setter
+    def state(self, value: torch.Tensor) -> None:
+        self._assign(self._state, value, "state")
+
+    @property
+    def elapsed_steps(self) -> torch.Tensor:
+        """``[N]`` int64 steps since each row's episode began, updated in place."""
+        return self._elapsed
+
+    @elapsed_steps.setter
+    def elapsed_steps(self, value: torch.Tensor) -> None:
+        self._assign(self._elapsed, value, "elapsed_steps")
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Every tensor a step reads and writes, live (not copies), by name.
+
+        ``state`` ``[N, state_size]`` float32, ``elapsed_steps`` ``[N]`` int64, and the
+        random generator's ``rng_key`` ``[N, 2]`` and ``rng_counter`` ``[N]`` (int64).
+        These tensors are never re-bound, so the dict stays valid for the env's life;
+        ``.clone()`` the values to keep a snapshot.
+        """
+        return {
+            "state": self._state,
+            "elapsed_steps": self._elapsed,
+            "rng_key": self._rng.key,
+            "rng_counter": self._rng.counter,
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Copy a :meth:`state_dict` (this env's or a snapshot of it) into the env, in place.
+
+        The env is then ready to step from exactly that state (same future draws too).
+        """
+        copy_into(self.state_dict(), state, type(self).__name__)
+        # a CUDA graph replay wrote the generator's tensors without bumping their versions
+        # (it hands them back here): caches of draws must not trust them
+        self._rng.invalidate()
+        self._needs_reset = False
+
+    def _assign(self, target: torch.Tensor, value: Any, name: str) -> None:
+        value = torch.as_tensor(value, dtype=target.dtype, device=self.device)
+        if tuple(value.shape) != tuple(target.shape):
+            raise InvalidArgumentError(f"{name} must have shape {tuple(target.shape)}, got {tuple(value.shape)}.")
+        target.copy_(value)
+
+    # ------------------------------------------------------------------ reset
+    def _begin_reset(self, seed: int | None, options: dict | None) -> dict:
+        """Checks and seeding common to every ``reset``; returns ``options`` (never None)."""
+        if self._closed:
+            raise ClosedEnvError(f"{type(self).__name__} was closed; build a new one.")
+        if seed is not None:
+            self._rng.reseed(as_seed(seed))  # -1 would wrap around: refused, as on every backend
+        return options or {}
+
+    def _apply_reset(self, fresh: torch.Tensor, mask: Any | None) -> None:
+        """Install ``fresh`` ``[N, state_size]`` on every row, or on the rows of ``mask`` [N].
+
+        Only the rows that take their fresh state count a draw of the generator.
+        """
+        if mask is None:
+            self._state.copy_(fresh)
+            self._elapsed.zero_()
+            self._rng.advance()
+            self._rng.invalidate()  # a full reset is the recovery path: no cache of draws outlives it
+        else:
+            mask = self._check_mask(mask)
+            self._state.copy_(torch.where(mask.unsqueeze(1), fresh, self._state))
+            self._elapsed.masked_fill_(mask, 0)
+            self._rng.advance(mask)
+        self._needs_reset = False
+
+    def _check_mask(self, mask: Any) -> torch.Tensor:
+        if self._needs_reset:
+            raise ResetNeededError("call reset() without reset_mask before resetting some rows.")
+        mask = torch.as_tensor(mask, device=self.device)
+        if mask.dtype != torch.bool or tuple(mask.shape) != (self.num_envs,):
+            raise ResetMaskError(
+                f"reset_mask must be a bool tensor of shape ({self.num_envs},), got {mask.dtype} {tuple(mask.shape)}."
+            )
+        return mask
+
+    # ----------------------------------------------------------------- action
+    def _as_action(self, action: Any) -> torch.Tensor:
+        """The action as a tensor on ``device``: gymnasium's conventions at the boundary.
+
+        A tensor already on ``device`` passes through (no copy, no sync); a numpy array
+        (``env.action_space.sample()``, a CleanRL ``action.cpu().numpy()``), a list or a
+        tensor on another device is copied once to ``device``.
+        """
+        if isinstance(action, torch.Tensor) and action.device == self.device:
+            return action
+        return any_to_torch(action, self.device)
+
+    # ------------------------------------------------------------------ step
+    def _state_columns(self) -> tuple[torch.Tensor, ...]:
+        """The state's columns: views made once in eager mode (``unbind`` costs ~1.7 us), fresh when traced."""
+        return self._state.unbind(1) if torch.compiler.is_compiling() else self._columns
+
+    def _advance(self, action: torch.Tensor, columns: bool) -> tuple:
+        """One step of the physics and the same-step auto-reset (subclasses).
+
+        Returns ``(obs, reward, terminated, truncated, done, pre-reset obs or None)``, the
+        reward and flags as ``[N, 1]`` columns when ``columns`` (the TensorDict layout of
+        :meth:`step_transition`), else ``[N]`` (gymnasium's, for :meth:`step`): each
+        layout computed directly, with no views added afterwards.
+        """
+        raise NotImplementedError
+
+    def _elapsed_view(self, columns: bool) -> torch.Tensor:
+        """``elapsed_steps`` as ``[N, 1]`` (``columns``) or ``[N]``, updated in place through it.
+
+        The column is a view made once in eager mode, a fresh one when traced (dynamo
+        follows fresh views of its inputs, not attributes aliasing each other).
+        """
+        if not columns:
+            return self._elapsed
+        return self._elapsed.unsqueeze(1) if torch.compiler.is_compiling() else self._elapsed_col
+
+    def _count_step(self, columns: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Count this step on every row: ``(elapsed_steps view, truncated)``, each ``[N, 1]`` or ``[N]``."""
+        elapsed = self._elapsed_view(columns).add_(self._one_step)
+        return elapsed, elapsed >= self._limit
+
+    def _end_episodes(self, elapsed: torch.Tensor, done: torch.Tensor) -> None:
+        """Rows that ended (and took their fresh state): step count back to 0, their draw counted."""
+        elapsed.masked_fill_(done, 0)
+        self._rng.advance(done)
+
+    def step(self, action: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """gymnasium's ``(obs, reward [N], terminated [N], truncated [N], info)``.
+
+        ``action`` may be a tensor on ``device`` (used as is) or, as gymnasium's envs take
+        it, a numpy array (``env.action_space.sample()``) or a tensor elsewhere (copied).
+
+        ``info`` is ``{"final_obs": pre-reset obs, "_final_obs": done [N]}`` when
+        ``expose_final_obs``, else ``{}``; ``obs`` is post-reset on ended rows.
+        """
+        obs, reward, terminated, truncated, done, final = self._advance(self._as_action(action), False)
+        if not self.expose_final_obs:
+            return obs, reward, terminated, truncated, {}
+        return obs, reward, terminated, truncated, {"final_obs": final, "_final_obs": done}
+
+    def step_transition(self, action: torch.Tensor) -> tuple:
+        """The same step in the TensorDict layout (:mod:`gpu_envs.backends.torch`'s fast path).
+
+        Returns ``(obs, reward [N, 1], terminated [N, 1], truncated [N, 1], done [N, 1],
+        next_obs)``: ``next_obs`` is the pre-reset observation of every row (the final
+        one where an episode ended), or ``None`` without ``expose_final_obs``.
+        """
+        obs, reward, terminated, truncated, done, final = self._advance(action, True)
+        return obs, reward, terminated, truncated, done, final if self.expose_final_obs else None
+
+    # -------------------------------------------------------------- lifecycle
+    def _raise_not_ready(self) -> None:
+        if self._closed:
+            raise ClosedEnvError(f"{type(self).__name__} was closed; build a new one.")
+        raise ResetNeededError("call reset() before step().")
+
+    def close(self, **kwargs: Any) -> None:
+        """Mark the env closed (it holds no external resources); later calls raise."""
+        self._closed = True
+        self._needs_reset = True
+
+    def __repr__(self) -> str:
+        offset = f", env_index_offset={self.env_index_offset}" if self.env_index_offset else ""
+        return f"{type(self).__name__}(num_envs={self.num_envs}, device={self.device}{offset})"

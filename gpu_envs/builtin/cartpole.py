@@ -1,0 +1,228 @@
+"""Batched CartPole-v1 in pure torch: thousands of carts per step, on any device.
+
+Same physics as gymnasium 1.4's ``CartPole-v1`` (Barto, Sutton & Anderson): the same
+constants, explicit Euler integration, uniform initial state in ``[-0.05, 0.05]^4``,
+termination when ``|x| > 2.4`` or ``|theta| > 12 deg``, reward ``1.0`` on every step
+(including the terminating one) and truncation after 500 steps. Only the precision
+differs: the state is float32 (gymnasium integrates in float64).
+
+Why: stepping N numpy envs costs N Python calls per step; here one ``step`` advances all
+N rows with a fixed, small number of tensor ops that never wait for the device (no
+``.item()``, no data-dependent branch), so it can be queued on a GPU stream or captured.
+Ended rows are reset inside ``step`` (gymnasium's SAME_STEP auto-reset, as in Isaac Lab),
+with their final observation kept in ``info["final_obs"]``.
+
+Example::
+
+    import torch
+    from gpu_envs.builtin import CartPoleEnv
+
+    env = CartPoleEnv(num_envs=4096, device="cuda")
+    obs, _ = env.reset(seed=0)                                  # [4096, 4] float32
+    for _ in range(1000):
+        action = torch.randint(0, 2, (env.num_envs,), device=env.device)
+        obs, reward, terminated, truncated, info = env.step(action)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+
+from gpu_envs.builtin.base import BatchedTorchEnv
+from gpu_envs.builtin.draw_pool import DrawPool
+
+__all__ = ["CartPoleEnv"]
+
+
+class CartPoleEnv(BatchedTorchEnv):
+    """``num_envs`` CartPole-v1 systems stepped together as one ``[N, 4]`` float32 tensor.
+
+    A gymnasium ``VectorEnv`` (so gymnasium and torchrl tooling accept it) that follows
+    the torch vector env protocol (see :mod:`gpu_envs.backends.torch`): torch tensors in and out and same-step
+    auto-reset. The state ``(x, x_dot, theta, theta_dot)`` is also the observation.
+
+    Args:
+        num_envs: number of independent carts ``N``.
+        device: where every tensor (state, outputs, random generator) lives.
+        expose_final_obs: if True, ``step`` returns ``info = {"final_obs": obs before the
+            auto-reset [N, 4], "_final_obs": done mask [N]}``; if False, ``info = {}``
+            (Isaac Lab style, the final observation of ended rows is lost).
+        max_episode_steps: truncation limit, 500 by default (gymnasium's).
+        seed, env_index_offset: the keys of the per-row random streams, as in
+            :class:`~gpu_envs.builtin.base.BatchedTorchEnv`.
+
+    Attributes:
+        state: ``[N, 4]`` float32, updated in place by ``reset``/``step``.
+        elapsed_steps: ``[N]`` int64, steps since each row's episode began (in place).
+
+    ``step_transition`` (the torch backend's fast path, see :mod:`gpu_envs.backends.torch`)
+    returns the same step in the TensorDict layout.
+
+    Every tensor ``reset``/``step`` return is newly allocated (never the state itself, never
+    rewritten later), so callers may keep or modify them.
+
+    Example::
+
+        env = CartPoleEnv(num_envs=8, seed=1)
+        obs, _ = env.reset()
+        obs, rew, term, trunc, info = env.step(torch.ones(8, dtype=torch.long))
+        final = torch.where((term | trunc)[:, None], info["final_obs"], obs)
+        env.step(env.action_space.sample())             # numpy actions work too (copied once)
+
+    Gymnasium: ``gymnasium.make_vec("gpu_envs/CartPole-v1", num_envs=8)`` builds it
+    (after ``import gpu_envs``). torchrl: ``torchrl.envs.GymWrapper(CartPoleEnv(8))``
+    takes it as it is: batch size ``[8]``, the true final observations in ``("next",
+    "observation")`` (torchrl's ``VecGymEnvTransform`` reads ``info["final_obs"]``) and
+    one-hot actions (torchrl's default for ``Discrete``). Pass
+    ``categorical_action_encoding=True`` for integer actions as in gymnasium, and with it
+    ``convert_actions_to_numpy=False`` to hand the action tensor over without a numpy
+    round trip (on a GPU, the default copies each action to the host and back; a one-hot
+    tensor this env does not take). Faster still, an ``EnvBase`` over the gpu_envs env:
+    ``gpu_envs.interop.to_torchrl(gpu_envs.make("CartPole-v1", num_envs=8))``.
+    """
+
+    default_max_episode_steps = 500
+    state_size = 4
+    _ROW_VIEWS_MIN_ENVS = 512  # see __init__
+
+    # gymnasium CartPoleEnv constants
+    gravity = 9.8
+    masscart = 1.0
+    masspole = 0.1
+    total_mass = masspole + masscart
+    length = 0.5  # half the pole's length
+    polemass_length = masspole * length
+    force_mag = 10.0
+    tau = 0.02
+    theta_threshold_radians = 12 * 2 * math.pi / 360
+    x_threshold = 2.4
+    reset_low = -0.05
+    reset_high = 0.05
+
+    def _build(self) -> None:
+        """Spaces and step constants (after the base set up the state and the generator)."""
+        high = np.array(
+            [self.x_threshold * 2, np.inf, self.theta_threshold_radians * 2, np.inf],
+            dtype=np.float32,
+        )
+        self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)
+        self.single_action_space = spaces.Discrete(2)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+        n, dev, f32 = self.num_envs, self.device, torch.float32
+        self._reset_bounds = self._rng.bounds([self.reset_low] * 4, [self.reset_high] * 4)
+        self._step_draws = DrawPool(self._rng, self._reset_bounds)  # the step's reset candidates
+        # Large eager batches handle whole [N, 4] rows as single elements: a float32 row is
+        # 16 bytes (one complex128) and a bool row 4 bytes (one int32), which avoids slow
+        # per-row loops over 4 columns in `where` and `any`. Small batches pay more for the
+        # extra view ops than they save, and torch.compile fuses the loops anyway (and
+        # cannot lower such views). (Decided once here; MPS has no complex128.)
+        self._row_views = n >= self._ROW_VIEWS_MIN_ENVS and dev.type in ("cpu", "cuda")
+
+        # Step constants, folded so that one step is a short fixed chain of tensor ops;
+        # accelerations are computed divided by g (see step).
+        def scalar(value: float) -> torch.Tensor:
+            # 0-dim float32: keeps results float32 whatever the action's dtype.
+            return torch.tensor(value, dtype=f32, device=dev)
+
+        g, tm = self.gravity, self.total_mass
+        self._force_neg = scalar(-self.force_mag / (tm * g))  # action 0
+        self._force_step = 2 * self.force_mag / (tm * g)  # action 1 adds this
+        self._k_pml = self.polemass_length / (tm * g)
+        # thetaacc denominator / g: length * (4/3 - masspole * cos^2 / total_mass) / g
+        self._den_const = scalar(self.length * 4.0 / 3.0 / g)
+        self._den_cos2 = -self.length * self.masspole / tm / g
+        tau = torch.tensor([self.tau, self.tau * g, self.tau, self.tau], dtype=f32, device=dev)
+        self._tau = tau.expand(n, 4).contiguous()  # full [N, 4]: no broadcast in the kernel
+        # termination bound on |state|, x and theta only (full [N, 4] for the same reason)
+        bounds = torch.tensor(
+            [self.x_threshold, math.inf, self.theta_threshold_radians, math.inf], dtype=f32, device=dev
+        )
+        self._bounds = bounds.expand(n, 4).contiguous()
+        self._reward_shape = ((n,), (n, 1))  # [N], or [N, 1] in the TensorDict layout
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
+        """Reset all rows, or only ``options["reset_mask"]`` rows; return ``(obs [N, 4], {})``.
+
+        ``seed`` re-keys the env's generator (bit-for-bit reproducible). ``options`` may
+        hold ``"reset_mask"`` (``[N]`` bool: rows to reset, the others keep their state and
+        step count; only they advance their random stream) and, like gymnasium,
+        ``"low"``/``"high"`` bounds of the uniform initial state for this reset (default
+        ``-0.05``/``0.05``; values in ``[low, high)``).
+        """
+        options = self._begin_reset(seed, options)
+        low = float(options.get("low", self.reset_low))
+        high = float(options.get("high", self.reset_high))
+        if low > high:
+            raise ValueError(f"options low ({low}) must be <= high ({high})")
+        bounds = self._reset_bounds
+        if (low, high) != (self.reset_low, self.reset_high):
+            bounds = self._rng.bounds([low] * 4, [high] * 4)
+        self._apply_reset(self._rng.uniform(bounds), options.get("reset_mask"))
+        return self._state.clone(), {}
+
+    # ------------------------------------------------------------------ step
+    def _advance(self, action: torch.Tensor, columns: bool) -> tuple:
+        """Advance every row by one step of ``tau = 0.02`` s and auto-reset ended rows.
+
+        Args:
+            action: ``[N]`` integer (or bool) tensor on ``device`` with values 0 (push
+                left) or 1 (push right). Values are not checked (that would need a host
+                synchronisation); anything else gives a force outside gymnasium's.
+            columns: reward and flags as ``[N, 1]`` (True) or ``[N]``.
+
+        Returns:
+            ``(obs [N, 4] float32, reward float32, terminated bool, truncated bool,
+            done bool, pre-reset obs [N, 4])``; ``obs`` is post-reset on ended rows (see
+            ``step`` and ``step_transition``).
+        """
+        if self._needs_reset:
+            self._raise_not_ready()
+        s = self._state
+        _, x_dot, theta, theta_dot = self._state_columns()
+        cos = torch.cos(theta)
+        sin = torch.sin(theta)
+        # Everything below is divided by g (folded into the constants):
+        # temp/g = (force + polemass_length * theta_dot^2 * sin) / (total_mass * g)
+        temp = torch.add(self._force_neg, action, alpha=self._force_step)
+        temp = torch.addcmul(temp, theta_dot * theta_dot, sin, value=self._k_pml)
+        # thetaacc = (g sin - cos temp) / (length (4/3 - masspole cos^2 / total_mass))
+        theta_acc = torch.addcmul(sin, cos, temp, value=-1.0)
+        theta_acc = theta_acc / torch.addcmul(self._den_const, cos, cos, value=self._den_cos2)
+        # xacc/g = temp/g - polemass_length * thetaacc * cos / (total_mass * g)
+        x_acc = torch.addcmul(temp, theta_acc, cos, value=-self._k_pml)
+        # euler: state += tau * (x_dot, xacc, theta_dot, thetaacc)  (tau * g on xacc)
+        new = torch.addcmul(s, torch.stack((x_dot, x_acc, theta_dot, theta_acc), 1), self._tau)
+
+        # (row views: a flag fixed at construction, and whether this is traced; not a data branch)
+        row_views = self._row_views and not torch.compiler.is_compiling()
+        # |x| > x_threshold or |theta| > theta_threshold; flags [N, 1] or [N] from the start
+        out_of_bounds = new.abs() > self._bounds
+        if row_views:  # a bool row of 4 is one int32: nonzero where any column is
+            terminated = out_of_bounds.view(torch.int32).bool()
+            terminated = terminated if columns else terminated.view(-1)
+        else:
+            terminated = out_of_bounds.any(1, keepdim=columns)
+        elapsed, truncated = self._count_step(columns)
+        done = terminated | truncated
+
+        # Same-step auto-reset: fresh candidates for every row, kept where done; only the
+        # ended rows count the draw. Everything is written into the env's own tensors.
+        fresh = self._step_draws.uniform()  # == self._rng.uniform(self._reset_bounds)
+        done_rows = done if columns else done.unsqueeze(1)
+        if row_views:
+            post = torch.where(done_rows, fresh.view(torch.complex128), new.view(torch.complex128))
+            post = post.view(torch.float32)
+        else:
+            post = torch.where(done_rows, fresh, new)
+        s.copy_(post)
+        self._end_episodes(elapsed, done)
+        reward = torch.ones(self._reward_shape[columns], dtype=torch.float32, device=self.device)
+        return post, reward, terminated, truncated, done, new

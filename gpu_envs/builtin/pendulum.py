@@ -1,0 +1,187 @@
+"""Batched Pendulum-v1 in pure torch: thousands of pendulums per step, on any device.
+
+Same physics as gymnasium 1.4's ``Pendulum-v1`` (g = 10, m = l = 1, dt = 0.05): torque
+clipped to ``[-2, 2]``, angular speed clipped to ``[-8, 8]``, semi-implicit update of
+``(th, thdot)``, reward ``-(angle_normalize(th)^2 + 0.1 thdot^2 + 0.001 u^2)`` on the
+pre-step state and clipped torque, observation ``[cos th, sin th, thdot]``, initial state
+uniform in ``[-pi, pi] x [-1, 1]``, never terminates, truncated after 200 steps. Only the
+precision differs: the state is float32 (gymnasium integrates in float64).
+
+Why: one ``step`` advances all N rows with a fixed, small number of tensor ops that
+never wait for the device (no ``.item()``, no data-dependent branch). Ended rows are
+reset inside ``step`` (gymnasium's SAME_STEP auto-reset, as in Isaac Lab), with their
+final observation kept in ``info["final_obs"]``.
+
+Example::
+
+    import torch
+    from gpu_envs.builtin import PendulumEnv
+
+    env = PendulumEnv(num_envs=4096, device="cuda")
+    obs, _ = env.reset(seed=0)                                  # [4096, 3] float32
+    for _ in range(1000):
+        torque = 4 * torch.rand(env.num_envs, 1, device=env.device) - 2
+        obs, reward, terminated, truncated, info = env.step(torque)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+
+from gpu_envs.builtin.base import BatchedTorchEnv
+from gpu_envs.builtin.draw_pool import DrawPool
+
+__all__ = ["PendulumEnv"]
+
+
+class PendulumEnv(BatchedTorchEnv):
+    """``num_envs`` Pendulum-v1 systems stepped together as one ``[N, 2]`` float32 state.
+
+    A gymnasium ``VectorEnv`` (so gymnasium and torchrl tooling accept it) that follows
+    the torch vector env protocol (see :mod:`gpu_envs.backends.torch`): torch tensors in and out and same-step
+    auto-reset. The state is ``(th, thdot)`` with ``th`` unwrapped (as in gymnasium);
+    the observation is ``[cos th, sin th, thdot]``.
+
+    Args:
+        num_envs: number of independent pendulums ``N``.
+        device: where every tensor (state, outputs, random generator) lives.
+        expose_final_obs: if True, ``step`` returns ``info = {"final_obs": obs before the
+            auto-reset [N, 3], "_final_obs": done mask [N]}``; if False, ``info = {}``.
+        max_episode_steps: truncation limit, 200 by default (gymnasium's).
+        seed, env_index_offset: the keys of the per-row random streams, as in
+            :class:`~gpu_envs.builtin.base.BatchedTorchEnv`.
+
+    Attributes:
+        state: ``[N, 2]`` float32, updated in place by ``reset``/``step``.
+        elapsed_steps: ``[N]`` int64, steps since each row's episode began (in place).
+
+    Every tensor ``reset``/``step`` return is newly allocated (never the state itself, never
+    rewritten later), so callers may keep or modify them.
+
+    Example::
+
+        env = PendulumEnv(num_envs=8, seed=1)
+        obs, _ = env.reset()
+        obs, rew, term, trunc, info = env.step(torch.zeros(8, 1))
+        env.step(env.action_space.sample())             # numpy actions work too (copied once)
+
+    Gymnasium: ``gymnasium.make_vec("gpu_envs/Pendulum-v1", num_envs=8)`` builds it
+    (after ``import gpu_envs``). torchrl: ``torchrl.envs.GymWrapper(PendulumEnv(8))``
+    takes it as it is: batch size ``[8]``, ``[8, 1]`` torque actions and the true final
+    observations in ``("next", "observation")`` (torchrl's ``VecGymEnvTransform`` reads
+    ``info["final_obs"]``). Pass ``convert_actions_to_numpy=False`` to hand the action
+    tensor over without a numpy round trip (on a GPU, the default copies each action to
+    the host and back). Faster still, an ``EnvBase`` over the gpu_envs env:
+    ``gpu_envs.interop.to_torchrl(gpu_envs.make("Pendulum-v1", num_envs=8))``.
+    """
+
+    default_max_episode_steps = 200
+    state_size = 2
+
+    # gymnasium PendulumEnv constants
+    max_speed = 8.0
+    max_torque = 2.0
+    dt = 0.05
+    g = 10.0
+    m = 1.0
+    l = 1.0  # noqa: E741 (gymnasium's name)
+    default_x_init = math.pi
+    default_y_init = 1.0
+
+    def _build(self) -> None:
+        """Spaces and step constants (after the base set up the state and the generator)."""
+        high = np.array([1.0, 1.0, self.max_speed], dtype=np.float32)
+        self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)
+        self.single_action_space = spaces.Box(low=-self.max_torque, high=self.max_torque, shape=(1,), dtype=np.float32)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+        dev, f32 = self.device, torch.float32
+        self._reset_bounds = self._bounds(self.default_x_init, self.default_y_init)
+        self._step_draws = DrawPool(self._rng, self._reset_bounds)  # the step's reset candidates
+
+        # thdot' = thdot + (3 g / (2 l) sin th + 3 / (m l^2) u) dt
+        self._k_sin = 3 * self.g / (2 * self.l) * self.dt
+        self._k_u = 3.0 / (self.m * self.l**2) * self.dt
+        self._zero = torch.zeros((), dtype=f32, device=dev)
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
+        """Reset all rows, or only ``options["reset_mask"]`` rows; return ``(obs [N, 3], {})``.
+
+        ``seed`` re-keys the env's generator (bit-for-bit reproducible). ``options`` may
+        hold ``"reset_mask"`` (``[N]`` bool: rows to reset, the others keep their state and
+        step count; only they advance their random stream) and, like gymnasium,
+        ``"x_init"``/``"y_init"``: the symmetric bounds of the uniform initial
+        ``th``/``thdot`` for this reset (default ``pi``/``1``; values in ``[-x, x)``).
+        """
+        options = self._begin_reset(seed, options)
+        x = float(options.get("x_init", self.default_x_init))
+        y = float(options.get("y_init", self.default_y_init))
+        bounds = self._reset_bounds
+        if (x, y) != (self.default_x_init, self.default_y_init):
+            bounds = self._bounds(x, y)
+        self._apply_reset(self._rng.uniform(bounds), options.get("reset_mask"))
+        th, thdot = self._state.unbind(1)
+        return torch.stack((torch.cos(th), torch.sin(th), thdot), 1), {}
+
+    # ------------------------------------------------------------------ step
+    def _advance(self, action: torch.Tensor, columns: bool) -> tuple:
+        """Advance every row by ``dt = 0.05`` s and auto-reset rows that reached the limit.
+
+        Args:
+            action: ``[N, 1]`` float torque on ``device`` (clipped to ``[-2, 2]``).
+            columns: reward and flags as ``[N, 1]`` (True) or ``[N]``.
+
+        Returns:
+            ``(obs [N, 3] float32, reward float32, terminated bool (always False),
+            truncated bool, done bool (truncated), pre-reset obs [N, 3] or None)``;
+            ``obs`` is post-reset on truncated rows; the pre-reset observation is
+            computed only with ``expose_final_obs``.
+        """
+        if self._needs_reset:
+            self._raise_not_ready()
+        th, thdot = self._state_columns()
+        u = action.reshape(self.num_envs)
+        if u.dtype != torch.float32:  # a dtype check, not a data read
+            u = u.to(torch.float32)
+        u = u.clamp(-self.max_torque, self.max_torque)
+        # reward = -(angle_normalize(th)^2 + .1 thdot^2 + .001 u^2), pre-step state.
+        # atan2(sin, cos) is angle_normalize up to the sign at exactly +-pi (same square),
+        # and far more precise in float32 than ((th + pi) % 2pi) - pi once |th| grows.
+        sin = torch.sin(th)
+        angle = torch.atan2(sin, torch.cos(th))
+        reward = torch.addcmul(self._zero, angle, angle, value=-1.0)
+        reward = torch.addcmul(reward, thdot, thdot, value=-0.1)
+        reward = torch.addcmul(reward, u, u, value=-0.001)
+        # thdot' = clip(thdot + (3 g / (2 l) sin th + 3 / (m l^2) u) dt) ; th' = th + thdot' dt
+        new_thdot = torch.add(thdot, sin, alpha=self._k_sin)
+        new_thdot = torch.add(new_thdot, u, alpha=self._k_u).clamp_(-self.max_speed, self.max_speed)
+        new_th = torch.add(th, new_thdot, alpha=self.dt)
+
+        elapsed, truncated = self._count_step(columns)  # nothing terminates: done is truncated
+        terminated = torch.zeros_like(truncated)
+
+        # Same-step auto-reset: fresh candidates for every row, kept where truncated; only
+        # the ended rows count the draw. Everything is written into the env's own tensors.
+        fresh = self._step_draws.uniform()  # == self._rng.uniform(self._reset_bounds)
+        new = torch.stack((new_th, new_thdot), 1)
+        torch.where(truncated if columns else truncated.unsqueeze(1), fresh, new, out=self._state)
+        self._end_episodes(elapsed, truncated)
+        post_th, post_thdot = self._state_columns()
+        obs = torch.stack((torch.cos(post_th), torch.sin(post_th), post_thdot), 1)
+        if columns:
+            reward = reward.view(self.num_envs, 1)
+        if not self.expose_final_obs:
+            return obs, reward, terminated, truncated, truncated, None
+        final_obs = torch.stack((torch.cos(new_th), torch.sin(new_th), new_thdot), 1)
+        return obs, reward, terminated, truncated, truncated, final_obs
+
+    def _bounds(self, x: float, y: float):
+        """Initial ``(th, thdot)`` bounds: ``[-x, x) x [-y, y)``."""
+        return self._rng.bounds([-x, -y], [x, y])

@@ -1,0 +1,55 @@
+"""The TensorDict key names of the contract, in one place.
+
+torchrl's names, so that transitions drop into its losses and buffers: a root holds the
+observation keys and :data:`DONE_KEYS`; ``env.step`` adds ``"next"`` with the next
+observations, ``"reward"``, :data:`DONE_KEYS` and :data:`FINAL_OBS_MISSING`.
+Observations travel between layers as an :data:`ObsDict`: a flat dict keyed by
+TensorDict keys (a string, or a tuple of strings for a nested entry such as a gymnasium
+``Dict`` inside a ``Dict``).
+
+Example::
+
+    from gpu_envs.contract.keys import DONE_KEYS, NEXT
+    flags = {key: td[NEXT, key] for key in DONE_KEYS}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = [
+    "ACTION",
+    "DONE_KEYS",
+    "FINAL_OBS_MISSING",
+    "NEXT",
+    "OBSERVATION",
+    "RESET",
+    "REWARD",
+    "TRANSITION_KEYS",
+    "ObsDict",
+]
+
+ObsDict = dict[Any, torch.Tensor]
+
+OBSERVATION = "observation"  # the key of a lone (non-Dict) observation
+ACTION = "action"
+NEXT = "next"
+REWARD = "reward"
+DONE_KEYS = ("done", "terminated", "truncated")  # done = terminated | truncated, each bool [N, 1]
+FINAL_OBS_MISSING = "final_obs_missing"  # bool [N, 1]: a placeholder stands in for the final observation
+RESET = "_reset"  # bool [N] or [N, 1] in reset(td=...): the rows to reset
+
+# Every key of a transition of an env with one "observation" and no info entries: root
+# entries, the action, then "next". The order is the fused random-action collection's
+# buffer layout (gpu_envs.rollout.loop).
+TRANSITION_KEYS = (
+    OBSERVATION,
+    *DONE_KEYS,
+    ACTION,
+    (NEXT, OBSERVATION),
+    (NEXT, REWARD),
+    *((NEXT, key) for key in DONE_KEYS),
+    (NEXT, FINAL_OBS_MISSING),
+)

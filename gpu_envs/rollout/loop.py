@@ -1,0 +1,227 @@
+"""The plain collection loop: act, step, write the transition into a :class:`RolloutBuffer` column.
+
+:func:`run_loop` steps an env from its current root (:func:`start`) and writes every
+transition into the buffer (:mod:`gpu_envs.rollout.buffer`); :func:`make_step` is the
+step function it runs (policy, then ``env.step_and_maybe_reset``), :func:`fused_writer`
+the random-action shortcut that copies a step's tensors straight into the buffer.
+``env.rollout()`` is :func:`rollout` here (called at call time, so the env layer does
+not depend on this package when it is imported). :func:`gpu_envs.rollout.collect` adds
+the per-env cache, ``torch.compile`` and CUDA graphs on top of the same loop.
+
+The env is duck-typed (:class:`~gpu_envs.contract.protocols.EnvAPI`): a
+``BatchedEnv``, a ``TransformedEnv`` or anything with their API.
+
+Example::
+
+    buf = RolloutBuffer(env, steps=64)
+    traj = run_loop(env, make_step(env, policy), buf)     # traj is buf.data, [N, 64]
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from gpu_envs.contract.errors import InvalidArgumentError, ResetNeededError, RolloutError
+from gpu_envs.contract.protocols import require_env_api
+from gpu_envs.rollout.buffer import RolloutBuffer, check_steps
+from gpu_envs.utils.arguments import as_bool
+from gpu_envs.utils.tensordicts import set_entry
+
+__all__ = [
+    "Policy",
+    "check_policy",
+    "fused_writer",
+    "keep_grad_mode",
+    "make_step",
+    "rollout",
+    "run_loop",
+    "start",
+]
+
+Policy = Callable[[TensorDictBase], "TensorDictBase | None"]
+
+
+def check_policy(policy: Any) -> None:
+    """``None`` or a callable TensorDict -> TensorDict."""
+    if policy is not None and not callable(policy):
+        raise InvalidArgumentError(
+            f"policy must be a callable TensorDict -> TensorDict that sets 'action' (or None for random actions), "
+            f"got {type(policy).__name__}."
+        )
+
+
+def make_step(env: Any, policy: Policy | None) -> Callable[[TensorDictBase], tuple[TensorDictBase, TensorDictBase]]:
+    """``td -> (transition, next_root)``: act with ``policy``, then ``env.step_and_maybe_reset``."""
+    if policy is None:
+        # the batched spec draws a whole batch; its generator is checked once here, and the
+        # draw (on the env's device, of its batch size) goes into the root without re-checks
+        sample = env.action_spec.sampler(generator=env.generator)
+
+        def step(td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+            set_entry(td, "action", sample())
+            return env.step_and_maybe_reset(td)
+
+        return step
+
+    def step_with_policy(td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        out = policy(td)
+        if out is not None:
+            if not isinstance(out, TensorDictBase):
+                raise RolloutError(
+                    f"the policy returned a {type(out).__name__}; it must return a TensorDict holding 'action' "
+                    "(or None after setting td['action'] in place)."
+                )
+            td = out
+        return env.step_and_maybe_reset(td)
+
+    return step_with_policy
+
+
+def fused_writer(env: Any, buffer: RolloutBuffer) -> Callable[[int], None] | None:
+    """``t -> None``: one random-action step written straight into column ``t``, or None.
+
+    An env on its fast path (a ``BatchedEnv`` over a built-in env, see
+    :mod:`gpu_envs.core.fast_steps`) offers ``_transition_stepper(keys)``: a function stepping
+    it as ``step_and_maybe_reset`` does and returning the transition's tensors for the
+    buffer's keys, with no TensorDict built. With random actions nothing else reads or
+    writes a transition, so a step is then one draw, that call and one
+    ``torch._foreach_copy_`` -- the same draws from ``env.generator`` and the same values
+    as :func:`make_step`'s step. The buffer must be bound (its layout checked against this
+    env's transitions, which the collection's first step does); an env without the hook
+    (a ``TransformedEnv``: the name is private, so not forwarded) gets None.
+    """
+    stepper_for = getattr(env, "_transition_stepper", None)
+    if stepper_for is None or not buffer.bound:
+        return None
+    stepper = stepper_for(buffer.keys)
+    if stepper is None:
+        return None
+    sample = env.action_spec.sampler(generator=env.generator)
+    columns = buffer._columns
+
+    def write(t: int) -> None:
+        torch._foreach_copy_(columns[t], stepper(sample()))
+
+    return write
+
+
+def start(env: Any) -> TensorDictBase:
+    """The root to act on: ``env.root()`` if the env was reset, else ``env.reset()``.
+
+    ``BatchedEnv`` and ``TransformedEnv`` say so with their ``needs_reset`` flag; for
+    other envs a root without observations (or a ResetNeededError) means "never reset".
+    """
+    flag = getattr(env, "needs_reset", None)
+    if isinstance(flag, bool):
+        return env.reset() if flag else env.root()
+    try:
+        root = env.root()
+    except ResetNeededError:
+        return env.reset()
+    for key in env.observation_spec.keys(True, True):
+        if root.get(key, None) is None:  # never reset: the root has no observations yet
+            return env.reset()
+    return root
+
+
+def run_loop(
+    env: Any,
+    step: Callable,
+    buffer: RolloutBuffer,
+    first_step: Callable | None = None,
+    *,
+    inference: bool = True,
+    random_actions: bool = False,
+) -> TensorDictBase:
+    """Fill ``buffer`` with ``buffer.steps`` transitions from the env's current root.
+
+    The steps (policy and env) run without autograd: a policy whose parameters require
+    grad records nothing. What they produce is copied into the buffer, which was
+    allocated outside any of this, so the returned data are ordinary tensors a learner
+    can backpropagate through (a network fed from them).
+
+    With ``inference`` the steps in between run under ``torch.inference_mode()`` (the
+    cheapest: no version counters or view tracking). Its outputs are inference tensors,
+    which must not outlive the collection: an env keeps what its last step produced
+    (its next root, its physics state) and may later update it in place, or hand it to
+    a network that saves it for backward. So the first step (first-step validation and
+    any lazy allocation) and the last one run under ``torch.no_grad()`` instead, and
+    what the env holds after the loop is ordinary tensors. Without ``inference`` (the
+    CUDA-graph capture, which records the ops once) every step runs under
+    ``torch.no_grad()``. A reset the env still needs runs before, outside both.
+
+    With ``random_actions`` (``step`` is :func:`make_step`'s for ``policy=None``), the
+    steps in between go through :func:`fused_writer` where the env offers it: the same
+    transitions, without the TensorDicts of each step.
+
+    The caller's grad mode is restored on the way out whatever happens
+    (:func:`keep_grad_mode`): a learner that trains after a Ctrl-C still records.
+    """
+    td = start(env)
+    steps = buffer.steps
+    with keep_grad_mode():
+        with torch.no_grad():
+            td = _write_step(first_step or step, td, buffer, 0)
+        if inference and steps > 2:
+            fused = fused_writer(env, buffer) if random_actions else None
+            with torch.inference_mode():
+                if fused is None:
+                    for t in range(1, steps - 1):
+                        td = _write_step(step, td, buffer, t)
+                else:
+                    for t in range(1, steps - 1):
+                        fused(t)
+                    td = env.root()
+        with torch.no_grad():
+            for t in range(1 if not inference or steps <= 2 else steps - 1, steps):
+                td = _write_step(step, td, buffer, t)
+    return buffer.data
+
+
+@contextlib.contextmanager
+def keep_grad_mode() -> Iterator[None]:
+    """Restore the caller's grad mode on the way out, whatever happens inside.
+
+    ``torch.no_grad`` restores it in ``__exit__``, but a Ctrl-C landing inside its
+    ``__enter__`` (after autograd was switched off, before the ``with`` body began) skips
+    that, and autograd would stay off for the rest of the process. (Inference mode is
+    an RAII guard: it is restored when its object is collected.)
+    """
+    grad = torch.is_grad_enabled()
+    try:
+        yield
+    finally:
+        torch.set_grad_enabled(grad)
+
+
+def _write_step(step: Callable, td: TensorDictBase, buffer: RolloutBuffer, t: int) -> TensorDictBase:
+    """One step from root ``td``, its transition written into column ``t``; returns the next root.
+
+    The keys are compared on the first and the last step (an entry written from step k
+    on is an error, not dropped); the steps in between check only the bound keys.
+    """
+    td, root = step(td)
+    buffer.write(t, td, check_keys=t == 0 or t == buffer.steps - 1)
+    return root
+
+
+def rollout(env: Any, steps: int, policy: Policy | None = None, *, reset: bool = True) -> TensorDictBase:
+    """``env.rollout(steps, policy, reset=...)``: ``steps`` transitions into a fresh ``[N, T]`` buffer.
+
+    Resets the env first when ``reset`` is True or it never was; otherwise the episodes
+    continue from the current root. The returned TensorDict is the caller's to keep
+    (a new buffer per call, unlike :func:`gpu_envs.rollout.collect`).
+    """
+    require_env_api(env, "rollout")
+    steps = check_steps(steps)
+    check_policy(policy)
+    reset = as_bool(reset, "reset")
+    buffer = RolloutBuffer(env, steps)  # checked (memory) before the env is touched
+    if reset or env.needs_reset:
+        env.reset()
+    return run_loop(env, make_step(env, policy), buffer, random_actions=policy is None)

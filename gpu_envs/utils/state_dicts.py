@@ -1,0 +1,90 @@
+"""The state protocol every layer of an env speaks: ``state_dict()`` and ``load_state_dict()``.
+
+An object that keeps per-step state in tensors (a built-in env, a backend, ``BatchedEnv``,
+``TransformedEnv``) exposes it as torch modules do:
+
+* ``state_dict()`` -> ``{name: tensor}``: the LIVE tensors (not copies) holding everything
+  a step reads and writes; a layer that wraps another includes the inner one's entries
+  under a prefix (``"backend.env.state"``);
+* ``load_state_dict(d)``: take the values of ``d`` (same names, shapes and dtypes), by
+  copying them into its own tensors. A cache of tensors the layer only ever replaces and
+  never writes into (``BatchedEnv``'s root observations) takes copies instead.
+
+The CUDA-graph collector (:mod:`gpu_envs.rollout.cudagraph`) needs nothing else: what is updated
+in place stays in the graph's memory, what is re-bound is copied back into it.
+
+Example::
+
+    saved = {name: t.clone() for name, t in env.state_dict().items()}
+    ...                               # steps
+    env.load_state_dict(saved)        # back to exactly that state (same future draws)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from gpu_envs.contract.errors import InvalidArgumentError
+
+__all__ = ["check_state", "check_values", "copy_into", "prefixed", "same_memory", "under"]
+
+
+def prefixed(prefix: str, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with every name as ``prefix + "." + name``."""
+    return {f"{prefix}.{name}": value for name, value in state.items()}
+
+
+def under(prefix: str, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The entries of ``state`` named ``prefix + "." + name``, as ``{name: value}``."""
+    head = prefix + "."
+    return {name[len(head) :]: value for name, value in state.items() if name.startswith(head)}
+
+
+def check_state(state: object, owner: str) -> None:
+    """Refuse anything but a mapping of names to tensors before a ``load_state_dict`` reads it."""
+    if not isinstance(state, Mapping):
+        raise InvalidArgumentError(
+            f"{owner}.load_state_dict takes the dict of tensors a state_dict() returned (or a copy of it), got "
+            f"{type(state).__name__}."
+        )
+
+
+def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True if ``a`` and ``b`` are the same elements of the same storage (views included)."""
+    return a is b or (
+        a.device == b.device
+        and a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.data_ptr() == b.data_ptr()
+    )
+
+
+def check_values(targets: Mapping[str, torch.Tensor], values: Mapping[str, torch.Tensor], owner: str) -> None:
+    """Refuse ``values`` unless they have exactly the names, shapes and dtypes of ``targets``."""
+    check_state(values, owner)
+    if set(values) != set(targets):
+        raise InvalidArgumentError(
+            f"{owner}.load_state_dict expects the names {sorted(targets)} of its state_dict(), got {sorted(values)}."
+        )
+    for name, target in targets.items():
+        value = values[name]
+        if not isinstance(value, torch.Tensor) or value.shape != target.shape or value.dtype != target.dtype:
+            got = f"{tuple(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else type(value).__name__
+            raise InvalidArgumentError(
+                f"{owner} state {name!r} must be a {tuple(target.shape)} {target.dtype} tensor, got {got}."
+            )
+
+
+def copy_into(targets: Mapping[str, torch.Tensor], values: Mapping[str, torch.Tensor], owner: str) -> None:
+    """Copy ``values`` into the tensors of ``targets`` (same names, shapes, dtypes), in place.
+
+    Every value is checked before the first copy, so a refused state leaves the targets as they were.
+    """
+    check_values(targets, values, owner)
+    for name, target in targets.items():
+        value = values[name]
+        if not same_memory(value, target):
+            target.copy_(value)

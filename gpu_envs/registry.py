@@ -36,7 +36,9 @@ MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "maniskill", "gymnasiu
 # minigrid envs before gymnasium (they are gymnasium envs with a vector reward / a text mission);
 # EnvPool pools before gymnasium too (gymnasium VectorEnvs that reset on the next step), ManiSkill's
 # envs before torch and gymnasium (its vector env has the torch protocol's shape, its bare env gymnasium's).
-WRAP_ORDER = ("isaaclab", "jax", "envpool", "maniskill", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
+# "foreign" first of all: envs that have a backend's shape but an auto-reset none handles (PufferLib's
+# vector envs, pre-0.26 gym vector envs), refused with the fix before a backend claims them by their shape.
+WRAP_ORDER = ("foreign", "isaaclab", "jax", "envpool", "maniskill", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
 
 _MODULES = {
     "torch": "gpu_envs.backends.torch",
@@ -49,6 +51,7 @@ _MODULES = {
     "minigrid": "gpu_envs.backends.minigrid",
     "envpool": "gpu_envs.backends.envpool",
     "maniskill": "gpu_envs.backends.maniskill",
+    "foreign": "gpu_envs.backends.foreign",  # wrap only: recognises and refuses (see the module)
     "ray": "gpu_envs.backends.ray",  # by name only: make(id, backend="ray"), gpu_envs.wrap_ray
 }
 

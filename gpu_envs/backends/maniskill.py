@@ -17,7 +17,10 @@ every ManiSkill object gets there in that shape:
 * ``gpu_envs.make("PickCube-v1", num_envs=N, backend="maniskill", sim_backend="physx_cpu",
   render_backend="none")``: ManiSkill's ids (registered in gymnasium's registry when
   ``mani_skill.envs`` is imported) built as a ``ManiSkillVectorEnv``; keyword arguments
-  go to ``gym.make``. ``backend="auto"`` finds them too.
+  go to ``gym.make``. ``backend="auto"`` finds them too. ``enhanced_determinism`` defaults
+  to True there: ManiSkill's resets without a seed -- every auto-reset -- otherwise draw
+  from torch's global RNG, so the same seed would not repeat a run past the first episode
+  (an env you build and wrap keeps whatever you chose).
 
 Detection looks at class modules (``mani_skill.*``): ManiSkill is imported only to wrap
 or make its own envs. Options of the torch backend (``copy_buffers``...) pass through.
@@ -123,6 +126,8 @@ class ManiSkillPlugin(InboundPlugin):
 
         backend_kw = {k: kwargs.pop(k) for k in ("copy_buffers",) if k in kwargs}
         self._registered()
+        # seeded runs repeat: ManiSkill's seedless (auto-)resets otherwise draw from torch's global RNG
+        kwargs.setdefault("enhanced_determinism", True)
         vector = ManiSkillVectorEnv(env_id, num_envs=num_envs, **kwargs)
         try:
             return TorchVectorBackend(vector, device, **backend_kw)

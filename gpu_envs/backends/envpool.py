@@ -239,10 +239,13 @@ class EnvPoolBackend(Backend):
         obs_fields = [(shape, self.observation_spec[k].dtype) for shape, k in zip(self._obs_shapes, self._keys, strict=True)]
         flags = [((n, 1), torch.float32), ((n, 1), torch.bool), ((n, 1), torch.bool), ((n, 1), torch.bool)]
         info_fields = [((n, *shape), torch_dtype(dtype)) for _, _, shape, dtype in self._info]
+        self._stage_dtypes = [np.dtype(numpy_dtype(dtype)) for _, dtype in obs_fields + flags + obs_fields + info_fields]
         self._reset_stage = HostStaging(obs_fields, self.device, self.staging_packed)
         self._stage = HostStaging(obs_fields + flags + obs_fields + info_fields, self.device, self.staging_packed)
         self._root: list[np.ndarray] | None = None  # the last root observation leaves (numpy), for partial resets
         self._all_ids = np.arange(n, dtype=np.int32)
+        self._all_ids_bytes = self._all_ids.tobytes()
+        self._owned_cache: dict[bool, list[bool]] = {}  # rows ended in the step -> which values are shared as they are
 
     # ------------------------------------------------------------------ pool
     @property
@@ -349,7 +352,7 @@ class EnvPoolBackend(Backend):
             raise InvalidArgumentError("reset() the EnvPool env before stepping it.")
         obs, reward, terminated, truncated, info = self._call("step", self._pool.step, self._action(action))
         env_id = info["env_id"]
-        if not np.array_equal(env_id, self._all_ids):  # never seen from a sync pool; kept exact if it happens
+        if env_id.tobytes() != self._all_ids_bytes:  # never seen from a sync pool; kept exact if it happens
             order = np.argsort(env_id)
             obs = [leaf[order] for leaf in self._leaves(obs)]
             reward, terminated, truncated = reward[order], terminated[order], truncated[order]
@@ -372,7 +375,9 @@ class EnvPoolBackend(Backend):
         values = [*root, reward.reshape(n, 1), terminated.reshape(n, 1), truncated.reshape(n, 1), done.reshape(n, 1)]
         values += nxt if nxt is not None else [None] * len(self._keys)
         values += [np.asarray(info[source]).reshape(n, *shape) for source, _, shape, _ in self._info]
-        owned = self._owned(root, reward, nxt)
+        owned = self._owned_cache.get(nxt is not None)
+        if owned is None:
+            owned = self._owned_cache[nxt is not None] = self._owned(values)
         out = self._stage.publish(values, owned=owned)
         k = len(self._keys)
         self._root = root
@@ -387,14 +392,17 @@ class EnvPoolBackend(Backend):
             info=dict(zip([key for _, key, _, _ in self._info], out[2 * k + 4 :], strict=True)),
         )
 
-    def _owned(self, root: list[np.ndarray], reward: np.ndarray, nxt: list | None) -> list[bool]:
-        """Which values may be shared as they are: fresh arrays already in their field's dtype."""
-        k = len(self._keys)
-        ok = [leaf.dtype == dtype and leaf.flags.c_contiguous for leaf, dtype in zip(root, self._obs_dtypes, strict=True)]
-        out = [*ok, reward.dtype == np.float32, True, True, True]
-        out += [False] * k if nxt is None else [a and b for a, b in zip(ok, [leaf.flags.c_contiguous for leaf in nxt], strict=True)]
-        out += [True] * len(self._info)
-        return out
+    def _owned(self, values: list) -> list[bool]:
+        """Which of a step's values may be shared as they are: fresh, C-contiguous arrays of their field's dtype.
+
+        EnvPool returns fresh arrays every step (it never writes them again) and the root this
+        backend builds on ended rows is its own copy; ``done`` is made here. Their dtypes and
+        layouts never change, so this is worked out once per kind of step (rows ended or not).
+        """
+        return [
+            value is not None and value.dtype == dtype and value.flags.c_contiguous
+            for value, dtype in zip(values, self._stage_dtypes, strict=True)
+        ]
 
     def _action(self, action: torch.Tensor) -> np.ndarray:
         action = action.detach()

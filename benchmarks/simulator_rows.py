@@ -271,9 +271,9 @@ def maniskill_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict
         loop = _TdLoop(ours, _cycle(actions))
         raw_action, vector_action = _cycle(actions), _cycle(actions)
         contenders = {
-            "raw": lambda a=raw_action: bare.step(a()),
+            "raw": lambda a=raw_action, env=bare: env.step(a()),
             "gpu_envs": loop,
-            "trainer": lambda a=vector_action: vector.step(a()),
+            "trainer": lambda a=vector_action, env=vector: env.step(a()),
         }
         times = interleave(contenders, steps=steps, rounds=rounds, warmup=1, timer=time.process_time)
         row = overhead_row(times, simulator="ManiSkill3 3.0.1 (physx cpu)", task=task, N=1, target="<= +5%")

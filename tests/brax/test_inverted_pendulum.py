@@ -28,7 +28,8 @@ RESET_RANGE = 0.01  # q = init_q + U(-0.01, 0.01), qd = U(-0.01, 0.01)
 
 @pytest.fixture(scope="module")
 def env():
-    env = gpu_envs.make("brax/inverted_pendulum", num_envs=N, episode_length=EPISODE, device="cpu")
+    # reset_batch=2: steps ending 1-2 rows reset them gathered, steps ending 3-4 reset every row and select
+    env = gpu_envs.make("brax/inverted_pendulum", num_envs=N, episode_length=EPISODE, reset_batch=2, device="cpu")
     yield env
     env.close()
 
@@ -48,6 +49,8 @@ def test_transitions_match_the_env_stepped_by_hand(rollout):
     got, want = rollout
     assert_matches(got, want)
     assert want["terminated"].sum() >= 5 and want["truncated"].sum() >= 5, "both kinds of episode end are covered"
+    ended_per_step = (want["terminated"] | want["truncated"]).sum(axis=0)
+    assert ((ended_per_step >= 1) & (ended_per_step <= 2)).any() and (ended_per_step >= 3).any(), "both reset paths ran"
 
 
 def test_final_observations_satisfy_the_ending_condition(rollout):

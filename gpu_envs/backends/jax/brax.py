@@ -20,7 +20,8 @@ instead: they drive the env one host call at a time and drop the final observati
 Options: ``num_envs``, ``episode_length`` (default: the ``EpisodeWrapper``'s, else a
 Playground env's ``config.episode_length``, else 1000 as in ``brax.envs.create``;
 ``None``: no time limit), ``action_repeat`` (default 1, or the wrapper's / config's),
-``expose_info`` (the env's per-step ``metrics`` under ``("next", name)``). Actions are
+``expose_info`` (the env's per-step ``metrics`` under ``("next", name)``), ``reset_batch``
+(how many ended rows a step resets by gathering them; default ``N / 8``, at least 4). Actions are
 ``[-1, 1]`` boxes of ``action_size``: what Brax's and Playground's envs take (they scale
 to the actuators themselves) and their trainers produce.
 
@@ -43,6 +44,7 @@ from gpu_envs.utils.arguments import as_int
 
 __all__ = [
     "BRAX_PREFIX",
+    "CORE_OPTIONS",
     "PLAYGROUND_PREFIX",
     "brax_env_ids",
     "is_brax_family",
@@ -55,6 +57,7 @@ __all__ = [
 BRAX_PREFIX = "brax/"
 PLAYGROUND_PREFIX = "playground/"
 DEFAULT_EPISODE_LENGTH = 1000  # brax.envs.create's and wrap_for_brax_training's default
+CORE_OPTIONS = ("episode_length", "action_repeat", "reset_batch")  # make_brax_core's, besides num_envs
 
 _BRAX_ENV = ("brax.envs.base", "Env")
 _PLAYGROUND_ENV = ("mujoco_playground._src.mjx_env", "MjxEnv")
@@ -165,7 +168,9 @@ def _config_value(env: Any, name: str) -> Any:
         return None
 
 
-def make_brax_core(env: Any, num_envs: Any = None, episode_length: Any = "auto", action_repeat: Any = None) -> Any:
+def make_brax_core(
+    env: Any, num_envs: Any = None, episode_length: Any = "auto", action_repeat: Any = None, reset_batch: Any = None
+) -> Any:
     """The :class:`~gpu_envs.backends.jax.brax_core.BraxCore` running ``env`` (see the module docstring)."""
     inner, found = _peel(env)
     if num_envs is None:
@@ -186,9 +191,11 @@ def make_brax_core(env: Any, num_envs: Any = None, episode_length: Any = "auto",
     if action_repeat is None:
         action_repeat = found.get("action_repeat", _config_value(inner, "action_repeat") or 1)
     action_repeat = as_int(action_repeat, "action_repeat", minimum=1)
+    if reset_batch is not None:
+        reset_batch = as_int(reset_batch, "reset_batch", minimum=1)
     from gpu_envs.backends.jax.brax_core import BraxCore
 
-    return BraxCore(inner, num_envs, episode_length, action_repeat)
+    return BraxCore(inner, num_envs, episode_length, action_repeat, reset_batch)
 
 
 # ----------------------------------------------------------------------- ids
@@ -213,14 +220,17 @@ def brax_env_ids() -> list[str]:
     return [BRAX_PREFIX + n for n in _brax_names()] + [PLAYGROUND_PREFIX + n for n in _playground_names()]
 
 
-def make_brax_env(env_id: str, kwargs: dict) -> Any:
-    """The unbatched env of ``brax/<name>`` or ``playground/<name>``; env options are taken from ``kwargs``.
+def make_brax_env(env_id: str, kwargs: dict) -> tuple[Any, dict]:
+    """``(unbatched env, core options)`` for ``brax/<name>`` or ``playground/<name>``.
 
-    Brax: every remaining keyword goes to ``brax.envs.get_environment`` (``backend=``...).
-    Playground: ``config`` and ``config_overrides`` go to ``registry.load`` (robot envs
-    fetch their model files at load time). The core's options stay in ``kwargs``.
+    ``kwargs`` are make()'s options for the env: ``episode_length`` and ``action_repeat``
+    are the core's (returned apart); for Brax every other keyword goes to
+    ``brax.envs.get_environment`` (``backend=``...); for Playground ``config`` and
+    ``config_overrides`` go to ``registry.load`` (robot envs fetch their model files at
+    load time).
     """
-    core_options = {k: kwargs.pop(k) for k in ("episode_length", "action_repeat") if k in kwargs}
+    kwargs = dict(kwargs)
+    core_options = {k: kwargs.pop(k) for k in CORE_OPTIONS if k in kwargs}
     if env_id.startswith(BRAX_PREFIX):
         import brax.envs
 
@@ -239,9 +249,7 @@ def make_brax_env(env_id: str, kwargs: dict) -> Any:
         if overrides is not None and not isinstance(overrides, Mapping):
             raise InvalidArgumentError(f"config_overrides must be a dict, got {type(overrides).__name__}.")
         env = registry.load(env_id[len(PLAYGROUND_PREFIX) :], config=kwargs.get("config"), config_overrides=overrides)
-    kwargs.clear()
-    kwargs.update(core_options)
-    return env
+    return env, core_options
 
 
 def is_brax_id(env_id: str) -> bool:

@@ -126,9 +126,9 @@ def wrap_jax(obj: Any, device: torch.device | None = None, *, num_envs: Any = No
     if message is not None:
         raise NotAnEnvError(message)
     if is_brax_family(obj):
-        from gpu_envs.backends.jax.brax import make_brax_core
+        from gpu_envs.backends.jax.brax import CORE_OPTIONS, make_brax_core
 
-        core_kw = {k: kwargs.pop(k) for k in ("episode_length", "action_repeat") if k in kwargs}
+        core_kw = {k: kwargs.pop(k) for k in CORE_OPTIONS if k in kwargs}
         if env_params is not None:
             raise InvalidArgumentError("env_params applies to gymnax envs; configure Brax/Playground envs when building them.")
         return JaxBackend(make_brax_core(obj, num_envs, **core_kw), device, **kwargs)
@@ -207,8 +207,8 @@ class JaxPlugin:
         if env_id.startswith((BRAX_PREFIX, PLAYGROUND_PREFIX)):
             from gpu_envs.backends.jax.brax import make_brax_env
 
-            env = make_brax_env(env_id, kwargs)  # leaves the core's options in kwargs
-            return wrap_jax(env, device, num_envs=num_envs, **kwargs, **backend_kw)
+            env, core_options = make_brax_env(env_id, kwargs)
+            return wrap_jax(env, device, num_envs=num_envs, **core_options, **backend_kw)
         gymnax_id = env_id[len(GYMNAX_PREFIX) :] if env_id.startswith(GYMNAX_PREFIX) else None
         if gymnax_id is None and not is_functional_jax_id(env_id):
             gymnax_id = env_id

@@ -27,12 +27,18 @@ from gpu_envs.contract.errors import UnknownBackendError
 # because gymnasium's registry also lists its functional JAX envs (phys2d/...), which only
 # the jax backend steps exactly (it declines every other gymnasium id); mo_gymnasium and
 # minigrid before gymnasium because their ids are in gymnasium's registry too, but need
-# their vector rewards / text missions handled.
-MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "gymnasium", "isaaclab")
+# their vector rewards / text missions handled (ManiSkill's, once mani_skill is imported, need its
+# vector env: the bare one batches behind a single-env interface); envpool last: it makes the ids no other backend
+# does (Pong-v5), while ids gymnasium also has keep gymnasium's version unless backend="envpool".
+MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "maniskill", "gymnasium", "isaaclab", "envpool")
 # wrap() asks these in order; the most specific detectors come first: SB3 VecEnvs and legacy
 # gym envs before torch (a gym 0.26 VectorEnv has the shape of the torch protocol), MO and
-# minigrid envs before gymnasium (they are gymnasium envs with a vector reward / a text mission).
-WRAP_ORDER = ("isaaclab", "jax", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
+# minigrid envs before gymnasium (they are gymnasium envs with a vector reward / a text mission);
+# EnvPool pools before gymnasium too (gymnasium VectorEnvs that reset on the next step), ManiSkill's
+# envs before torch and gymnasium (its vector env has the torch protocol's shape, its bare env gymnasium's).
+# "foreign" first of all: envs that have a backend's shape but an auto-reset none handles (PufferLib's
+# vector envs, pre-0.26 gym vector envs), refused with the fix before a backend claims them by their shape.
+WRAP_ORDER = ("foreign", "isaaclab", "jax", "envpool", "maniskill", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
 
 _MODULES = {
     "torch": "gpu_envs.backends.torch",
@@ -43,6 +49,9 @@ _MODULES = {
     "legacy_gym": "gpu_envs.backends.legacy_gym",
     "mo_gymnasium": "gpu_envs.backends.mo_gymnasium",
     "minigrid": "gpu_envs.backends.minigrid",
+    "envpool": "gpu_envs.backends.envpool",
+    "maniskill": "gpu_envs.backends.maniskill",
+    "foreign": "gpu_envs.backends.foreign",  # wrap only: recognises and refuses (see the module)
     "ray": "gpu_envs.backends.ray",  # by name only: make(id, backend="ray"), gpu_envs.wrap_ray
 }
 
@@ -58,6 +67,11 @@ INSTALL_HINTS = {
     "cupy": "pip install 'gpu-envs[cupy]'",
     "torchrl": "pip install 'gpu-envs[torchrl]'",
     "ray": "pip install 'gpu-envs[ray]'",
+    "envpool": "pip install 'gpu-envs[envpool]'",
+    "maniskill": "pip install mani-skill (scripts/simulator_venv.sh maniskill builds a venv with a CPU Vulkan driver)",
+    "mani_skill": "pip install mani-skill (scripts/simulator_venv.sh maniskill builds a venv with a CPU Vulkan driver)",
+    "brax": "pip install brax (scripts/simulator_venv.sh brax builds a venv with Brax and MuJoCo Playground)",
+    "mujoco_playground": "pip install playground (scripts/simulator_venv.sh brax builds a venv with Brax and MuJoCo Playground)",
     "Box2D": "pip install 'gymnasium[box2d]'",
     "mujoco": "pip install 'gymnasium[mujoco]'",
     "ale_py": "pip install 'gymnasium[atari]'",

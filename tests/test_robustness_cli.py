@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpu_envs.cli import main
+from tests.processes import PYTHON_WITH_SIGINT, Lines
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,46 +80,37 @@ def test_an_unexpected_failure_is_one_line_with_the_way_to_the_traceback(capsys,
 # ----------------------------------------------------------------------------- Ctrl-C
 
 
-def _start(*args):
-    return subprocess.Popen(
-        [sys.executable, "-m", "gpu_envs.cli", *args],
+def _interrupt(args, after, delay, limit):
+    """Run ``gpu-envs *args``, send SIGINT ``delay`` s after stderr shows ``after``; ``(proc, out, err)``.
+
+    The child gets Python's Ctrl-C handler even when this suite runs with SIGINT ignored
+    (``PYTHON_WITH_SIGINT``), and every wait has a deadline: a child that never prints
+    ``after`` or never exits fails the test and is killed.
+    """
+    proc = subprocess.Popen(
+        [*PYTHON_WITH_SIGINT, "-m", "gpu_envs.cli", *args],
         cwd=ROOT,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-
-
-def _wait_for(proc, text, limit=120.0):
-    deadline = time.monotonic() + limit
-    seen = []
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line and proc.poll() is not None:
-            break
-        seen.append(line)
-        if text in line:
-            return seen
-    proc.kill()
-    pytest.fail(f"never saw {text!r}: {''.join(seen)}")
-
-
-def _interrupt(args, after, delay, limit):
-    """Run ``gpu-envs *args``, send SIGINT ``delay`` s after stderr shows ``after``; ``(proc, out, err)``."""
-    proc = _start(*args)
+    out, err = Lines(proc.stdout), Lines(proc.stderr)
     try:
-        _wait_for(proc, after, limit=limit)
+        err.wait_for(after, within=limit)
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=limit)
+        proc.wait(timeout=limit)
+        return proc, out.text(within=30), err.text(within=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    return proc, out, err
+            proc.wait(timeout=30)
 
 
 @pytest.mark.slow
+@pytest.mark.sigint
 def test_ctrl_c_during_rollout_prints_the_summary_so_far_and_exits_130():
     proc, out, err = _interrupt(("rollout", "--num-envs", "16", "--steps", "100000000", "--device", "cpu"), "rolling out", 2.0, 120)
     assert proc.returncode == 130, err
@@ -126,6 +118,7 @@ def test_ctrl_c_during_rollout_prints_the_summary_so_far_and_exits_130():
 
 
 @pytest.mark.slow
+@pytest.mark.sigint
 def test_ctrl_c_during_bench_prints_the_finished_benchmarks_and_saves_them(tmp_path):
     path = tmp_path / "partial.json"
     args = ("bench", "--quick", "--only", "overhead,gymnasium", "--json", str(path))

@@ -140,3 +140,45 @@ def test_python_dash_m_gpu_envs_is_the_cli(monkeypatch, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--num-envs must be >= 1, got 0" in err
+
+
+# ------------------------------------------------------ ids whose library is missing or not imported
+
+
+def test_an_id_whose_library_is_missing_is_a_user_error_exit_2(capsys, monkeypatch):
+    from gymnasium.error import DependencyNotInstalled
+
+    import gpu_envs.cli.cmd_rollout as cmd_rollout
+
+    # what gymnasium raises for LunarLander-v3 without Box2D (whether or not Box2D is installed here)
+    def no_box2d(args):
+        raise DependencyNotInstalled('Box2D is not installed, run `pip install "gymnasium[box2d]"`')
+
+    monkeypatch.setattr(cmd_rollout, "make_env", no_box2d)
+    assert main(["rollout", "LunarLander-v3", "--steps", "2", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not installed" in err and "gymnasium[box2d]" in err
+    assert "unexpected error" not in err
+
+    def no_module(args):
+        raise ModuleNotFoundError("No module named 'mujoco'", name="mujoco")
+
+    monkeypatch.setattr(cmd_rollout, "make_env", no_module)
+    assert main(["rollout", "Ant-v5", "--steps", "2", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "'mujoco' is not installed" in err and "gymnasium[mujoco]" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_real_id_needing_box2d_exits_2_in_a_subprocess():
+    import importlib.util
+
+    if importlib.util.find_spec("Box2D") is not None:
+        pytest.skip("Box2D is installed here: LunarLander-v3 runs")
+    out = subprocess.run(
+        [sys.executable, "-m", "gpu_envs.cli", "rollout", "LunarLander-v3", "--steps", "2", "--device", "cpu"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "not installed" in out.stderr and "box2d" in out.stderr.lower() and "Traceback" not in out.stderr
+

@@ -29,13 +29,25 @@ def add_env_arguments(parser: argparse.ArgumentParser, *, num_envs: int, steps: 
 
 
 def make_env(args: argparse.Namespace) -> Any:
-    """``gpu_envs.make`` from the parsed arguments, refusing ``--steps < 1`` first."""
+    """``gpu_envs.make`` from the parsed arguments, refusing ``--steps < 1`` first.
+
+    An id that a package registers on import (``MiniGrid-...``, ``mo-...``, ``ALE/...``:
+    :data:`gpu_envs.factory.REGISTERING_PACKAGES`) gets that package imported first when
+    it is installed, as a script's ``import minigrid`` would; a shell user cannot.
+    """
+    import importlib
+    import importlib.util
+
     import gpu_envs
+    from gpu_envs.factory import registering_package
 
     if args.steps < 1:
         raise gpu_envs.InvalidArgumentError(f"--steps must be >= 1, got {args.steps}.")
     if args.num_envs < 1:
         raise gpu_envs.InvalidArgumentError(f"--num-envs must be >= 1, got {args.num_envs}.")
+    known = registering_package(args.env_id)
+    if known is not None and importlib.util.find_spec(known[0]) is not None:
+        importlib.import_module(known[0])
     return gpu_envs.make(
         args.env_id,
         num_envs=args.num_envs,

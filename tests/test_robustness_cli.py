@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -182,3 +183,58 @@ def test_a_real_id_needing_box2d_exits_2_in_a_subprocess():
     assert out.returncode == 2, out.stderr
     assert "not installed" in out.stderr and "box2d" in out.stderr.lower() and "Traceback" not in out.stderr
 
+
+
+# ---------------------------------------------------------------------------- --record
+
+
+@pytest.mark.slow
+def test_rollout_record_writes_one_whole_episode_of_env_0(tmp_path, capsys):
+    av = pytest.importorskip("av")
+    out = tmp_path / "out.mp4"
+    assert main(["rollout", "CartPole-v1", "--num-envs", "2", "--steps", "80", "--device", "cpu", "--seed", "3", "--record", str(out)]) == 0
+    assert f"recorded 1 episode(s) of env 0: {out}" in capsys.readouterr().err
+    with av.open(str(out)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        assert container.streams.video[0].average_rate == 50  # gymnasium's CartPole render_fps
+    assert len(frames) >= 9 and frames[0].shape == (400, 600, 3)  # a random episode: 8+ steps, + the first frame
+    assert not list(tmp_path.glob("*.partial"))
+
+
+@pytest.mark.slow
+def test_rollout_record_every_m_names_each_episode(tmp_path, capsys):
+    pytest.importorskip("av")
+    out = tmp_path / "v.mp4"
+    assert main(["rollout", "--num-envs", "2", "--steps", "120", "--device", "cpu", "--record", str(out), "--record-every", "2"]) == 0
+    names = sorted(p.name for p in tmp_path.glob("*.mp4"))
+    assert names and all(re.fullmatch(r"v-episode\d+\.mp4", n) and int(n[9:-4]) % 2 == 0 for n in names), names
+    assert f"recorded {len(names)} episode(s)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--record", "out.avi"], "ending in .mp4"),
+        (["--record-every", "2"], "--record-every needs --record"),
+        (["--record", "/no/such/dir/out.mp4"], "does not exist"),
+    ],
+)
+def test_rollout_record_refuses_bad_arguments_before_running(argv, words, capsys):
+    assert main(["rollout", "--steps", "3", "--device", "cpu", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+def test_rollout_record_without_pyav_names_the_extra(monkeypatch, capsys, tmp_path):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_av(name, *args, **kwargs):
+        if name == "av":
+            raise ModuleNotFoundError("No module named 'av'", name="av")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_av)
+    assert main(["rollout", "--steps", "3", "--device", "cpu", "--record", str(tmp_path / "o.mp4")]) == 2
+    assert "pip install 'gpu-envs[video]'" in capsys.readouterr().err

@@ -6,6 +6,8 @@
   :class:`EpisodeStats`, :class:`ObservationNorm`, :class:`RewardScale`,
   :class:`ClipReward`, :class:`ScalarizeReward` (vector rewards of multi-objective envs as
   one number), :class:`ActionRescale`, :class:`ClipAction`.
+* :class:`RecordEpisodes` films whole episodes of chosen rows as mp4 videos (final frame
+  included), every M episodes, at a cost bounded by those rows.
 * :class:`Quarantine` wraps an env so that rows whose observation or reward is not finite
   are ended, reset and counted, sync-free, and the run goes on.
 
@@ -25,6 +27,7 @@ from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.episode_stats import EpisodeStats, EpisodeSummary, completed_episodes
 from gpu_envs.transforms.observation_norm import ObservationNorm
 from gpu_envs.transforms.quarantine import Quarantine, QuarantineLimitError
+from gpu_envs.transforms.record import RecordEpisodes
 from gpu_envs.transforms.reward import ClipReward, RewardScale, ScalarizeReward
 from gpu_envs.transforms.transformed_env import TransformedEnv
 
@@ -39,6 +42,7 @@ __all__ = [
     "ObservationNorm",
     "Quarantine",
     "QuarantineLimitError",
+    "RecordEpisodes",
     "RewardScale",
     "ScalarizeReward",
     "Transform",

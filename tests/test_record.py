@@ -280,3 +280,29 @@ def test_a_gymnasium_env_rgb_array_through_its_pixels_observation(tmp_path):
     want = torch.cat([traj["pixels"][1, first : first + 1], traj["next", "pixels"][1, first : last + 1]]).numpy()
     assert got.shape == want.shape and np.abs(got - want).mean() < 1.0
     assert not math.isnan(got.mean())
+
+
+@pytest.mark.slow
+def test_the_recording_benchmark_runs_and_charges_the_recorders(one_thread):
+    from benchmarks.bench_record import run
+
+    result = run(quick=True, sizes=(8,), rounds=1)
+    rows = {row["contender"]: row for row in result["rows"]}
+    assert set(rows) == {"off", "K=1", "K=4", "K=1 every=10", "K=1 400x600", "floor (K=1)"}
+    assert all(row["us_per_step"] > 0 for row in rows.values())
+
+
+@pytest.mark.slow
+def test_the_example_films_both_envs_and_writes_the_readme_picture(tmp_path, one_thread):
+    from tests.example_files import load_example
+
+    result = load_example("record_video").main(
+        ["--out", str(tmp_path / "videos"), "--png", str(tmp_path / "frames.png"), "--num-envs", "8", "--device", "cpu"]
+    )
+    assert [p.name for p in result["videos"]] == ["CartPole-v1-row0-episode0.mp4", "Pendulum-v1-row0-episode0.mp4"]
+    assert len(decode(result["videos"][1])) == 201  # Pendulum: 200 steps to the time limit, + the first frame
+    png = (tmp_path / "frames.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    with av.open(str(tmp_path / "frames.png")) as container:
+        (frame,) = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert frame.shape == (500, 1108, 3) and frame.std() > 10  # CartPole 600 + gap 8 + Pendulum 500

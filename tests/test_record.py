@@ -116,6 +116,27 @@ def test_an_image_observation_group_is_recorded_with_the_final_frame_every_m_epi
             assert (np.abs(green - e * 60 % 256) < 6).all(), (row, e, green)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("host_knows", [True, False], ids=["host-path", "async-ring-path"])
+def test_torchrl_style_step_then_masked_reset_keeps_every_episode(tmp_path, host_knows):
+    from tensordict import TensorDict
+
+    env = gpu_envs.wrap(ImageCountingEnv(3))
+    rec = RecordEpisodes(tmp_path, rows=[0, 1])
+    env = TransformedEnv(env, rec)
+    td = env.reset()
+    rec._host_knows = host_knows
+    for _ in range(20):
+        td["action"] = torch.zeros(3, dtype=torch.long)
+        td = env.step(td)
+        td = env.reset(td=TensorDict({"_reset": td["next", "done"]}, batch_size=[3]))  # ended rows only
+    videos = rec.close()
+    assert len(videos) >= 6
+    for video in videos:
+        row, e = map(int, re.fullmatch(r"row(\d+)-episode(\d+)\.mp4", video.name).groups())
+        assert _colour_steps(decode(video)) == list(range(episode_length(row, e) + 1)), video.name
+
+
 def test_a_reset_drops_the_episode_in_progress_and_max_videos_stops_recording(tmp_path):
     env = gpu_envs.wrap(ImageCountingEnv(2))
     rec = RecordEpisodes(tmp_path, rows=[1], max_videos=2)

@@ -260,11 +260,16 @@ class RecordEpisodes(Transform):
         self._process(roots, nexts, done, missing)
 
     def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
-        if self._active and getattr(self, "_ring", None) is not None:
-            self._send("reset", {"reset": mask.reshape(-1)[self._index]})
-        elif self._active:  # nothing recorded yet: every row starts afresh
-            for row in self._host:
-                self._drop(row)
+        """The reset rows' episodes in progress are interrupted: not recorded (rows that just ended are not affected)."""
+        if not self._active:
+            return td
+        reset = mask.reshape(-1)[self._index]
+        if self._host_knows:
+            for row, was_reset in zip(self._host, reset.numpy(), strict=True):
+                if was_reset:
+                    self._drop(row)
+        elif self._ring is not None:  # before the first step every row starts afresh anyway
+            self._send("reset", {"reset": reset})
         return td
 
     def _render(self, obs: TensorDictBase, count: int) -> torch.Tensor:

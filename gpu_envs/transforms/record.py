@@ -298,9 +298,9 @@ class RecordEpisodes(Transform):
         for name, value in data.items():
             self._ring[name][slot].copy_(value, non_blocking=cuda)
         event = None
-        if cuda:
+        if cuda:  # recorded on the env device's stream, where the copies were queued
             event = torch.cuda.Event()
-            event.record()
+            event.record(torch.cuda.current_stream(self.device))
         self._slots.append(_Slot(kind, slot, event))
         self._drain(wait=False)
 

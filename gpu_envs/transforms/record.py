@@ -31,6 +31,9 @@ Where frames come from (``render=``):
   (gymnasium renders every sub-env then: that cost is the simulator's);
 * ``None``: the lone image observation group, if there is one.
 
+Frames are drawn from the observations this transform sees: put it before transforms
+that change observations (``ObservationNorm``), i.e. nearer the env.
+
 Cost: K rows rendered (2K frames: the step's input and its result) and copied to the
 host per step, nothing for the other rows; no host sync on the device (the copy goes to
 pinned memory without blocking and is read once it has landed); encoding runs on a

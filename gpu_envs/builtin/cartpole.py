@@ -35,6 +35,7 @@ from gymnasium.vector.utils import batch_space
 
 from gpu_envs.builtin.base import BatchedTorchEnv
 from gpu_envs.builtin.draw_pool import DrawPool
+from gpu_envs.builtin.render import render_cartpole
 
 __all__ = ["CartPoleEnv"]
 
@@ -146,6 +147,16 @@ class CartPoleEnv(BatchedTorchEnv):
         )
         self._bounds = bounds.expand(n, 4).contiguous()
         self._reward_shape = ((n,), (n, 1))  # [N], or [N, 1] in the TensorDict layout
+
+    render_fps = 50  # gymnasium's, for videos of render_observations
+
+    def render_observations(self, obs: torch.Tensor, height: int | None = None, width: int | None = None) -> torch.Tensor:
+        """RGB frames ``uint8 [K, H, W, 3]`` of observations ``[K, obs_dim]`` (any rows: final ones too).
+
+        Drawn as gymnasium draws this env, with torch ops on ``obs.device``; see
+        :mod:`gpu_envs.builtin.render`. The hook :class:`~gpu_envs.transforms.RecordEpisodes` uses.
+        """
+        return render_cartpole(obs, height, width)
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:

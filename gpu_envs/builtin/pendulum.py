@@ -35,6 +35,7 @@ from gymnasium.vector.utils import batch_space
 
 from gpu_envs.builtin.base import BatchedTorchEnv
 from gpu_envs.builtin.draw_pool import DrawPool
+from gpu_envs.builtin.render import render_pendulum
 
 __all__ = ["PendulumEnv"]
 
@@ -109,6 +110,16 @@ class PendulumEnv(BatchedTorchEnv):
         self._k_sin = 3 * self.g / (2 * self.l) * self.dt
         self._k_u = 3.0 / (self.m * self.l**2) * self.dt
         self._zero = torch.zeros((), dtype=f32, device=dev)
+
+    render_fps = 30  # gymnasium's, for videos of render_observations
+
+    def render_observations(self, obs: torch.Tensor, height: int | None = None, width: int | None = None) -> torch.Tensor:
+        """RGB frames ``uint8 [K, H, W, 3]`` of observations ``[K, obs_dim]`` (any rows: final ones too).
+
+        Drawn as gymnasium draws this env, with torch ops on ``obs.device``; see
+        :mod:`gpu_envs.builtin.render`. The hook :class:`~gpu_envs.transforms.RecordEpisodes` uses.
+        """
+        return render_pendulum(obs, height, width)
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:

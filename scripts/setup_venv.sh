@@ -23,4 +23,9 @@ if [[ ",$extras," == *",jax,"* ]]; then
     # install it without its dependencies (jax and flax come from the jax extra).
     "${pip[@]}" install -c "$root/constraints-ci.txt" --no-deps gymnax
 fi
+if [[ ",$extras," == *",rl_games,"* ]]; then
+    # rl-games' metadata caps psutil < 6 although it never imports psutil (installing it normally would
+    # downgrade psutil): install it without its dependencies; the rl_games extra brings those it imports.
+    "${pip[@]}" install -c "$root/constraints-ci.txt" --no-deps rl-games
+fi
 echo "$venv"

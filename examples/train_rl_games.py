@@ -123,6 +123,7 @@ def train(num_envs: int = 256, epochs: int = 50, device: str = "cpu", seed: int 
         if exact:
             vec_env.bootstrap_from(runner)
         runner.run({"train": True, "play": False})
+        observer.algo.writer.close()  # rl_games leaves its TensorBoard writer open
     final = evaluate(vec_env, observer.algo)
     vec_env.close()
     return {"returns": observer.returns, "final": final}

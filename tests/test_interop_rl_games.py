@@ -64,6 +64,7 @@ def agent_on(vec, tmp_path, *, central_value: bool = False, value_bootstrap: boo
     with contextlib.redirect_stdout(io.StringIO()):
         runner.load({"params": params})
         agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
+    agent.writer.close()  # rl_games' TensorBoard writer (unused here; rl_games never closes it)
     return runner, agent
 
 
@@ -228,10 +229,12 @@ def test_a_runner_hooks_the_agent_it_builds(tmp_path):
     def spy(frames, agent, *args, **kwargs):
         original(frames, agent, *args, **kwargs)
         seen.append(agent.rewards_shaper)
+        built.append(agent)
 
-    vec.set_train_info = spy
+    vec.set_train_info, built = spy, []
     with contextlib.redirect_stdout(io.StringIO()):
         runner.run({"train": True, "play": False})
+    built[0].writer.close()
     assert seen and all(type(s).__name__ == "_ExactBootstrap" and s.vec is vec for s in seen)
 
 

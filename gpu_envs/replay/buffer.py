@@ -1,16 +1,18 @@
 """``ReplayBuffer``: transitions of ``N`` envs kept on the device, sampled uniformly with exact n-step targets.
 
 Storage is one ring of ``H = capacity // N`` steps per env (``[N, H, ...]`` per entry):
-``extend`` writes whole columns (one per step, every env at once) with at most two
-slice copies, and keeps the steps of each env in time order, which is what an n-step
-target needs. Nothing in ``extend`` or ``sample`` waits for the device: the write
-position and the fill level follow from the shapes alone, sampling indices are drawn on
-the device, and gathers use integer indices.
+``extend`` writes whole columns (one per step, every env at once) with one fused copy
+(two where the ring wraps), and keeps the steps of each env in time order, which is what
+an n-step target needs. The end flags live packed in one ``[N, H, 4]`` tensor (done,
+terminated, truncated, and "ends": done, or the next stored step does not continue this
+one), so a sample reads them with one gather. Nothing in ``extend`` or ``sample`` waits
+for the device: the write position and the fill level follow from the shapes alone,
+sampling indices are drawn on the device, and gathers use integer indices.
 
 Continuity: each extend is taken to continue the previous one (``collect()`` resumes the
 env where it stopped). Where it does not -- the first observation of a row differs from
 that row's last stored next observation (after ``env.reset()``, or data of other envs) --
-the stored step is marked as a new start, and no n-step window runs across it.
+no n-step window runs across the seam.
 
 Example::
 
@@ -27,13 +29,13 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError
-from gpu_envs.contract.keys import NEXT
-from gpu_envs.replay.layout import Key, Layout
-from gpu_envs.replay.n_step import discounted_sum, included_steps
+from gpu_envs.contract.keys import NEXT, REWARD
+from gpu_envs.replay.layout import FLAG_KEYS, Key, Layout
+from gpu_envs.replay.n_step import discount_table, window_targets
 
 __all__ = ["ReplayBuffer"]
 
-STARTS_NEW = ("_starts_new",)  # [N, H] bool: this step does not continue the previous stored one
+DONE, TERMINATED, TRUNCATED, ENDS = range(4)  # columns of the packed flags
 
 
 class ReplayBuffer:
@@ -51,8 +53,8 @@ class ReplayBuffer:
     (or the true final observation where the episode ended within ``n`` steps),
     ``"reward"`` (discounted sum of the rewards up to there), ``"terminated"``,
     ``"truncated"``, ``"done"`` (of the last step taken), ``"discount"`` (``gamma ** steps
-    taken``, 0 where terminated) and the last step's other ``"next"`` entries
-    (``"final_obs_missing"``, infos), and ``"steps"`` (how many were taken, ``[B, 1]``).
+    taken``, 0 where terminated), ``"steps"`` (how many were taken, ``[B, 1]``) and the
+    last step's other ``"next"`` entries (``"final_obs_missing"``, infos).
     ``target = reward + discount * Q(next)``.
     """
 
@@ -64,10 +66,11 @@ class ReplayBuffer:
         self.num_envs: int | None = None
         self.steps_per_env: int | None = None  # H
         self._layout: Layout | None = None
-        self._storage: dict[Key, torch.Tensor] = {}
+        self._storage: dict[Key, torch.Tensor] = {}  # key -> [N, H, ...], flags excluded
+        self._flags: torch.Tensor | None = None  # [N, H, 4] bool: DONE, TERMINATED, TRUNCATED, ENDS
         self._cursor = 0  # the column the next step goes to
         self._written = 0  # steps written per env, ever
-        self._offsets: dict[int, torch.Tensor] = {}  # arange(n) per n_step, on the device
+        self._tables: dict[tuple[int, float], tuple[torch.Tensor, torch.Tensor]] = {}  # (n, gamma) -> offsets, powers
 
     # ------------------------------------------------------------------ size
     def __len__(self) -> int:
@@ -105,12 +108,15 @@ class ReplayBuffer:
                 )
             self._layout.check(data, dims)
         steps = 1 if dims == 1 else data.batch_size[1]
-        column = (lambda v: v.unsqueeze(1)) if dims == 1 else (lambda v: v)
-        values = {key: column(data.get(key)) for key in self._layout.leaves}
-        if not self._layout.has_done:
-            values[(NEXT, "done")] = values[(NEXT, "terminated")] | values[(NEXT, "truncated")]
-        values[STARTS_NEW] = self._starts_new(values, steps)
-        self._write(values, steps)
+        values = {key: data.get(key) for key in self._layout.leaves}
+        if dims == 1:
+            values = {key: value.unsqueeze(1) for key, value in values.items()}
+        terminated, truncated = values.pop((NEXT, "terminated")), values.pop((NEXT, "truncated"))
+        done = values.pop((NEXT, "done"), None)
+        done = terminated | truncated if done is None else done
+        flags = torch.cat((done, terminated, truncated, done), dim=-1)  # ENDS: done, until the next extend says more
+        self._mark_seam(values)
+        self._write(values, flags, steps)
 
     def _allocate(self, data: TensorDictBase, dims: int) -> None:
         n = data.batch_size[0]
@@ -120,43 +126,46 @@ class ReplayBuffer:
                 f"capacity={self.capacity} holds less than one step of {n} envs; give at least {n} "
                 "(a buffer keeps capacity // num_envs steps of every env)."
             )
-        self._layout = Layout.of(data, dims)
-        self.num_envs, self.steps_per_env = n, horizon
-        self.device = data.device if self.device is None else self.device
-        if self.device is None:
-            self.device = data.get(self._layout.observation_keys[0]).device
-        for key, (shape, dtype) in self._layout.leaves.items():
-            self._storage[key] = torch.empty((n, horizon, *shape), dtype=dtype, device=self.device)
-        if not self._layout.has_done:
-            self._storage[(NEXT, "done")] = torch.empty((n, horizon, 1), dtype=torch.bool, device=self.device)
-        self._storage[STARTS_NEW] = torch.empty((n, horizon), dtype=torch.bool, device=self.device)
+        layout = Layout.of(data, dims)
+        device = self.device or data.device or data.get(layout.observation_keys[0]).device
+        self._layout, self.num_envs, self.steps_per_env, self.device = layout, n, horizon, device
+        for key, (shape, dtype) in layout.leaves.items():
+            if key not in FLAG_KEYS:
+                self._storage[key] = torch.empty((n, horizon, *shape), dtype=dtype, device=device)
+        self._flags = torch.zeros((n, horizon, 4), dtype=torch.bool, device=device)
 
-    def _starts_new(self, values: dict[Key, torch.Tensor], steps: int) -> torch.Tensor:
-        """``[N, T]`` bool: the first column starts anew unless it continues the last stored step (device-side)."""
-        flags = torch.zeros((self.num_envs, steps), dtype=torch.bool, device=self.device)
+    def _mark_seam(self, values: dict[Key, torch.Tensor]) -> None:
+        """Where a row's new first step does not start from its last stored next observation, that step ENDS a window.
+
+        On the device: the last stored column's ENDS flag becomes ``done | (obs != last next obs)``.
+        """
         if self._written == 0:
-            flags[:, 0] = True
-            return flags
+            return
         last = (self._cursor - 1) % self.steps_per_env
-        same = ~self._storage[(NEXT, "done")][:, last].reshape(self.num_envs)
+        n = self.num_envs
+        differs = None
         for key in self._layout.observation_keys:
-            first = values[key][:, 0].to(self.device).reshape(self.num_envs, -1)
-            arrived = self._storage[(NEXT, *key)][:, last].reshape(self.num_envs, -1)
-            same = same & (first == arrived).all(dim=1)
-        flags[:, 0] = ~same
-        return flags
+            first = values[key][:, 0].to(self.device).reshape(n, -1)
+            arrived = self._storage[(NEXT, *key)][:, last].reshape(n, -1)
+            mismatch = (first != arrived).any(dim=1)
+            differs = mismatch if differs is None else differs | mismatch
+        ends = self._flags[:, last, ENDS]
+        ends.copy_(ends | differs)
 
-    def _write(self, values: dict[Key, torch.Tensor], steps: int) -> None:
+    def _write(self, values: dict[Key, torch.Tensor], flags: torch.Tensor, steps: int) -> None:
         horizon = self.steps_per_env
         skip = max(steps - horizon, 0)  # more steps than the ring holds: the oldest ones never land
         start = (self._cursor + skip) % horizon
         count = steps - skip
         first = min(count, horizon - start)
-        for key, value in values.items():
-            target = self._storage[key]
-            target[:, start : start + first].copy_(value[:, skip : skip + first], non_blocking=True)
-            if first < count:  # wraps around
-                target[:, : count - first].copy_(value[:, skip + first :], non_blocking=True)
+        targets = [self._storage[key] for key in values] + [self._flags]
+        sources = [*values.values(), flags]
+        parts = [(start, skip, first)] + ([(0, skip + first, count - first)] if first < count else [])  # wraps
+        for at, begin, length in parts:
+            torch._foreach_copy_(
+                [target[:, at : at + length] for target in targets],
+                [source[:, begin : begin + length].to(self.device, non_blocking=True) for source in sources],
+            )
         self._cursor = (self._cursor + steps) % horizon
         self._written += steps
 
@@ -171,8 +180,7 @@ class ReplayBuffer:
         """
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidArgumentError(f"batch_size must be an int >= 1, got {batch_size!r}.")
-        if len(self) == 0:
-            raise InvalidArgumentError("the buffer is empty: extend it with transitions before sampling.")
+        self._require_data()
         if generator is not None and generator.device.type != self.device.type:
             raise InvalidArgumentError(
                 f"the generator lives on {generator.device}, the buffer on {self.device}: build it with "
@@ -190,51 +198,64 @@ class ReplayBuffer:
         """
         if isinstance(n_step, bool) or not isinstance(n_step, int) or n_step < 1:
             raise InvalidArgumentError(f"n_step must be an int >= 1, got {n_step!r}.")
-        if not (isinstance(gamma, (int, float)) and 0.0 <= gamma <= 1.0):
+        if isinstance(gamma, bool) or not (isinstance(gamma, (int, float)) and 0.0 <= gamma <= 1.0):
             raise InvalidArgumentError(f"gamma must be a number in [0, 1], got {gamma!r}.")
-        if len(self) == 0:
-            raise InvalidArgumentError("the buffer is empty: extend it with transitions before sampling.")
-        horizon, filled, layout = self.steps_per_env, self._filled, self._layout
+        self._require_data()
+        horizon, filled = self.steps_per_env, self._filled
         env, position = env.to(self.device), position.to(self.device)
-        offsets = self._offsets.get(n_step)
-        if offsets is None:
-            offsets = self._offsets[n_step] = torch.arange(n_step, device=self.device)
+        offsets, powers = self._table(n_step, float(gamma))
         ahead = position.unsqueeze(1) + offsets  # [B, n]: steps after the oldest kept one
-        slots = (self._cursor - filled + ahead) % horizon
-        flat = env.unsqueeze(1) * horizon + slots  # [B, n] rows of the [N * H] storage
-        window = flat.reshape(-1)
-        b = env.shape[0]
-
-        def steps_of(key: Key) -> torch.Tensor:
-            value = self._storage[key]
-            return value.reshape(-1, *value.shape[2:]).index_select(0, window).reshape(b, n_step, *value.shape[2:])
-
-        included = included_steps(
-            steps_of((NEXT, "done")).reshape(b, n_step), steps_of(STARTS_NEW), ahead < filled
-        )
-        reward, taken = discounted_sum(steps_of((NEXT, "reward")), included, float(gamma))
-        last = flat.gather(1, (taken - 1).unsqueeze(1)).squeeze(1)
-        first = flat[:, 0]
-
-        def at(key: Key, rows: torch.Tensor) -> torch.Tensor:
-            value = self._storage[key]
-            return value.reshape(-1, *value.shape[2:]).index_select(0, rows)
-
-        out = TensorDict({}, batch_size=[b], device=self.device)
-        for key in layout.leaves:
-            if key[0] != NEXT:
-                out.set(key, at(key, first))
-            elif key != (NEXT, "reward"):
-                out.set(key, at(key, last))
-        if not layout.has_done:
-            out.set((NEXT, "done"), at((NEXT, "done"), last))
-        out.set((NEXT, "reward"), reward)
-        terminated = out.get((NEXT, "terminated"))
-        discount = (float(gamma) ** taken.to(reward.dtype)).reshape(b, *([1] * (terminated.dim() - 1)))
-        out.set((NEXT, "discount"), torch.where(terminated, torch.zeros_like(discount), discount))
-        out.set((NEXT, "steps"), taken.reshape(b, 1))
-        return out
+        rows = env.unsqueeze(1) * horizon + (ahead + (self._cursor - filled)) % horizon  # [B, n] of the [N * H] rows
+        flags = self._flags.view(-1, 4)
+        reward = self._storage[(NEXT, REWARD)]
+        reward = reward.view(-1, *reward.shape[2:])
+        if n_step == 1:
+            first = last = rows[:, 0]
+            summed, taken = reward.index_select(0, first), torch.ones_like(first)
+        else:
+            window = flags.index_select(0, rows.view(-1)).view(*rows.shape, 4)
+            rewards = reward.index_select(0, rows.view(-1)).view(*rows.shape, *reward.shape[1:])
+            goes_on = ~window[:, :-1, ENDS] & (ahead[:, 1:] < filled)  # step k + 1 follows step k
+            summed, taken = window_targets(rewards, goes_on, powers)
+            first, last = rows[:, 0], rows.gather(1, (taken - 1).unsqueeze(1)).squeeze(1)
+        last_flags = flags.index_select(0, last)
+        terminated = last_flags[:, TERMINATED : TERMINATED + 1]
+        discount = discount_table(powers, taken, terminated).to(summed.dtype)
+        root: dict = {}
+        nxt: dict = {
+            "reward": summed,
+            "done": last_flags[:, DONE : DONE + 1],
+            "terminated": terminated,
+            "truncated": last_flags[:, TRUNCATED : TRUNCATED + 1],
+            "discount": discount,
+            "steps": taken.unsqueeze(1),
+        }
+        for key, value in self._storage.items():
+            if key == (NEXT, REWARD):
+                continue
+            at = last if key[0] == NEXT else first
+            place, path = (nxt, key[1:]) if key[0] == NEXT else (root, key)
+            for name in path[:-1]:
+                place = place.setdefault(name, {})
+            place[path[-1]] = value.view(-1, *value.shape[2:]).index_select(0, at)
+        root[NEXT] = nxt
+        return TensorDict(root, batch_size=[env.shape[0]], device=self.device)
 
     def empty(self) -> None:
         """Forget every stored transition (the storage stays allocated)."""
         self._cursor = self._written = 0
+
+    # ------------------------------------------------------------------ helpers
+    def _require_data(self) -> None:
+        if len(self) == 0:
+            raise InvalidArgumentError("the buffer is empty: extend it with transitions before sampling.")
+
+    def _table(self, n_step: int, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(arange(n), gamma ** arange(n + 1))`` on the device, made once per ``(n, gamma)``."""
+        table = self._tables.get((n_step, gamma))
+        if table is None:
+            dtype = self._storage[(NEXT, REWARD)].dtype
+            k = torch.arange(n_step + 1, device=self.device, dtype=torch.float64)
+            powers = torch.full_like(k, gamma).pow(k).to(dtype)  # made on the device: no host copy
+            table = self._tables[(n_step, gamma)] = (torch.arange(n_step, device=self.device), powers)
+        return table

@@ -9,7 +9,8 @@ step's), and reads:
 * observation keys: the keys present both at the root and under ``"next"`` (other than the
   reward and the done flags): ``"observation"``, or Isaac Lab's groups;
 * ``("next", "reward")``, ``("next", "terminated")``, ``("next", "truncated")`` and
-  ``"action"``, which must be there; ``("next", "done")`` is their ``|`` when absent.
+  ``"action"``, which must be there; ``("next", "done")`` is their ``|`` when absent. The
+  three flags are bool ``[.., 1]`` per step (the buffer keeps them packed).
 
 Example::
 
@@ -30,6 +31,7 @@ from gpu_envs.contract.keys import ACTION, DONE_KEYS, NEXT, REWARD
 
 Key = tuple[str, ...]
 REQUIRED = ((ACTION,), (NEXT, REWARD), (NEXT, "terminated"), (NEXT, "truncated"))
+FLAG_KEYS = ((NEXT, "done"), (NEXT, "terminated"), (NEXT, "truncated"))  # bool [.., 1], kept packed
 
 
 def as_key(key: Any) -> Key:
@@ -60,6 +62,12 @@ class Layout:
                 f"a replay buffer stores transitions, which need {[k if len(k) > 1 else k[0] for k in REQUIRED]}; "
                 f"this TensorDict lacks {missing}. Extend it with collect()'s output or env.step(td)'s result."
             )
+        for key in FLAG_KEYS:
+            if key in leaves and leaves[key] != (torch.Size([1]), torch.bool):
+                raise InvalidArgumentError(
+                    f"{key} must be bool with one column per transition ([N, 1] per step), as gpu_envs' envs give; "
+                    f"got shape {tuple(leaves[key][0])} and dtype {leaves[key][1]}."
+                )
         skip = {REWARD, *DONE_KEYS, "final_obs_missing"}
         observation_keys = tuple(
             key[1:] for key in leaves if key[0] == NEXT and key[1] not in skip and key[1:] in leaves

@@ -1,10 +1,9 @@
 """n-step targets from ``n`` consecutive stored transitions, stopping where an episode ended.
 
-For a window of ``n`` transitions following one start (``[B, n]`` tensors, step 0 = the
-start), step ``k`` belongs to the n-step transition when every earlier step went on: it did
-not end (``done``), the stored data continues (``starts_new`` is False: the transition was
-taken from where the previous one arrived) and it exists (``in_range``: not past the
-newest stored step). Then, with ``m`` the steps taken (at least 1)::
+For a window of ``n`` transitions following one start (step 0 = the start), step ``k + 1``
+belongs to the n-step transition when step ``k`` did and went on: it did not end and the
+stored data continues from it (``goes_on[:, k]``, which also says the step exists: not
+past the newest stored one). Then, with ``m`` the steps taken (at least 1)::
 
     reward   = sum_{k < m} gamma**k * r_k
     discount = gamma**m, 0 where step m-1 terminated
@@ -16,27 +15,33 @@ device, no host sync.
 
 Example::
 
-    included = included_steps(done, starts_new, in_range)
-    reward, taken = discounted_sum(rewards, included, gamma=0.99)
+    powers = 0.99 ** torch.arange(n + 1.0)
+    reward, taken = window_targets(rewards, goes_on, powers)       # [B, *R], [B]
+    discount = discount_table(powers, taken, terminated)           # [B, 1]
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-__all__ = ["discounted_sum", "included_steps"]
-
-
-def included_steps(done: torch.Tensor, starts_new: torch.Tensor, in_range: torch.Tensor) -> torch.Tensor:
-    """``[B, n]`` bool: step ``k`` is part of the window (step 0 always is)."""
-    goes_on = ~done[:, :-1] & ~starts_new[:, 1:] & in_range[:, 1:]  # [B, n - 1]: step k+1 follows step k
-    first = torch.ones_like(done[:, :1])
-    return torch.cat([first, goes_on], dim=1).to(torch.uint8).cumprod(dim=1).bool()
+__all__ = ["discount_table", "window_targets"]
 
 
-def discounted_sum(rewards: torch.Tensor, included: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sum_k gamma**k * r_k over the included steps, number of steps taken)`` for ``[B, n, *R]`` rewards."""
-    n = rewards.shape[1]
-    powers = gamma ** torch.arange(n, device=rewards.device, dtype=rewards.dtype)
-    weights = (powers * included.to(rewards.dtype)).reshape(*included.shape, *([1] * (rewards.dim() - 2)))
-    return (rewards * weights).sum(dim=1), included.sum(dim=1)
+def window_targets(rewards: torch.Tensor, goes_on: torch.Tensor, powers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sum_k gamma**k * r_k over the steps taken, steps taken)`` for ``[B, n, *R]`` rewards.
+
+    ``goes_on`` is ``[B, n - 1]`` bool (step ``k + 1`` follows step ``k``); ``powers`` holds
+    ``gamma ** k`` for ``k = 0..n`` (at least the first ``n``).
+    """
+    b, n = rewards.shape[:2]
+    alive = goes_on.to(rewards.dtype).cumprod(dim=1)  # [B, n - 1]: step k + 1 is taken
+    weights = F.pad(alive, (1, 0), value=1.0) * powers[:n]  # [B, n]
+    summed = torch.bmm(weights.unsqueeze(1), rewards.reshape(b, n, -1)).reshape(b, *rewards.shape[2:])
+    return summed, alive.sum(dim=1).long() + 1
+
+
+def discount_table(powers: torch.Tensor, taken: torch.Tensor, terminated: torch.Tensor) -> torch.Tensor:
+    """``gamma ** taken`` as ``[B, 1]``, 0 where ``terminated`` (``[B, 1]`` bool)."""
+    discount = powers.index_select(0, taken).unsqueeze(1)
+    return torch.where(terminated, torch.zeros_like(discount), discount)

@@ -82,9 +82,9 @@ def test_env_info_follows_isaac_labs_wrapper(vec_env):
 def test_time_out_targets_use_isaac_labs_true_final_observations(vec_env, tmp_path):
     from rl_games.torch_runner import Runner
 
-    runner = Runner()
+    runner, params = Runner(), isaac_params(vec_env, tmp_path)
     with contextlib.redirect_stdout(io.StringIO()):
-        runner.load({"params": isaac_params(vec_env, tmp_path)})
+        runner.load({"params": params})
         agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
     agent.writer.close()  # rl_games' TensorBoard writer (unused by a rollout; rl_games never closes it)
     vec_env.bootstrap_from(agent)
@@ -114,7 +114,7 @@ def test_time_out_targets_use_isaac_labs_true_final_observations(vec_env, tmp_pa
     assert truncated.sum() >= NUM_ENVS // 4, "the rollout covered time-outs"
     with torch.no_grad():
         v_final = agent.get_values({"obs": torch.stack(finals).flatten(0, 1)}).view(truncated.shape)
-    scale = runner.params["config"]["reward_shaper"]["scale_value"]
+    scale = params["config"]["reward_shaper"]["scale_value"]  # Isaac Lab's: 0.1
     exact = scale * torch.stack(rewards) + agent.gamma * torch.where(truncated, v_final, 0.0)
     stored = agent.experience_buffer.tensor_dict["rewards"][..., 0]
     torch.testing.assert_close(stored, exact, rtol=1e-5, atol=1e-5)

@@ -211,3 +211,18 @@ def test_bootstrap_from_refuses_unsupported_agents():
     with pytest.raises(gpu_envs.InvalidArgumentError, match="another env adapter"):
         other.bootstrap_from(agent)
 
+
+
+def test_dict_groups_get_their_final_observations_flattened_as_skrl_reads_them():
+    """Isaac Lab's manager env: the "critic" group is a Dict of terms; its final values reach record_transition."""
+    from tests.isaac_fakes import FakeIsaacManagerEnv
+
+    env = to_skrl(gpu_envs.wrap(FakeIsaacManagerEnv(N, compute_final_obs=True)))
+    env._bootstrap = True  # what bootstrap_from switches on (the agent's side is tested above)
+    env.reset()
+    for _ in range(3):  # every first episode ends at step 3
+        obs, _, terminated, truncated, _ = env.step(torch.zeros(N, 1))
+    assert (terminated | truncated).all()
+    assert env.final_observations[:, 2].tolist() == [3.0] * N and obs[:, 2].tolist() == [0.0] * N  # s_T, then reset
+    assert env.final_states.shape == env.state().shape == (N, 4)
+    assert torch.equal(env.final_states[:, :3], env.final_observations)  # the Dict's terms, sorted: counts, progress

@@ -93,5 +93,10 @@ def final_observation(nxt: TensorDictBase, root: TensorDictBase, key: Any) -> to
     missing = nxt.get(FINAL_OBS_MISSING, None)
     if missing is None:
         return value
-    mask = missing.reshape(missing.shape[0], *([1] * (value.dim() - 1)))
-    return torch.where(mask, root.get(key), value)
+
+    def swap(final: torch.Tensor, reset: torch.Tensor) -> torch.Tensor:
+        return torch.where(missing.reshape(missing.shape[0], *([1] * (final.dim() - 1))), reset, final)
+
+    if isinstance(value, TensorDictBase):  # a Dict group (Isaac Lab's non-concatenated terms)
+        return value.apply(swap, root.get(key))
+    return swap(value, root.get(key))

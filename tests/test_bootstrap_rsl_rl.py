@@ -176,3 +176,19 @@ def test_episode_length_buf_refuses_counts_outside_the_episode():
     own = to_rsl_rl(gpu_envs.make("Pendulum-v1", num_envs=2, device="cpu", backend="gymnasium"), 50)
     with pytest.raises(gpu_envs.InvalidArgumentError, match=r"in \[0, 49\]"):
         own.episode_length_buf = torch.tensor([-1, 3])
+
+
+def test_bootstrapping_steps_never_sync():
+    """What the env side adds per step while bootstrapping (rows, final observations) waits for nothing."""
+    from tests.sync_guard import no_sync
+
+    vec = to_rsl_rl(gpu_envs.make("Pendulum-v1", num_envs=8, device="cpu", seed=0, max_episode_steps=5))
+    runner = OnPolicyRunner(vec, train_cfg(), log_dir=None, device="cpu")
+    vec.bootstrap_from(runner)
+    vec.step(torch.zeros(8, 1))  # the first step validates (allowed to sync)
+    exact = torch.zeros((), dtype=torch.long)
+    with no_sync():
+        for _ in range(12):
+            vec.step(torch.rand(8, 1) * 4 - 2)
+            exact += vec.exact_time_outs.sum()
+    assert exact.item() == 16 and vec.final_observations["policy"].shape == (8, 3)

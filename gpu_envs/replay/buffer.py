@@ -3,9 +3,9 @@
 Storage is one ring of ``H = capacity // N`` steps per env (``[N, H, ...]`` per entry):
 ``extend`` writes whole columns (one per step, every env at once) with one fused copy
 (two where the ring wraps), and keeps the steps of each env in time order, which is what
-an n-step target needs. The end flags live packed in one ``[N, H, 4]`` tensor (done,
+an n-step target needs. The end flags live packed in one ``[N, H, 4]`` uint8 tensor (done,
 terminated, truncated, and "ends": done, or the next stored step does not continue this
-one), so a sample reads them with one gather. Nothing in ``extend`` or ``sample`` waits
+one), read as one int32 per step, so a sample gathers them with one 1-D gather. Nothing in ``extend`` or ``sample`` waits
 for the device: the write position and the fill level follow from the shapes alone,
 sampling indices are drawn on the device, and gathers use integer indices.
 
@@ -67,7 +67,9 @@ class ReplayBuffer:
         self.steps_per_env: int | None = None  # H
         self._layout: Layout | None = None
         self._storage: dict[Key, torch.Tensor] = {}  # key -> [N, H, ...], flags excluded
-        self._flags: torch.Tensor | None = None  # [N, H, 4] bool: DONE, TERMINATED, TRUNCATED, ENDS
+        self._rows: dict[Key, torch.Tensor] = {}  # the same memory as [N * H] rows (1-D for one value per step)
+        self._flags: torch.Tensor | None = None  # [N, H, 4] uint8: DONE, TERMINATED, TRUNCATED, ENDS
+        self._flag_words: torch.Tensor | None = None  # the flags of each step as one int32: [N * H]
         self._cursor = 0  # the column the next step goes to
         self._written = 0  # steps written per env, ever
         self._tables: dict[tuple[int, float], tuple[torch.Tensor, torch.Tensor]] = {}  # (n, gamma) -> offsets, powers
@@ -131,8 +133,11 @@ class ReplayBuffer:
         self._layout, self.num_envs, self.steps_per_env, self.device = layout, n, horizon, device
         for key, (shape, dtype) in layout.leaves.items():
             if key not in FLAG_KEYS:
-                self._storage[key] = torch.empty((n, horizon, *shape), dtype=dtype, device=device)
-        self._flags = torch.zeros((n, horizon, 4), dtype=torch.bool, device=device)
+                self._storage[key] = storage = torch.empty((n, horizon, *shape), dtype=dtype, device=device)
+                # one value per step gathers fastest as a 1-D tensor
+                self._rows[key] = storage.view(-1) if shape.numel() == 1 else storage.view(n * horizon, *shape)
+        self._flags = torch.zeros((n, horizon, 4), dtype=torch.uint8, device=device)
+        self._flag_words = self._flags.view(torch.int32).view(-1)
 
     def _mark_seam(self, values: dict[Key, torch.Tensor]) -> None:
         """Where a row's new first step does not start from its last stored next observation, that step ENDS a window.
@@ -150,7 +155,7 @@ class ReplayBuffer:
             mismatch = (first != arrived).any(dim=1)
             differs = mismatch if differs is None else differs | mismatch
         ends = self._flags[:, last, ENDS]
-        ends.copy_(ends | differs)
+        ends.copy_(ends | differs.to(torch.uint8))
 
     def _write(self, values: dict[Key, torch.Tensor], flags: torch.Tensor, steps: int) -> None:
         horizon = self.steps_per_env
@@ -188,7 +193,8 @@ class ReplayBuffer:
             )
         filled = self._filled
         index = torch.randint(len(self), (batch_size,), device=self.device, generator=generator)
-        return self.gather(index // filled, index % filled, n_step=n_step, gamma=gamma)
+        env = index // filled
+        return self.gather(env, index - env * filled, n_step=n_step, gamma=gamma)
 
     def gather(self, env: torch.Tensor, position: torch.Tensor, n_step: int = 1, gamma: float = 0.99) -> TensorDict:
         """The n-step transitions starting at ``position`` (0 = the oldest step kept) of rows ``env``.
@@ -204,21 +210,24 @@ class ReplayBuffer:
         horizon, filled = self.steps_per_env, self._filled
         env, position = env.to(self.device), position.to(self.device)
         offsets, powers = self._table(n_step, float(gamma))
-        ahead = position.unsqueeze(1) + offsets  # [B, n]: steps after the oldest kept one
-        rows = env.unsqueeze(1) * horizon + (ahead + (self._cursor - filled)) % horizon  # [B, n] of the [N * H] rows
-        flags = self._flags.view(-1, 4)
-        reward = self._storage[(NEXT, REWARD)]
-        reward = reward.view(-1, *reward.shape[2:])
+        oldest = (self._cursor - filled) % horizon
+        slot = (position + oldest) % horizon  # [B]
+        first = env * horizon + slot  # rows of the [N * H] storage
+        reward = self._rows[(NEXT, REWARD)]
         if n_step == 1:
-            first = last = rows[:, 0]
-            summed, taken = reward.index_select(0, first), torch.ones_like(first)
+            last = first
+            summed, taken = self._take(reward, first), torch.ones_like(first)
         else:
-            window = flags.index_select(0, rows.view(-1)).view(*rows.shape, 4)
-            rewards = reward.index_select(0, rows.view(-1)).view(*rows.shape, *reward.shape[1:])
-            goes_on = ~window[:, :-1, ENDS] & (ahead[:, 1:] < filled)  # step k + 1 follows step k
-            summed, taken = window_targets(rewards, goes_on, powers)
-            first, last = rows[:, 0], rows.gather(1, (taken - 1).unsqueeze(1)).squeeze(1)
-        last_flags = flags.index_select(0, last)
+            ahead = slot.unsqueeze(1) + offsets  # [B, n]; past the ring's end it wraps to its start:
+            rows = first.unsqueeze(1) + offsets - horizon * (ahead >= horizon) if n_step <= horizon else (
+                env.unsqueeze(1) * horizon + ahead % horizon
+            )
+            window = self._flag_words.index_select(0, rows.view(-1)).view(torch.uint8).view(*rows.shape, 4)
+            goes_on = (window[:, :-1, ENDS] == 0) & (position.unsqueeze(1) + offsets[1:] < filled)
+            summed, taken = window_targets(self._take(reward, rows.view(-1)).view(*rows.shape, -1), goes_on, powers)
+            summed = summed.view(-1, *self._storage[(NEXT, REWARD)].shape[2:])
+            last = rows.gather(1, (taken - 1).unsqueeze(1)).squeeze(1)
+        last_flags = self._flag_words.index_select(0, last).view(torch.uint8).view(-1, 4).bool()
         terminated = last_flags[:, TERMINATED : TERMINATED + 1]
         discount = discount_table(powers, taken, terminated).to(summed.dtype)
         root: dict = {}
@@ -230,14 +239,14 @@ class ReplayBuffer:
             "discount": discount,
             "steps": taken.unsqueeze(1),
         }
-        for key, value in self._storage.items():
+        for key, value in self._rows.items():
             if key == (NEXT, REWARD):
                 continue
             at = last if key[0] == NEXT else first
             place, path = (nxt, key[1:]) if key[0] == NEXT else (root, key)
             for name in path[:-1]:
                 place = place.setdefault(name, {})
-            place[path[-1]] = value.view(-1, *value.shape[2:]).index_select(0, at)
+            place[path[-1]] = self._take(value, at).view(-1, *self._storage[key].shape[2:])
         root[NEXT] = nxt
         return TensorDict(root, batch_size=[env.shape[0]], device=self.device)
 
@@ -246,6 +255,10 @@ class ReplayBuffer:
         self._cursor = self._written = 0
 
     # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _take(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        return rows.index_select(0, index)
+
     def _require_data(self) -> None:
         if len(self) == 0:
             raise InvalidArgumentError("the buffer is empty: extend it with transitions before sampling.")

@@ -8,9 +8,10 @@ and the trainer's own stored value target (its return) of every truncated step i
 compared with the exact one, ``r + gamma * V(s_T)``, evaluated with the same critic
 (snapshot taken before the rollout) on the true final observation that gpu_envs recorded.
 Reported: the mean absolute error, with the library's default and with gpu_envs'
-``bootstrap_from``, next to the mean |V| for scale. The Isaac Lab / mjlab tiers are not
-run here (they need their own venvs); the Isaac Lab tier checks the same targets exactly
-(tests/isaaclab/test_rl_games.py).
+``bootstrap_from``, next to the mean |V| for scale. Where isaaclab is importable (run it
+with the Isaac Lab tier's venv, ``scripts/isaaclab_venv.sh``), Isaac Lab's direct cartpole
+(``compute_final_obs``) gets rsl_rl and rl_games rows too; trainers missing from the venv
+get a row that says so. mjlab is not covered here.
 
 Part 2, learning. rsl_rl's PPO on Pendulum-v1 cut at 50 steps (a time-out every 50 steps
 on every row), library default vs ``bootstrap_from``, over several seeds; the final policy
@@ -22,6 +23,7 @@ Run::
     python -m benchmarks.bench_bootstrap                 # ~10 min on 2 loaded CPU cores
     python -m benchmarks.bench_bootstrap --quick         # a smoke run (tests use it)
     python -m benchmarks.bench_bootstrap --json benchmarks/results/bootstrap.json
+    $(scripts/isaaclab_venv.sh | tail -n 1)/bin/python -m benchmarks.bench_bootstrap --errors-only   # + Isaac Lab
 """
 
 from __future__ import annotations
@@ -60,15 +62,16 @@ def example(name: str) -> ModuleType:
 class Recorder:
     """Spies on ``env.step_and_maybe_reset``: the true next/final observation, reward and truncation of each step."""
 
-    def __init__(self, env: Any) -> None:
-        self.env, self.steps = env, []
+    def __init__(self, env: Any, obs_key: str) -> None:
+        self.env, self.obs_key, self.steps = env, obs_key, []
         self._step = env.step_and_maybe_reset
         env.step_and_maybe_reset = self
 
     def __call__(self, td):
         td, root = self._step(td)
         nxt = td["next"]
-        self.steps.append((nxt["observation"].clone(), nxt["reward"].view(-1).clone(), nxt["truncated"].view(-1).clone()))
+        observation = nxt[self.obs_key].clone()
+        self.steps.append((observation, nxt["reward"].view(-1).clone(), nxt["truncated"].view(-1).clone()))
         return td, root
 
     def stack(self, last: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -80,10 +83,47 @@ class Recorder:
         del self.env.step_and_maybe_reset
 
 
-def near_time_limit(env: Any, steps: int) -> None:
-    """Start every row's step counter within ``steps`` of the limit, so each times out in the next rollout."""
-    builtin = env.backend.env  # the built-in torch env: its step counter decides truncation
-    builtin.elapsed_steps = builtin.max_episode_steps - torch.randint(1, steps, (env.num_envs,))
+class Builtin:
+    """A built-in env id: a fresh env per run; its step counter (``elapsed_steps``) decides truncation."""
+
+    obs_key, clip = "observation", None
+
+    def __init__(self, env_id: str) -> None:
+        self.name = env_id
+        self.discrete = env_id.startswith("CartPole")
+
+    def make(self, num_envs: int, seed: int, **kwargs: Any) -> Any:
+        return gpu_envs.make(self.name, num_envs=num_envs, device="cpu", seed=seed, **kwargs)
+
+    @staticmethod
+    def near_time_limit(env: Any, steps: int) -> None:
+        """Start every row's step counter within ``steps`` of the limit, so each times out in the next rollout."""
+        builtin = env.backend.env
+        builtin.elapsed_steps = builtin.max_episode_steps - torch.randint(1, steps, (env.num_envs,))
+
+
+class IsaacCartpole:
+    """Isaac Lab's direct cartpole on the CPU with ``compute_final_obs`` (one simulation per process: built once)."""
+
+    name, obs_key, discrete = "Isaac-Cartpole-Direct", "policy", False
+    clip = (5.0, 1.0)  # Isaac Lab's rl_games config: clip_observations, clip_actions
+    _env: Any = None
+
+    def make(self, num_envs: int, seed: int, **kwargs: Any) -> Any:
+        if IsaacCartpole._env is None:
+            import gymnasium
+
+            from tests.isaaclab.cartpoles import adopt, direct_cfg  # the tier's CPU configuration and assets
+
+            cfg = direct_cfg(num_envs=num_envs, compute_final_obs=True)
+            cfg.episode_length_s = 2.0
+            IsaacCartpole._env = adopt(lambda: gpu_envs.wrap(gymnasium.make("Isaac-Cartpole-Direct", cfg=cfg)))
+        return IsaacCartpole._env
+
+    @staticmethod
+    def near_time_limit(env: Any, steps: int) -> None:
+        base = env.backend.base
+        base.episode_length_buf[:] = base.max_episode_length - torch.randint(1, steps, (env.num_envs,))
 
 
 def target_error(returns: torch.Tensor, exact: torch.Tensor, truncated: torch.Tensor, values: torch.Tensor) -> dict:
@@ -111,13 +151,13 @@ RSL_RL_CFG = {
 }
 
 
-def rsl_rl_runner(env_id: str, num_envs: int, steps: int, seed: int, exact: bool, **make: Any):
+def rsl_rl_runner(source: Any, num_envs: int, steps: int, seed: int, exact: bool, **make: Any):
     from rsl_rl.runners import OnPolicyRunner
 
     from gpu_envs.interop import to_rsl_rl
 
     torch.manual_seed(seed)
-    vec = to_rsl_rl(gpu_envs.make(env_id, num_envs=num_envs, device="cpu", seed=seed, **make))
+    vec = to_rsl_rl(source.make(num_envs, seed, **make))
     with contextlib.redirect_stdout(io.StringIO()):
         runner = OnPolicyRunner(vec, {**copy.deepcopy(RSL_RL_CFG), "num_steps_per_env": steps}, log_dir=None)
     if exact:
@@ -125,14 +165,14 @@ def rsl_rl_runner(env_id: str, num_envs: int, steps: int, seed: int, exact: bool
     return vec, runner
 
 
-def rsl_rl_error(env_id: str, exact: bool, quick: bool, seed: int = 0) -> dict:
+def rsl_rl_error(source: Any, exact: bool, quick: bool, seed: int = 0) -> dict:
     n, steps = (32, 16) if quick else (128, 32)
-    vec, runner = rsl_rl_runner(env_id, n, steps, seed, exact)
+    vec, runner = rsl_rl_runner(source, n, steps, seed, exact)
     with contextlib.redirect_stdout(io.StringIO()):
         runner.learn(2 if quick else 15, init_at_random_ep_len=True)  # a critic worth the name
         critic = copy.deepcopy(runner.alg.critic)
-        near_time_limit(vec.env, steps)
-        recorder = Recorder(vec.env)
+        source.near_time_limit(vec.env, steps)
+        recorder = Recorder(vec.env, source.obs_key)
         runner.learn(1)
     recorder.close()
     final, reward, truncated = recorder.stack(steps)
@@ -144,7 +184,7 @@ def rsl_rl_error(env_id: str, exact: bool, quick: bool, seed: int = 0) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- skrl
-def skrl_error(env_id: str, mode: str, quick: bool, seed: int = 0) -> dict:
+def skrl_error(source: Any, mode: str, quick: bool, seed: int = 0) -> dict:
     """``mode``: "default" (time_limit_bootstrap=False), "time_limit_bootstrap" (skrl's option) or "exact"."""
     from skrl.agents.torch.ppo import PPO, PPO_CFG
     from skrl.memories.torch import RandomMemory
@@ -153,10 +193,10 @@ def skrl_error(env_id: str, mode: str, quick: bool, seed: int = 0) -> dict:
 
     from gpu_envs.interop import to_skrl
 
-    discrete = env_id.startswith("CartPole")
+    discrete = source.discrete
     n, steps = (32, 16) if quick else (128, 32)
     torch.manual_seed(seed)
-    env = to_skrl(gpu_envs.make(env_id, num_envs=n, device="cpu", seed=seed))
+    env = to_skrl(source.make(n, seed))
 
     def net(n_out: int) -> torch.nn.Module:
         return torch.nn.Sequential(
@@ -207,8 +247,8 @@ def skrl_error(env_id: str, mode: str, quick: bool, seed: int = 0) -> dict:
     with contextlib.redirect_stdout(io.StringIO()):
         train(2 if quick else 15)
         value = copy.deepcopy(agent.value)
-        near_time_limit(env.env, steps)
-        recorder = Recorder(env.env)
+        source.near_time_limit(env.env, steps)
+        recorder = Recorder(env.env, source.obs_key)
         train(1)
     recorder.close()
     final, reward, truncated = recorder.stack(steps)
@@ -220,15 +260,18 @@ def skrl_error(env_id: str, mode: str, quick: bool, seed: int = 0) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- rl_games
-def rl_games_error(env_id: str, exact: bool, quick: bool, seed: int = 0) -> dict:
+def rl_games_error(source: Any, exact: bool, quick: bool, seed: int = 0) -> dict:
     from rl_games.torch_runner import Runner
 
     from gpu_envs.interop import to_rl_games
 
-    discrete = env_id.startswith("CartPole")
+    discrete = source.discrete
     n, steps = (32, 16) if quick else (128, 32)
     torch.manual_seed(seed)
-    vec = to_rl_games(gpu_envs.make(env_id, num_envs=n, device="cpu", seed=seed), name="bench_bootstrap")
+    clip_obs, clip_actions = source.clip or (None, None)
+    vec = to_rl_games(
+        source.make(n, seed), name="bench_bootstrap", clip_observations=clip_obs, clip_actions=clip_actions
+    )
     params = copy.deepcopy(example("train_rl_games").PARAMS)
     params["seed"] = seed
     params["config"].update(
@@ -249,12 +292,14 @@ def rl_games_error(env_id: str, exact: bool, quick: bool, seed: int = 0) -> dict
         agent.obs = agent.env_reset()
         for _ in range(2 if quick else 15):  # rl_games' own epochs: a critic worth the name
             agent.train_epoch()
-        near_time_limit(vec.env, steps)
-        recorder = Recorder(vec.env)
+        source.near_time_limit(vec.env, steps)
+        recorder = Recorder(vec.env, source.obs_key)
         with torch.no_grad():
             batch = agent.play_steps()
     recorder.close()
     final, reward, truncated = recorder.stack(steps)
+    if clip_obs is not None:
+        final = final.clamp(-clip_obs, clip_obs)  # what the adapter hands rl_games
     with torch.no_grad():
         v = agent.get_values({"obs": final.flatten(0, 1)}).view(steps, n)
     scale = params["config"]["reward_shaper"]["scale_value"]
@@ -264,27 +309,39 @@ def rl_games_error(env_id: str, exact: bool, quick: bool, seed: int = 0) -> dict
 
 
 def error_rows(quick: bool) -> list[dict]:
-    """One row per (trainer, env): the MAE of its time-out targets with the library default and with bootstrap_from."""
-    cases: list[tuple[str, str, Callable[[bool], dict]]] = [
-        ("rsl_rl PPO", "Pendulum-v1", lambda exact: rsl_rl_error("Pendulum-v1", exact, quick))
-    ]
-    for env_id in ("Pendulum-v1", "CartPole-v1"):
-        cases += [
-            ("rl_games PPO", env_id, lambda exact, env_id=env_id: rl_games_error(env_id, exact, quick)),
-            ("skrl PPO", env_id, lambda exact, env_id=env_id: skrl_error(env_id, "exact" if exact else "default", quick)),
-            (
-                "skrl PPO time_limit_bootstrap",
-                env_id,
-                lambda exact, env_id=env_id: skrl_error(env_id, "exact" if exact else "time_limit_bootstrap", quick),
-            ),
-        ]
+    """One row per (trainer, env): the MAE of its time-out targets with the library default and with bootstrap_from.
+
+    Built-in Pendulum-v1 and CartPole-v1 always; Isaac Lab's direct cartpole where isaaclab is installed
+    (run this from the tier's venv); a trainer that is not installed gets a row that says so.
+    """
+    sources: list[Any] = [Builtin("Pendulum-v1"), Builtin("CartPole-v1")]
+    if importlib.util.find_spec("isaaclab") is not None:
+        sources.append(IsaacCartpole())
+    cases: list[tuple[str, str, Any, Callable[[bool], dict]]] = []
+    for source in sources:
+        if not source.discrete:
+            cases.append(("rsl_rl PPO", "rsl_rl", source, lambda exact, s=source: rsl_rl_error(s, exact, quick)))
+        cases.append(("rl_games PPO", "rl_games", source, lambda exact, s=source: rl_games_error(s, exact, quick)))
+        if isinstance(source, Builtin):
+            cases += [
+                ("skrl PPO", "skrl", source, lambda exact, s=source: skrl_error(s, "exact" if exact else "default", quick)),
+                (
+                    "skrl PPO time_limit_bootstrap",
+                    "skrl",
+                    source,
+                    lambda exact, s=source: skrl_error(s, "exact" if exact else "time_limit_bootstrap", quick),
+                ),
+            ]
     rows = []
-    for trainer, env_id, measure in cases:
+    for trainer, library, source, measure in cases:
+        if importlib.util.find_spec(library) is None:
+            rows.append({"trainer": trainer, "env": source.name, "mae_default": "n/a", "mae_exact": f"{library} not installed"})
+            continue
         default, exact = measure(False), measure(True)
         rows.append(
             {
                 "trainer": trainer,
-                "env": env_id,
+                "env": source.name,
                 "time_outs": default["time_outs"],
                 "mean_abs_v": default["mean_abs_v"],
                 "mae_default": f"{default['mae']:.4f}",
@@ -313,7 +370,7 @@ def evaluate_pendulum(policy: Callable[[TensorDict], torch.Tensor], seed: int) -
 
 def learning_run(seed: int, exact: bool, quick: bool, limit: int) -> float:
     n, steps, iterations = (32, 16, 3) if quick else (128, 32, 30)
-    _, runner = rsl_rl_runner("Pendulum-v1", n, steps, seed, exact, max_episode_steps=limit)
+    _, runner = rsl_rl_runner(Builtin("Pendulum-v1"), n, steps, seed, exact, max_episode_steps=limit)
     with contextlib.redirect_stdout(io.StringIO()):
         runner.learn(iterations, init_at_random_ep_len=True)
     return evaluate_pendulum(runner.get_inference_policy(), seed=10_000 + seed)
@@ -354,19 +411,19 @@ ERROR_COLUMNS = [
 LEARNING_COLUMNS = [("variant", "variant"), ("seeds", "seeds"), ("final_return", "final return"), ("per_seed", "per seed")]
 
 
-def run(quick: bool = False, seeds: int | None = None, limit: int = 50) -> dict:
+def run(quick: bool = False, seeds: int | None = None, limit: int = 50, learning: bool = True) -> dict:
     torch.set_num_threads(1)
     seeds = seeds or (2 if quick else 5)
-    errors = error_rows(quick)
-    learning, verdict = learning_rows(quick, seeds, limit)
-    return {
-        "errors": {"title": "value targets of truncated steps vs r + gamma * V(s_T) (same critic)", "rows": errors},
-        "learning": {
+    result = {"errors": {"title": "value targets of truncated steps vs r + gamma * V(s_T) (same critic)"}}
+    result["errors"]["rows"] = error_rows(quick)
+    if learning:
+        rows, verdict = learning_rows(quick, seeds, limit)
+        result["learning"] = {
             "title": f"rsl_rl PPO, Pendulum-v1 cut at {limit} steps; final return on the 200-step task",
-            "rows": learning,
+            "rows": rows,
             "verdict": verdict,
-        },
-    }
+        }
+    return result
 
 
 def main() -> None:
@@ -374,13 +431,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny runs (a smoke test, not a measurement)")
     parser.add_argument("--seeds", type=int, default=None, help="learning runs per variant (default 5; 2 quick)")
     parser.add_argument("--limit", type=int, default=50, help="Pendulum's time limit in the learning runs")
+    parser.add_argument("--errors-only", action="store_true", help="the target errors only, no learning runs")
     parser.add_argument("--json", default=None, help="where to save the numbers")
     args = parser.parse_args()
-    result = run(args.quick, args.seeds, args.limit)
+    result = run(args.quick, args.seeds, args.limit, learning=not args.errors_only)
     print(format_table(result["errors"]["title"], result["errors"]["rows"], ERROR_COLUMNS))
-    print()
-    print(format_table(result["learning"]["title"], result["learning"]["rows"], LEARNING_COLUMNS))
-    print(result["learning"]["verdict"])
+    if "learning" in result:
+        print()
+        print(format_table(result["learning"]["title"], result["learning"]["rows"], LEARNING_COLUMNS))
+        print(result["learning"]["verdict"])
     save_json(args.json, {"benchmark": "bootstrap", "device": "cpu", **result})
 
 

@@ -11,7 +11,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bash scripts/setup_venv.sh test,jax,torchrl,sb3,gym,mo,minigrid,plot,video,rsl_rl,skrl,envpool,ray,puffer >/dev/null
+bash scripts/setup_venv.sh test,jax,torchrl,sb3,gym,mo,minigrid,plot,video,rsl_rl,skrl,rl_games,envpool,ray,puffer >/dev/null
 .venv/bin/ruff check gpu_envs tests benchmarks examples scripts
 .venv/bin/python -m pytest -m "slow or not slow" "$@"
 isaac_venv="$(bash scripts/isaaclab_venv.sh | tail -n 1)"

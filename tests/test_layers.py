@@ -34,8 +34,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry points and tools", ("gpu_envs", "gpu_envs.__main__", "gpu_envs.factory", "gpu_envs.registry", "gpu_envs.cli", "gpu_envs.check")),
     # to_torchrl, to_sb3, ...: another library's env type around a BatchedEnv
     ("interop", ("gpu_envs.interop",)),
-    # collect() with its buffer, loop, cache, compiled and CUDA-graph paths, GAE; multi-process collection
-    ("rollout / distributed", ("gpu_envs.rollout", "gpu_envs.distributed")),
+    # collect() with its buffer, loop, cache, compiled and CUDA-graph paths, GAE; multi-process collection;
+    # the off-policy replay buffer
+    ("rollout / distributed", ("gpu_envs.rollout", "gpu_envs.distributed", "gpu_envs.replay")),
     # TensorDict -> TensorDict modules and TransformedEnv
     ("transforms", ("gpu_envs.transforms",)),
     # BatchedEnv and the one step path it runs

@@ -59,8 +59,9 @@ step's results in the TensorDict layout may also define::
   observations (ended rows then get placeholders).
 
 Nothing is swapped, reshaped or or-ed after it: the torch backend calls it instead of
-``step`` whenever it exists (torch envs only, not with ``copy_buffers=True``), and the
-plain ``step`` keeps its gymnasium shape for everyone else. Every returned tensor must
+``step`` whenever it exists (torch envs only, not with ``copy_buffers=True``), and hands
+it to ``BatchedEnv`` to call directly (``Backend.transition``); the plain ``step`` keeps
+its gymnasium shape for everyone else. Every returned tensor must
 be fresh (never written again by the env), as for ``step``. A subclass that overrides
 ``step`` (and not ``step_transition``) is stepped through its ``step``, so the override
 is never bypassed.
@@ -78,12 +79,12 @@ from typing import Any
 
 import torch
 
-from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.backends.base import NO_INFO, Backend, RawStep
 from gpu_envs.backends.common import (
-    NO_INFO,
     check_same_step,
     claim_simulator,
     env_device,
+    flag_columns,
     flatten_obs,
     innermost,
     observation_spec_from_space,
@@ -96,6 +97,7 @@ from gpu_envs.contract.errors import (
     ObservationError,
     RolloutError,
 )
+from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite, Spec, spec_from_gym
 from gpu_envs.utils.arguments import as_bool, as_int, keywords_of
@@ -153,9 +155,23 @@ def final_obs_in(info: Mapping | None) -> tuple[str, Any, Any]:
 
 
 class TorchVectorBackend(Backend):
-    """Backend over any env following the torch vector env protocol (module docstring)."""
+    """Backend over any env following the torch vector env protocol (module docstring).
+
+    A step is one of three named ways of calling the env, chosen when what decides it
+    is known (the framework at the first reset, reuse detection after the first calls),
+    never per step: :meth:`_step_transition` (the env's ``step_transition``, already in
+    the RawStep layout: the built-in envs), :meth:`_step_vector` (its gymnasium-shaped
+    ``step``) or :meth:`_step_foreign` (an env speaking CuPy/JAX/Warp/numpy arrays,
+    through DLPack); while reuse of output buffers is being decided,
+    :meth:`_step_deciding` wraps the chosen one. Each returns RawStep's eight fields;
+    ``step`` makes them a :class:`RawStep` and :meth:`transition` hands the chosen one to
+    the env to call directly (``direct_transition``).
+    """
 
     name = "torch"
+    # info["final_obs"] (or ManiSkill3's final_observation) from the env when it keeps them, placeholders otherwise
+    final_obs_kind = (FinalObsKind.SIMULATOR, FinalObsKind.PLACEHOLDER)
+    direct_transition = True
 
     def __init__(
         self,
@@ -192,6 +208,7 @@ class TorchVectorBackend(Backend):
         self.action_spec = action_spec or spec_from_gym(env.single_action_space, device=self.device)
         self.info_spec = Composite({}, device=self.device)
         self.supports_partial_reset = bool(getattr(env, "supports_reset_mask", False))
+        self._reward_shape = (self.num_envs, 1)
         # copy_buffers None: detect in-place rewrites from the first calls, then copy if found
         self.copy_buffers = copy_buffers is True
         self._reuse = None if copy_buffers else ReuseDetector(self.describe(), refuse=copy_buffers is False)
@@ -210,8 +227,8 @@ class TorchVectorBackend(Backend):
         self.trusted_outputs = type(env) in BUILTIN_ENVS.values()
         if self.trusted_outputs:
             self._reuse = None
-        # step's one test: True while the framework is unknown or foreign, or reuse is still being decided
-        self._slow = True
+            self.final_obs_kind = FinalObsKind.SIMULATOR if env.expose_final_obs else FinalObsKind.PLACEHOLDER
+        self._choose_stepper()
 
     def describe(self) -> str:
         return f"torch({type(self.env).__name__})"
@@ -224,66 +241,95 @@ class TorchVectorBackend(Backend):
         obs, _info = self.env.reset(seed=seed, options=options)
         if self.framework is None:
             self.framework = framework_of(next(iter(flatten_obs(obs).values())))
+            self._choose_stepper()
         out = self._obs(self._tensors(obs))
         if self._reuse is not None:
             out = self._watch_reset(out)
-        self._slow = self.framework != "torch" or self._reuse is not None
         return out
 
+    # ------------------------------------------------------------------- step
     def step(self, action: torch.Tensor) -> RawStep:
-        if self._slow:
-            return self._step_slow(action)
-        if self._transition is not None:
-            out = self._transition(action)
-            try:
-                obs, reward, terminated, truncated, done, next_obs = out
-            except (TypeError, ValueError):
-                raise self._bad_output("step_transition", out, 6) from None
-            if self._single_tensor_obs and obs.__class__ is torch.Tensor:  # the common case, without the walk
-                obs = {"observation": obs}
-                next_obs = None if next_obs is None else {"observation": next_obs}
-            else:
-                obs = self._obs(obs)
-                next_obs = None if next_obs is None else self._obs(next_obs, "next_obs")
-            return RawStep(obs, reward, terminated, truncated, None, None, NO_INFO, done, next_obs)
+        return RawStep(*self._stepper(action))
+
+    def transition(self) -> Callable[[torch.Tensor], tuple]:
+        """The way of stepping chosen now (class docstring): what :meth:`step` calls, handed to the env."""
+        return self._stepper
+
+    def _choose_stepper(self) -> None:
+        """Bind the way of stepping the env that holds from now on (class docstring)."""
+        if self.framework not in (None, "torch"):
+            plain = self._step_foreign
+        elif self._transition is not None:
+            plain = self._step_transition
+        else:
+            plain = self._step_vector
+        self._plain = plain
+        self._stepper = plain if self._reuse is None else self._step_deciding
+
+    def _step_transition(self, action: torch.Tensor) -> tuple:
+        """The env's ``step_transition``: its outputs are already RawStep's, observations aside."""
+        out = self._transition(action)
+        try:
+            obs, reward, terminated, truncated, done, next_obs = out
+        except (TypeError, ValueError):
+            raise self._bad_output("step_transition", out, 6) from None
+        if reward.dtype is not torch.float32:
+            reward = reward.to(torch.float32)
+        if self._single_tensor_obs and obs.__class__ is torch.Tensor:  # the common case, without the walk
+            return (
+                {"observation": obs},
+                reward,
+                terminated,
+                truncated,
+                done,
+                None if next_obs is None else {"observation": next_obs},
+                None,  # next_obs: the pre-reset observation of every row
+                NO_INFO,
+            )
+        next_obs = None if next_obs is None else self._obs(next_obs, "next_obs")
+        return self._obs(obs), reward, terminated, truncated, done, next_obs, None, NO_INFO
+
+    def _step_vector(self, action: torch.Tensor) -> tuple:
+        """The env's gymnasium-shaped ``step``."""
         out = self.env.step(action)
         try:
             obs, reward, terminated, truncated, info = out
         except (TypeError, ValueError):
             raise self._bad_output("step", out, 5) from None
-        return self._raw_step(obs, reward, terminated, truncated, info)
+        return self._fields(obs, reward, terminated, truncated, info)
 
-    def plain_transition(self) -> Callable[[torch.Tensor], tuple] | None:
-        """The env's ``step_transition`` when a step is that call and nothing else (see ``Backend``).
+    def _step_foreign(self, action: torch.Tensor) -> tuple:
+        """A step of an env that speaks CuPy/JAX/Warp/numpy arrays, through DLPack."""
+        out = self.env.step(from_torch(action, self.framework))
+        try:
+            obs, reward, terminated, truncated, info = out
+        except (TypeError, ValueError):
+            raise self._bad_output("step", out, 5) from None
+        key, final, final_mask = final_obs_in(info)
+        info = {} if final is None else {key: self._tensors(final)}
+        if final_mask is not None:
+            info["_" + key] = to_torch(final_mask, self.device)
+        tensors = (to_torch(x, self.device) for x in (reward, terminated, truncated))
+        return self._fields(self._tensors(obs), *tensors, info)
 
-        That holds for the built-in envs (trusted outputs: fresh tensors in their specs'
-        layout, float32 rewards, no reuse detection) with one ``"observation"`` tensor, once
-        a reset fixed the framework as torch, unless a subclass overrides ``step``.
-        """
-        if (
-            self._slow
-            or self._transition is None
-            or not self.trusted_outputs
-            or not self._single_tensor_obs
-            or type(self).step is not TorchVectorBackend.step
-        ):
-            return None
-        return self._transition
+    def _step_deciding(self, action: torch.Tensor) -> tuple:
+        """One of the first steps (reuse detection): copies handed out; the plain way chosen once decided."""
+        if self._reuse is None:  # decided since the env took this function
+            return self._stepper(action)
+        fields = self._watch_step(self._plain(action))
+        self._choose_stepper()
+        return fields
 
-    def _step_slow(self, action: torch.Tensor) -> RawStep:
-        """A step of an env speaking another framework, or one of the first steps (reuse detection)."""
-        if self.framework != "torch":
-            raw = self._foreign_step(action)
-        else:
-            self._slow = False
-            try:
-                raw = self.step(action)
-            finally:
-                self._slow = True
-        if self._reuse is not None:
-            raw = self._watch_step(raw)
-        self._slow = self.framework != "torch" or self._reuse is not None
-        return raw
+    def _fields(self, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any) -> tuple:
+        """RawStep's fields from the gymnasium-shaped outputs (flat flags, final observations in info)."""
+        key, final, final_mask = final_obs_in(info)
+        if self.copy_buffers:
+            reward, terminated, truncated, final_mask = _copy(reward), _copy(terminated), _copy(truncated), _copy(final_mask)
+        reward, terminated, truncated, done = flag_columns(reward, terminated, truncated, self._reward_shape, self.describe())
+        final_obs = None if final is None else self._obs(final, f"info[{key!r}]")
+        if final_obs is not None and final_mask is None:
+            final_mask = done  # the protocol: the full batch, trusted only on rows that ended
+        return self._obs(obs), reward, terminated, truncated, done, final_obs, final_mask, NO_INFO
 
     def _bad_output(self, call: str, out: Any, want: int) -> BackendError:
         got = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"a {type(out).__name__}"
@@ -307,46 +353,34 @@ class TorchVectorBackend(Backend):
         self._decided()
         return out
 
-    def _watch_step(self, raw: RawStep) -> RawStep:
-        extra = [*(raw.final_obs or {}).values(), *(raw.next_obs or {}).values()]
-        tensors = [*raw.obs.values(), *extra, raw.reward, raw.terminated, raw.truncated, raw.final_mask, raw.done]
+    def _watch_step(self, fields: tuple) -> tuple:
+        obs, reward, terminated, truncated, done, final_obs, final_mask, info = fields
+        tensors = [*obs.values(), *(final_obs or {}).values(), reward, terminated, truncated, done, final_mask]
         if self._reuse.reused("step", tensors):
             self._copy_from_now_on()
-        out = RawStep(
-            obs={key: _copy(value) for key, value in raw.obs.items()},
-            reward=_copy(raw.reward),
-            terminated=_copy(raw.terminated),
-            truncated=_copy(raw.truncated),
-            final_obs=None if raw.final_obs is None else {key: _copy(v) for key, v in raw.final_obs.items()},
-            final_mask=_copy(raw.final_mask),
-            info=raw.info,
-            done=_copy(raw.done),
-            next_obs=None if raw.next_obs is None else {key: _copy(v) for key, v in raw.next_obs.items()},
+        # copies, the done mask kept as the same tensor where it stands for "the ended rows"
+        done_copy = _copy(done)
+        out = (
+            {key: _copy(value) for key, value in obs.items()},
+            _copy(reward),
+            _copy(terminated),
+            _copy(truncated),
+            done_copy,
+            None if final_obs is None else {key: _copy(v) for key, v in final_obs.items()},
+            done_copy if final_mask is done else _copy(final_mask),
+            info,
         )
         self._decided()
         return out
 
     def _copy_from_now_on(self) -> None:
         self.copy_buffers = True
-        self._transition = None  # the fast path hands out the env's own tensors: take the copying one
+        self._transition = None  # step_transition hands out the env's own tensors: take the copying step
 
     def _decided(self) -> None:
         if self.copy_buffers or not self._reuse.deciding:
             self._reuse = None
-
-    def _foreign_step(self, action: torch.Tensor) -> RawStep:
-        """A step of an env that speaks CuPy/JAX/Warp/numpy arrays, through DLPack."""
-        out = self.env.step(from_torch(action, self.framework))
-        try:
-            obs, reward, terminated, truncated, info = out
-        except (TypeError, ValueError):
-            raise self._bad_output("step", out, 5) from None
-        key, final, final_mask = final_obs_in(info)
-        info = {} if final is None else {key: self._tensors(final)}
-        if final_mask is not None:
-            info["_" + key] = to_torch(final_mask, self.device)
-        tensors = (to_torch(x, self.device) for x in (reward, terminated, truncated))
-        return self._raw_step(self._tensors(obs), *tensors, info)
+        self._choose_stepper()
 
     def _tensors(self, obs: Any) -> Any:
         """Observations (a tensor/array, or a dict of them) as torch tensors on the device."""
@@ -355,19 +389,6 @@ class TorchVectorBackend(Backend):
         if isinstance(obs, Mapping):
             return {key: self._tensors(value) for key, value in obs.items()}
         return to_torch(obs, self.device)
-
-    def _raw_step(self, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any) -> RawStep:
-        key, final, final_mask = final_obs_in(info)
-        if self.copy_buffers:
-            reward, terminated, truncated = reward.clone(), terminated.clone(), truncated.clone()
-        return RawStep(
-            obs=self._obs(obs),
-            reward=reward,
-            terminated=terminated,
-            truncated=truncated,
-            final_obs=None if final is None else self._obs(final, f"info[{key!r}]"),
-            final_mask=final_mask,
-        )
 
     def _obs(self, obs: Any, where: str = "observation") -> ObsDict:
         if self._single_tensor_obs and isinstance(obs, torch.Tensor) and not self.copy_buffers:

@@ -330,6 +330,13 @@ class IsaacLabPlugin:
     def can_make(self, env_id: str) -> bool:
         return env_id.startswith("Isaac-") and env_id in self.env_ids()
 
+    def claims(self, env_id: str) -> bool:
+        """Isaac Lab tasks in gymnasium's registry are this backend's alone (``gpu_envs.registry.may_make``)."""
+        import gymnasium as gym
+
+        spec = gym.registry.get(env_id)
+        return spec is not None and is_isaaclab_spec(spec)
+
     def make(
         self,
         env_id: str,

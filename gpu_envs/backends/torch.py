@@ -46,23 +46,30 @@ wrapped, with no numpy and no host synchronisation::
   :mod:`gpu_envs.utils.arrays`). The framework is read once, from the first ``reset``.
 
 Optional fast path (what the built-in envs implement): an env that already holds its
-step's results in the TensorDict layout may also define::
+step's results in the contract's layout may also define::
 
-        def step_transition(self, action) -> (obs, reward, terminated, truncated, done, next_obs): ...
+        def step_transition(self, action) -> (obs, reward, terminated, truncated, done,
+                                              final_obs, final_mask, info): ...
 
-* ``obs`` as in ``step`` (post-reset on ended rows);
-* ``reward`` ``[N, 1]`` float, ``terminated``/``truncated``/``done`` ``[N, 1]`` bool,
+returning the eight fields of a :class:`~gpu_envs.backends.base.RawStep`, in its order
+and with its meaning:
+
+* ``obs``: a dict keyed like the observation spec (``{"observation": tensor}`` for a lone
+  observation; group names, tuple keys for nested groups), post-reset on ended rows;
+* ``reward`` ``[N, 1]`` float32, ``terminated``/``truncated``/``done`` ``[N, 1]`` bool,
   ``done == terminated | truncated``;
-* ``next_obs``: the observation each row reached BEFORE any auto-reset, for every row
-  (the true final observation where an episode ended, the plain next observation
-  elsewhere; same structure as ``obs``), or ``None`` if the env does not keep final
-  observations (ended rows then get placeholders).
+* ``final_obs``: a dict like ``obs`` with the observation each row reached BEFORE any
+  auto-reset, or ``None`` if the env does not keep final observations (ended rows then
+  get placeholders); ``final_mask``: ``None`` when ``final_obs`` is valid on every row
+  (the true final observation where an episode ended, the plain next one elsewhere),
+  else the ``[N]`` bool rows where it is;
+* ``info``: extra numeric entries ``[N, ...]`` (an empty dict when none).
 
-Nothing is swapped, reshaped or or-ed after it: the torch backend calls it instead of
-``step`` whenever it exists (torch envs only, not with ``copy_buffers=True``), and hands
-it to ``BatchedEnv`` to call directly (``Backend.transition``); the plain ``step`` keeps
-its gymnasium shape for everyone else. Every returned tensor must
-be fresh (never written again by the env), as for ``step``. A subclass that overrides
+Nothing is swapped, reshaped or or-ed after it: ``BatchedEnv`` calls it directly as its
+step (``Backend.transition``; torch envs only, not with ``copy_buffers=True``), and the
+plain ``step`` keeps its gymnasium shape for everyone else. Every returned tensor must
+be fresh (never written again by the env), as for ``step``; a user env's outputs are
+checked against its specs on every step (metadata only). A subclass that overrides
 ``step`` (and not ``step_transition``) is stepped through its ``step``, so the override
 is never bypassed.
 
@@ -157,15 +164,15 @@ def final_obs_in(info: Mapping | None) -> tuple[str, Any, Any]:
 class TorchVectorBackend(Backend):
     """Backend over any env following the torch vector env protocol (module docstring).
 
-    A step is one of three named ways of calling the env, chosen when what decides it
-    is known (the framework at the first reset, reuse detection after the first calls),
-    never per step: :meth:`_step_transition` (the env's ``step_transition``, already in
-    the RawStep layout: the built-in envs), :meth:`_step_vector` (its gymnasium-shaped
-    ``step``) or :meth:`_step_foreign` (an env speaking CuPy/JAX/Warp/numpy arrays,
-    through DLPack); while reuse of output buffers is being decided,
-    :meth:`_step_deciding` wraps the chosen one. Each returns RawStep's eight fields;
-    ``step`` makes them a :class:`RawStep` and :meth:`transition` hands the chosen one to
-    the env to call directly (``direct_transition``).
+    A step is one of three ways of calling the env, chosen when what decides it is known
+    (the framework at the first reset, reuse detection after the first calls), never per
+    step: the env's own ``step_transition`` (RawStep's fields already: the built-in
+    envs), :meth:`_step_vector` (its gymnasium-shaped ``step``) or :meth:`_step_foreign`
+    (an env speaking CuPy/JAX/Warp/numpy arrays, through DLPack); while reuse of output
+    buffers is being decided, :meth:`_step_deciding` wraps the chosen one. Each returns
+    RawStep's eight fields; ``step`` makes them a :class:`RawStep` and :meth:`transition`
+    hands the chosen one to the env to call directly (``direct_transition``): for the
+    built-in envs, their ``step_transition`` with nothing in between.
     """
 
     name = "torch"
@@ -249,7 +256,10 @@ class TorchVectorBackend(Backend):
 
     # ------------------------------------------------------------------- step
     def step(self, action: torch.Tensor) -> RawStep:
-        return RawStep(*self._stepper(action))
+        fields = self._stepper(action)
+        if fields.__class__ is not tuple or len(fields) != 8:
+            raise self._bad_output("step_transition", fields, 8)
+        return RawStep(*fields)
 
     def transition(self) -> Callable[[torch.Tensor], tuple]:
         """The way of stepping chosen now (class docstring): what :meth:`step` calls, handed to the env."""
@@ -260,34 +270,11 @@ class TorchVectorBackend(Backend):
         if self.framework not in (None, "torch"):
             plain = self._step_foreign
         elif self._transition is not None:
-            plain = self._step_transition
+            plain = self._transition  # the env's step_transition: RawStep's fields, nothing to add
         else:
             plain = self._step_vector
         self._plain = plain
         self._stepper = plain if self._reuse is None else self._step_deciding
-
-    def _step_transition(self, action: torch.Tensor) -> tuple:
-        """The env's ``step_transition``: its outputs are already RawStep's, observations aside."""
-        out = self._transition(action)
-        try:
-            obs, reward, terminated, truncated, done, next_obs = out
-        except (TypeError, ValueError):
-            raise self._bad_output("step_transition", out, 6) from None
-        if reward.dtype is not torch.float32:
-            reward = reward.to(torch.float32)
-        if self._single_tensor_obs and obs.__class__ is torch.Tensor:  # the common case, without the walk
-            return (
-                {"observation": obs},
-                reward,
-                terminated,
-                truncated,
-                done,
-                None if next_obs is None else {"observation": next_obs},
-                None,  # next_obs: the pre-reset observation of every row
-                NO_INFO,
-            )
-        next_obs = None if next_obs is None else self._obs(next_obs, "next_obs")
-        return self._obs(obs), reward, terminated, truncated, done, next_obs, None, NO_INFO
 
     def _step_vector(self, action: torch.Tensor) -> tuple:
         """The env's gymnasium-shaped ``step``."""
@@ -316,7 +303,10 @@ class TorchVectorBackend(Backend):
         """One of the first steps (reuse detection): copies handed out; the plain way chosen once decided."""
         if self._reuse is None:  # decided since the env took this function
             return self._stepper(action)
-        fields = self._watch_step(self._plain(action))
+        fields = self._plain(action)
+        if fields.__class__ is not tuple or len(fields) != 8:
+            raise self._bad_output("step_transition", fields, 8)
+        fields = self._watch_step(fields)
         self._choose_stepper()
         return fields
 
@@ -336,12 +326,16 @@ class TorchVectorBackend(Backend):
         what = (
             "(obs, reward, terminated, truncated, info), gymnasium >= 0.26's API"
             if want == 5
-            else "(obs, reward, terminated, truncated, done, next_obs)"
+            else "(obs, reward, terminated, truncated, done, final_obs, final_mask, info): a RawStep's fields"
+        )
+        hint = (
+            " An env written for gym < 0.26 returns 4 (obs, reward, done, info): split done into terminated and truncated."
+            if want == 5
+            else " (The old six (obs, reward, terminated, truncated, done, next_obs) are final_obs=next_obs, "
+            "final_mask=None, info={}.)"
         )
         return BackendError(
-            f"{type(self.env).__name__}.{call}() returned {got}; a torch vector env returns the {want} values "
-            f"{what}. An env written for gym < 0.26 returns 4 (obs, reward, done, info): split done into "
-            "terminated and truncated."
+            f"{type(self.env).__name__}.{call}() returned {got}; a torch vector env returns the {want} values {what}.{hint}"
         )
 
     # ------------------------------------------------------- reused output buffers

@@ -199,8 +199,8 @@ class StepChecks:
         transition. No value is read: no host sync.
         """
         meta = self.obs_meta
-        obs, reward, terminated, truncated, done, final_obs = raw[:6]
         try:
+            obs, reward, terminated, truncated, done, final_obs, _, _ = raw
             for key, value in obs.items():
                 shape, dtype = meta[key]
                 if value.shape != shape or value.dtype is not dtype:
@@ -216,6 +216,6 @@ class StepChecks:
                     raise ValueError("flags")
             if reward.dtype is not torch.float32 or reward.shape != self._reward_size:
                 raise ValueError("reward")
-        except (AttributeError, KeyError, ValueError):
+        except (AttributeError, KeyError, TypeError, ValueError):
             self.raw_step(raw)  # says exactly what changed
             raise BackendError(f"{self.backend.describe()} changed its step outputs after the first step.") from None

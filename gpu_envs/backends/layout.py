@@ -92,6 +92,7 @@ class StepLayout:
         self._obs, self._final, self._info = self.slices["obs"], self.slices["final_obs"], self.slices["info"]
         self._reward = self.slices["reward"].start
         self._mask = self.slices["final_mask"].start
+        self._lone = self.obs_keys[0] if len(self.obs_keys) == 1 else None  # one observation key: no zip
 
     def pack(
         self,
@@ -120,13 +121,13 @@ class StepLayout:
         without final observation leaves hands its observations as ``final_obs`` too
         (valid on every row: no row ended, or they were taken before the rows were reset).
         """
-        obs = dict(zip(self.obs_keys, flat[self._obs], strict=True))
-        r = self._reward
+        lone, r = self._lone, self._reward
+        obs = {lone: flat[0]} if lone is not None else dict(zip(self.obs_keys, flat[self._obs], strict=True))
         final_obs = obs if obs_are_final else None
         if self.has_final_obs:
-            leaves = flat[self._final]
-            if leaves[0] is not None:
-                final_obs = dict(zip(self.obs_keys, leaves, strict=True))
+            start = self._final.start
+            if flat[start] is not None:
+                final_obs = {lone: flat[start]} if lone is not None else dict(zip(self.obs_keys, flat[self._final], strict=True))
         final_mask = flat[self._mask] if self.has_final_mask else None
         info = dict(zip(self.info_keys, flat[self._info], strict=True)) if self.info_keys else NO_INFO
         # RawStep(obs, reward, terminated, truncated, done, final_obs, final_mask, info), positionally:

@@ -87,6 +87,7 @@ class FinalObsKind(str, enum.Enum):
 # moves bits, so the result is bit-exact for any dtype.
 _ROW_DTYPES = {2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.complex128}
 ROW_VIEW_MIN_ENVS = 256
+_OBJECT = np.dtype(object)
 
 
 def _row_dtype(shape: torch.Size, dtype: torch.dtype, num_envs: int, device: torch.device) -> torch.dtype | None:
@@ -298,6 +299,7 @@ def final_obs_numpy(
     *,
     read_row: Callable[[Any], Sequence[np.ndarray]] | None = None,
     dtypes: Sequence[np.dtype] | None = None,
+    every_end: bool = False,
 ) -> tuple[list[np.ndarray], np.ndarray | None]:
     """The rule's numpy form: a :class:`~gpu_envs.backends.base.RawStep`'s ``final_obs`` and ``final_mask``.
 
@@ -314,6 +316,9 @@ def final_obs_numpy(
         read_row: an object array entry -> its leaves (one per observation key); ``None``
             for a lone leaf (the entry is the observation itself).
         dtypes: the leaves' dtypes (default: ``obs``'s).
+        every_end: the env is known to give a final observation for exactly the ended
+            rows (gymnasium's own vector envs): ``rows`` is taken as it is, and no mask
+            is made.
 
     Returns:
         ``(final_obs, final_mask)``: fresh leaves holding the final observation on every
@@ -323,13 +328,15 @@ def final_obs_numpy(
         other ended rows).
     """
     dtypes = [leaf.dtype for leaf in obs] if dtypes is None else dtypes
-    out = [np.array(leaf, dtype) for leaf, dtype in zip(obs, dtypes, strict=True)]
+    out = [leaf.copy() if leaf.dtype is dtype else np.array(leaf, dtype) for leaf, dtype in zip(obs, dtypes, strict=True)]
     if final is None:  # the observations are the final ones: fresh copies, valid on every row
         return out, None
-    if isinstance(final, np.ndarray) and final.dtype == object:  # one entry per row, None where absent
+    if rows is not None and rows.__class__ is not np.ndarray:
+        rows = np.asarray(rows, bool)
+    if final.__class__ is np.ndarray and final.dtype is _OBJECT:  # one entry per row, None where absent
         if rows is None:
             rows = np.fromiter((entry is not None for entry in final), bool, len(final))
-        index = np.flatnonzero(rows & done).tolist()  # a loop over the ended rows only
+        index = (rows if every_end else rows & done).nonzero()[0].tolist()  # a loop over the ended rows only
         if read_row is None:  # a lone leaf: the entry is the observation itself
             (dst,) = out
             for i in index:
@@ -339,10 +346,10 @@ def final_obs_numpy(
                 for dst, leaf in zip(out, read_row(final[i]), strict=True):
                     dst[i] = leaf
     else:
-        take = done if rows is None else (np.asarray(rows, bool) & done)
+        take = done if rows is None else rows & done
         for dst, src in zip(out, final, strict=True):
             dst[take] = src[take]
-    if rows is None:
+    if rows is None or every_end:
         return out, None
-    rows = np.asarray(rows, bool) & done
-    return out, None if np.array_equal(rows, done) else rows
+    rows = rows & done
+    return out, None if (rows == done).all() else rows

@@ -300,7 +300,13 @@ class GymnasiumBackend(Backend):
         if self._same_step:
             if "final_obs" in info:  # the env's final observations of the ended rows: the rule's numpy form
                 final, final_mask = final_obs_numpy(
-                    leaves, done, info["final_obs"], info.get("_final_obs"), read_row=self._read_row, dtypes=self._dtypes
+                    leaves,
+                    done,
+                    info["final_obs"],
+                    info.get("_final_obs"),
+                    read_row=self._read_row,
+                    dtypes=self._dtypes,
+                    every_end=self._final_for_every_end,
                 )
         elif done.any():  # the step's observation IS the final one; reset the ended rows (same step)
             final, _ = final_obs_numpy(leaves, done, None, dtypes=self._dtypes)  # copies, before the reset rewrites them

@@ -32,7 +32,7 @@ from gpu_envs.backends.torch import TorchVectorBackend, transition_of
 from gpu_envs.builtin import CartPoleEnv, PendulumEnv
 from gpu_envs.contract.keys import TRANSITION_KEYS, transition_keys
 from gpu_envs.core.env import BatchedEnv
-from gpu_envs.core.step_path import WatchedAdvance
+from gpu_envs.core.step_path import FirstStep, WatchedAdvance
 from gpu_envs.rollout import RolloutBuffer, collect
 from gpu_envs.rollout.cache import collect_cache
 from gpu_envs.rollout.cudagraph import GraphCollector
@@ -130,7 +130,7 @@ def test_the_parts_are_bound_after_the_first_step_and_when_validate_changes():
     env = gpu_envs.make("CartPole-v1", num_envs=4, seed=0)
     path = env._path
     env.reset()
-    assert path.advance == path.first_step and path.check_values is not None  # Discrete values: first step
+    assert isinstance(path.advance, FirstStep) and path.check_values is not None  # Discrete values: first step
     _steps(env, 1)  # the first step validates through the backend's step, then binds the later steps' parts
     assert path.advance == env.backend.transition() and path.check_values is None
     env.validate = True  # every step checks the action's values

@@ -82,6 +82,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import MethodType
 from typing import Any
 
 import torch
@@ -256,25 +257,35 @@ class TorchVectorBackend(Backend):
 
     # ------------------------------------------------------------------- step
     def step(self, action: torch.Tensor) -> RawStep:
-        fields = self._stepper(action)
+        fields = self._step_deciding(action) if self._reuse is not None else self._step_plain(action)
         if fields.__class__ is not tuple or len(fields) != 8:
             raise self._bad_output("step_transition", fields, 8)
         return RawStep(*fields)
 
     def transition(self) -> Callable[[torch.Tensor], tuple]:
-        """The way of stepping chosen now (class docstring): what :meth:`step` calls, handed to the env."""
-        return self._stepper
+        """The way of stepping chosen now (class docstring): what :meth:`step` calls, handed to the env.
+
+        For the built-in envs, their own ``step_transition``. (The functions handed out
+        are made here, not kept: the backend holds no bound method of itself, so a
+        dropped env frees its simulator at once.)
+        """
+        if self._reuse is not None:
+            return MethodType(TorchVectorBackend._step_deciding, self)
+        plain = self._plain
+        return self._transition if plain is None else MethodType(plain, self)
 
     def _choose_stepper(self) -> None:
-        """Bind the way of stepping the env that holds from now on (class docstring)."""
+        """Fix the way of stepping the env that holds from now on (class docstring)."""
         if self.framework not in (None, "torch"):
-            plain = self._step_foreign
+            self._plain = TorchVectorBackend._step_foreign
         elif self._transition is not None:
-            plain = self._transition  # the env's step_transition: RawStep's fields, nothing to add
+            self._plain = None  # the env's step_transition: RawStep's fields, nothing to add
         else:
-            plain = self._step_vector
-        self._plain = plain
-        self._stepper = plain if self._reuse is None else self._step_deciding
+            self._plain = TorchVectorBackend._step_vector
+
+    def _step_plain(self, action: torch.Tensor) -> tuple:
+        plain = self._plain
+        return self._transition(action) if plain is None else plain(self, action)
 
     def _step_vector(self, action: torch.Tensor) -> tuple:
         """The env's gymnasium-shaped ``step``."""
@@ -300,10 +311,10 @@ class TorchVectorBackend(Backend):
         return self._fields(self._tensors(obs), *tensors, info)
 
     def _step_deciding(self, action: torch.Tensor) -> tuple:
-        """One of the first steps (reuse detection): copies handed out; the plain way chosen once decided."""
+        """One of the first steps (reuse detection): copies handed out; the plain way once decided."""
+        fields = self._step_plain(action)
         if self._reuse is None:  # decided since the env took this function
-            return self._stepper(action)
-        fields = self._plain(action)
+            return fields
         if fields.__class__ is not tuple or len(fields) != 8:
             raise self._bad_output("step_transition", fields, 8)
         fields = self._watch_step(fields)
@@ -374,7 +385,6 @@ class TorchVectorBackend(Backend):
     def _decided(self) -> None:
         if self.copy_buffers or not self._reuse.deciding:
             self._reuse = None
-        self._choose_stepper()
 
     def _tensors(self, obs: Any) -> Any:
         """Observations (a tensor/array, or a dict of them) as torch tensors on the device."""

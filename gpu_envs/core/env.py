@@ -56,13 +56,13 @@ from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.backends.base import Backend
 from gpu_envs.backends.common import release_simulator
-from gpu_envs.contract.errors import ClosedEnvError, InvalidArgumentError, ResetMaskError, ResetNeededError
+from gpu_envs.contract.errors import ClosedEnvError, InvalidArgumentError, ResetMaskError
 from gpu_envs.contract.final_obs import FinalObsRule
 from gpu_envs.contract.keys import DONE_KEYS
 from gpu_envs.contract.specs import Binary, Box, Composite
 from gpu_envs.contract.specs.env_specs import BatchedSpecs
 from gpu_envs.core.checks import StepChecks
-from gpu_envs.core.step_path import StepPath
+from gpu_envs.core.step_path import CLOSED, StepPath
 from gpu_envs.utils.arguments import as_bool, as_seed, check_td, optional_seconds
 from gpu_envs.utils.devices import normalize_device, same_device
 from gpu_envs.utils.state_dicts import check_state, prefixed, under
@@ -139,7 +139,7 @@ class BatchedEnv(BatchedSpecs):
             self.device,
         )
         # the one way a step is made: action check, backend advance, final-obs rule, TensorDicts
-        self._path = StepPath(backend, rule, checks, self.batch_size, self.device, self._raise_not_ready)
+        self._path = StepPath(backend, rule, checks, self.batch_size, self.device)
         self._checks = checks
         # state_dict() names of the cached root observations
         self._root_names = {k: "root." + ("/".join(k) if isinstance(k, tuple) else k) for k in rule.keys}
@@ -181,7 +181,8 @@ class BatchedEnv(BatchedSpecs):
             interrupted = guard.interrupted
             if seed is None and self._needs_reset:
                 seed = self._default_seed
-            guard.start("reset")
+            if not guard.held:  # (a first reset that fails leaves the env "never reset", not interrupted)
+                guard.start("reset")
             if interrupted:
                 self.backend.recover()  # e.g. drain or restart async workers left mid-call
             obs = self.backend.reset(seed=seed)
@@ -297,14 +298,6 @@ class BatchedEnv(BatchedSpecs):
         """True after a reset/step that did not finish (an exception or Ctrl-C escaped it), until ``reset()``."""
         return self._path.guard.interrupted and not self._closed
 
-    def _raise_not_ready(self, call: str) -> None:
-        """Why ``call`` cannot run: closed, never reset, a dead backend, or an interrupted call."""
-        self._check_open()
-        if self._needs_reset:
-            raise ResetNeededError(f"{call}() was called before reset(): call env.reset() first.")
-        self.backend.check_usable()  # a backend that knows it is dead says why
-        self._path.guard.refuse(call)
-
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedEnvError("this env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap().")
@@ -350,7 +343,7 @@ class BatchedEnv(BatchedSpecs):
         """Release the backend. Closing twice is harmless."""
         if not self._closed:
             self._closed = True
-            self._path.guard.hold("closed")
+            self._path.guard.hold(CLOSED)
             if self._watchdog is not None:
                 self._watchdog.stop()
             try:

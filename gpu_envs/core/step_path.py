@@ -21,9 +21,9 @@ What differs between backends and moments is decided once, in :meth:`StepPath.bi
 (after construction, after the first step, after a full reset, when ``validate``
 changes), never per step:
 
-* the backend advance: the first step goes through :meth:`StepPath.first_step` (the
-  backend's ``step``, validated field by field by :class:`~gpu_envs.core.checks.StepChecks`,
-  then :meth:`~StepPath.bind` again); later steps call the backend's direct transition
+* the backend advance: the first step goes through :class:`FirstStep` (the backend's
+  ``step``, validated field by field by :class:`~gpu_envs.core.checks.StepChecks`, then
+  :meth:`~StepPath.bind` again); later steps call the backend's direct transition
   where it declares one (``Backend.direct_transition``), else its ``step``; a backend
   that hands on tensors it did not make (``trusted_outputs`` False) gets its outputs'
   metadata compared on every step (:class:`WatchedAdvance`);
@@ -45,15 +45,17 @@ Example::
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from operator import itemgetter
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 import gpu_envs.utils.tensordicts as tds
 from gpu_envs.backends.base import Backend
+from gpu_envs.contract.errors import ClosedEnvError, ResetNeededError
 from gpu_envs.contract.final_obs import FinalObsRule
 from gpu_envs.contract.keys import transition_keys
 from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete
@@ -62,7 +64,11 @@ from gpu_envs.utils.arguments import STEP_CALLS, check_td
 from gpu_envs.utils.call_guard import CallGuard
 from gpu_envs.utils.tensordicts import get_entry, nest, set_entry
 
-__all__ = ["StepPath", "WatchedAdvance"]
+__all__ = ["CLOSED", "NEVER_RESET", "FirstStep", "StepPath", "WatchedAdvance"]
+
+# why the guard is held when no call was interrupted (the env's reasons to refuse every call)
+NEVER_RESET = "never reset"
+CLOSED = "closed"
 
 Advance = Callable[[torch.Tensor], tuple]
 
@@ -87,6 +93,29 @@ class WatchedAdvance:
         return raw
 
 
+class FirstStep:
+    """The first step's advance: the backend's ``step``, checked field by field; then the path's later parts.
+
+    ``done`` is a weak reference to the path's method that binds them (the part holds no
+    strong reference back to its path: a dropped env is freed at once, with its simulator).
+    """
+
+    __slots__ = ("backend", "checks", "done")
+
+    def __init__(self, backend: Backend, checks: StepChecks, done: weakref.WeakMethod) -> None:
+        self.backend = backend
+        self.checks = checks
+        self.done = done
+
+    def __call__(self, action: torch.Tensor) -> tuple:
+        raw = self.backend.step(action)
+        self.checks.raw_step(raw)
+        bind = self.done()
+        if bind is not None:
+            bind()
+        return raw
+
+
 class StepPath:
     """The step of one env, from action to transition (see the module docstring).
 
@@ -95,7 +124,6 @@ class StepPath:
         rule: the final-observation rule (torch form) of the env's observations.
         checks: the env's action and output checks.
         batch_size, device: the env's.
-        describe: ``refuse(call)`` asks this for the error when a call is refused.
 
     Attributes:
         root_obs: the observations the next step acts on (post-reset on ended rows).
@@ -112,16 +140,14 @@ class StepPath:
         checks: StepChecks,
         batch_size: torch.Size,
         device: torch.device,
-        refuse: Callable[[str], None],
     ) -> None:
         self.backend = backend
         self.rule = rule
         self.checks = checks
         self.batch_size = batch_size
         self.device = device
-        self.refuse = refuse
         self.guard = CallGuard("this env")
-        self.guard.hold("reset")  # never reset: refused until the first reset
+        self.guard.hold(NEVER_RESET)  # refused until the first reset
         self.false = torch.zeros(batch_size.numel(), 1, dtype=torch.bool, device=device)
         # the flags of every root: one constant, never written (outputs are read-only)
         self.root_flags = {"done": self.false, "terminated": self.false, "truncated": self.false}
@@ -141,7 +167,7 @@ class StepPath:
         """Choose the parts of the path (module docstring); called whenever what they depend on changes."""
         backend, checks = self.backend, self.checks
         if self.first:
-            self.advance: Advance = self.first_step
+            self.advance: Advance = FirstStep(backend, checks, weakref.WeakMethod(self.first_step_done))
         else:
             direct = backend.transition() if backend.direct_transition else None
             advance = backend.step if direct is None else direct
@@ -156,13 +182,20 @@ class StepPath:
         self.new_td: Callable[..., TensorDict] = tds.new_td if nested else tds.new_flat_td
         self._direct_td = tds.DIRECT  # read the action from a TensorDict's own dict (tensordicts.py knows it)
 
-    def first_step(self, action: torch.Tensor) -> tuple:
-        """The first step's advance: the backend's ``step``, checked field by field; then the later steps' parts."""
-        raw = self.backend.step(action)
-        self.checks.raw_step(raw)
+    def first_step_done(self) -> None:
+        """The first step was validated (:class:`FirstStep`): bind the later steps' parts."""
         self.first = False
         self.bind()
-        return raw
+
+    def refuse(self, call: str) -> NoReturn:
+        """Why ``call`` cannot run: the env was closed or never reset, its backend died, or a call was interrupted."""
+        guard = self.guard
+        if guard.held and guard.pending == CLOSED:
+            raise ClosedEnvError("this env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap().")
+        if guard.held and guard.pending == NEVER_RESET:
+            raise ResetNeededError(f"{call}() was called before reset(): call env.reset() first.")
+        self.backend.check_usable()  # a backend that knows it is dead says why
+        guard.refuse(call)
 
     # ------------------------------------------------------------------- steps
     def action_of(self, td: TensorDictBase) -> torch.Tensor:

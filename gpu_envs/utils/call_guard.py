@@ -33,6 +33,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NoReturn
 
 from gpu_envs.contract.errors import InterruptedStepError
@@ -44,7 +45,8 @@ class CallGuard:
     """The "did a call not finish?" mark of one object (see the module docstring).
 
     Args:
-        owner: how messages name the guarded object (``"this TransformedEnv"``).
+        owner: how messages name the guarded object (``"this TransformedEnv"``), or a
+            function returning it (asked only when a message is written).
 
     Attributes:
         pending: ``None`` when calls may run; else the name of the call in progress (or
@@ -53,7 +55,7 @@ class CallGuard:
 
     __slots__ = ("_held", "owner", "pending")
 
-    def __init__(self, owner: str) -> None:
+    def __init__(self, owner: str | Callable[[], str]) -> None:
         self.owner = owner
         self.pending: str | None = None
         self._held = False
@@ -74,6 +76,11 @@ class CallGuard:
         self._held = True
 
     @property
+    def held(self) -> bool:
+        """True while the owner holds the guard (:meth:`hold`): :attr:`pending` is its reason."""
+        return self._held
+
+    @property
     def interrupted(self) -> bool:
         """True while a call that did not finish is marked (not while held)."""
         return self.pending is not None and not self._held
@@ -91,11 +98,14 @@ class CallGuard:
         """
         why = why or "its state may disagree with the simulator's"
         raise InterruptedStepError(
-            f"interrupted mid-step: call env.reset(). The previous {self.pending}() of {self.owner} did not finish "
+            f"interrupted mid-step: call env.reset(). The previous {self.pending}() of {self._name()} did not finish "
             f"(an exception or Ctrl-C escaped it), so {why}; {call}() is refused until a reset, which resets every "
             "row and makes it usable again."
         )
 
+    def _name(self) -> str:
+        return self.owner if isinstance(self.owner, str) else self.owner()
+
     def __repr__(self) -> str:
         state = "ready" if self.pending is None else ("held: " if self._held else "interrupted in ") + self.pending
-        return f"CallGuard({self.owner}, {state})"
+        return f"CallGuard({self._name()}, {state})"

@@ -213,7 +213,7 @@ class GymnasiumBackend(Backend):
         self._broken: str | None = None  # why the env cannot be used any more
         # a call that did not finish (an exception, Ctrl-C, a timeout): the sub-envs may be half-stepped,
         # and only a full reset helps
-        self._guard = CallGuard(self.describe())
+        self._guard = CallGuard("this gymnasium env")
         claim_simulator(innermost(base.envs[0]) if single else innermost(env), self)
         # last: it takes over the AsyncVectorEnv's reset/step/close (timeouts, recovery)
         self._calls = None if self._async is None else AsyncCalls(self._async, step_timeout, self.describe)
@@ -286,11 +286,17 @@ class GymnasiumBackend(Backend):
 
     # ------------------------------------------------------------------- step
     def step(self, action: torch.Tensor) -> RawStep:
-        if self._closed or self._broken is not None or self._guard.pending is not None:
+        guard = self._guard
+        if self._closed or self._broken is not None or guard.pending is not None:
             self.check_usable()
-            self._guard.refuse("step", f"the sub-envs of {self.describe()} may be half-stepped")
-        self._guard.start("step")
-        obs, reward, terminated, truncated, info = self._call("step", self.env.step, self._codec.to_numpy(action))
+            guard.refuse("step", f"the sub-envs of {self.describe()} may be half-stepped")
+        guard.pending = "step"  # guard.start("step"): left marked if the env raises (no try in the way)
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(self._codec.to_numpy(action))
+        except GpuEnvsError:  # a timeout or an interrupted async call: a full reset drains or restarts the workers
+            raise
+        except Exception as err:
+            raise self._failure("step", err) from err
         if self._stage is None:
             self._build_step_stage(info)
         n = self.num_envs
@@ -325,7 +331,7 @@ class GymnasiumBackend(Backend):
         if not self._info_keys and info:
             self._info.warn_new_keys(info)  # warns about dropped entries once
         raw = self._step_layout.unpack(self._stage.publish(values, owned=self._owned), obs_are_final=final is None)
-        self._guard.finish()
+        guard.pending = None  # guard.finish()
         return raw
 
     def _build_step_stage(self, info: dict) -> None:

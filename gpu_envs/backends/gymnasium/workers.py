@@ -176,7 +176,7 @@ class AsyncCalls:
         self.describe = describe
         self.phase: str | None = None  # "send" / "wait" / "read" while a call is in flight
         # the call in flight, still marked after one that was interrupted (drained or restarted by recover)
-        self.guard = CallGuard(describe())
+        self.guard = CallGuard(describe)
         self.stopped: str | None = None  # why the workers were stopped (a restart brings them back)
         self._poll: Any = None  # select.poll over the pipes below, reused by every call
         self._polled: list | None = None

@@ -38,8 +38,12 @@ Data path per step: the action tensor becomes numpy once (the tensor's own memor
 the CPU, one copy into a pinned buffer from CUDA). Each result is copied once: for a
 CUDA target into ONE reused packed staging buffer (pinned) that crosses in one
 non-blocking copy, for a CPU target into a fresh array shared by ``torch.from_numpy``
-(:class:`gpu_envs.utils.arrays.HostStaging`). No Python loop over sub-envs, except over the
-rows that ended, to collect their final observations from gymnasium's object array.
+(:class:`gpu_envs.utils.arrays.HostStaging`, the fields named once by a
+:class:`~gpu_envs.backends.layout.StepLayout`). No Python loop over sub-envs, except over
+the rows that ended, to collect their final observations from gymnasium's object array
+(the final-observation rule's numpy form,
+:func:`~gpu_envs.contract.final_obs.final_obs_numpy`, which also copies a NEXT_STEP
+env's step observations before the masked reset rewrites them).
 
 Info: numeric entries become ``("next", key)`` tensors with specs discovered from the
 first step's info (:mod:`.info`); ``env.info_spec`` lists them after that step.

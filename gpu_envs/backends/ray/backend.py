@@ -8,7 +8,8 @@ Per step the driver
    the true final observations and info entries read by the gymnasium backend inside
    the worker (:mod:`.worker`);
 3. writes each worker's arrays straight into their rows of ONE staging buffer
-   (:class:`gpu_envs.utils.arrays.HostStaging` with :class:`~gpu_envs.utils.arrays.RowBlocks`) and
+   (:class:`gpu_envs.utils.arrays.HostStaging` with :class:`~gpu_envs.utils.arrays.RowBlocks`,
+   the fields named by a :class:`~gpu_envs.backends.layout.StepLayout`) and
    moves it with one transfer (a fresh array per field on a CPU target).
 
 Rows are in worker order: worker ``w`` steps rows ``[start_w, stop_w)``, so global env

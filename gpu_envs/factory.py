@@ -42,7 +42,7 @@ import torch
 from gpu_envs.backends.common import release_simulator
 from gpu_envs.contract.errors import InvalidArgumentError, MissingComponentError, NotAnEnvError, UnknownEnvError
 from gpu_envs.core.env import BatchedEnv
-from gpu_envs.registry import MAKE_ORDER, WRAP_ORDER, get_plugin, install_hint, plugins
+from gpu_envs.registry import MAKE_ORDER, WRAP_ORDER, get_plugin, install_hint, may_make, owner_of, plugins
 from gpu_envs.utils.arguments import as_bool, as_int, as_seed, describe, optional_seconds
 from gpu_envs.utils.devices import resolve_device
 from gpu_envs.utils.memory import ensure_fits, is_out_of_memory
@@ -131,8 +131,14 @@ def make_plugin(env_id: str, backend: str) -> Any:
     auto = backend == "auto"
     candidates = [p for p in plugins(MAKE_ORDER) if p.available()] if auto else [require_plugin(backend)]
     for plugin in candidates:
-        if plugin.can_make(env_id):
+        if may_make(plugin, env_id):  # the registry decides who owns an id
             return plugin
+    owner = None if auto else owner_of(env_id)
+    if owner is not None and owner != backend:
+        raise UnknownEnvError(
+            f"{env_id!r} is made by the {owner} backend only (as a {backend} env its transitions would be wrong): "
+            f"pass backend={owner!r} or backend='auto'."
+        )
     for name, prefix in (("jax", "gymnax/"), ("isaaclab", "Isaac-")):
         if env_id.startswith(prefix) and not get_plugin(name).available():
             raise MissingComponentError(f"{env_id!r} is made by the {name} backend, whose library is not installed: {install_hint(name)}.")

@@ -9,10 +9,18 @@ processes). Modules are imported lazily, so an optional dependency (isaaclab, ja
 stable_baselines3, gym, mo_gymnasium, minigrid, ray) is only imported when its backend
 is used: detectors look at class modules and attributes.
 
+Which backend owns an env id is decided here, not by the backends: a plugin that alone
+may make some ids -- Isaac Lab tasks and gymnasium's functional JAX envs are listed in
+gymnasium's registry too, but stepped as plain gymnasium envs their transitions would be
+wrong, or they would not build -- says so with ``claims(env_id)``; :func:`may_make`
+lets no other backend make a claimed id (:data:`CLAIMING` lists who is asked), so no
+backend module imports another to find out.
+
 Example::
 
     plugin = get_plugin("gymnasium")
     backend = plugin.make("CartPole-v1", num_envs=8, device=torch.device("cpu"))
+    may_make(plugin, "Isaac-Cartpole-Direct-v0")   # False: the isaaclab backend owns it
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "maniskill", "gymnasiu
 # "foreign" first of all: envs that have a backend's shape but an auto-reset none handles (PufferLib's
 # vector envs, pre-0.26 gym vector envs), refused with the fix before a backend claims them by their shape.
 WRAP_ORDER = ("foreign", "isaaclab", "jax", "envpool", "maniskill", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
+
+# Backends whose plugin claims ids that other backends must not make (``claims(env_id)``).
+CLAIMING = ("jax", "isaaclab")
 
 _MODULES = {
     "torch": "gpu_envs.backends.torch",
@@ -105,3 +116,19 @@ def get_plugin(name: str) -> Any:
 def plugins(order: tuple[str, ...]) -> list[Any]:
     """The installed plugins among ``order``, in that order."""
     return [get_plugin(name) for name in order if name in _MODULES and _module_exists(name)]
+
+
+def owner_of(env_id: str) -> str | None:
+    """The backend that alone may make ``env_id`` (its plugin claims it), or None."""
+    for name in CLAIMING:
+        if name in _MODULES and _module_exists(name) and get_plugin(name).claims(env_id):
+            return name
+    return None
+
+
+def may_make(plugin: Any, env_id: str) -> bool:
+    """True if ``plugin`` can make ``env_id`` and no other backend owns the id."""
+    if not plugin.can_make(env_id):
+        return False
+    owner = owner_of(env_id)
+    return owner is None or owner == plugin.name

@@ -30,7 +30,7 @@ import torch
 from tensordict import TensorDict
 
 import gpu_envs
-from gpu_envs.contract.final_obs import FinalObsTransform
+from gpu_envs.contract.final_obs import FinalObsRule
 from gpu_envs.rollout import collect
 from gpu_envs.rollout.loop import RolloutBuffer
 from gpu_envs.transforms import EpisodeStats, TransformedEnv
@@ -174,15 +174,15 @@ def test_a_fault_after_the_backend_stepped_marks_the_env(monkeypatch, error):
     env = gpu_envs.wrap(sim)
     td = env.reset()
     td["action"] = torch.zeros(N, dtype=torch.long)
-    original = FinalObsTransform.__call__
+    original = FinalObsRule.__call__
 
     def broken(self, *args, **kwargs):
-        raise error("injected in the final-observation swap")
+        raise error("injected in the final-observation rule")
 
-    monkeypatch.setattr(FinalObsTransform, "__call__", broken)
+    monkeypatch.setattr(FinalObsRule, "__call__", broken)
     with pytest.raises(error):
         env.step_and_maybe_reset(td)
-    monkeypatch.setattr(FinalObsTransform, "__call__", original)
+    monkeypatch.setattr(FinalObsRule, "__call__", original)
     _expect_marked(env)
     _recovers(env, sim)
 
@@ -201,8 +201,9 @@ def test_an_interrupt_while_the_buffer_is_written_leaves_the_env_consistent(monk
         return original(self, t, td, **kwargs)
 
     monkeypatch.setattr(RolloutBuffer, "write", interrupted)
+    policy = lambda td: td.set("action", torch.zeros(N, dtype=torch.long))  # noqa: E731 (TensorDicts: every step writes)
     with pytest.raises(KeyboardInterrupt):
-        collect(env, steps=5)
+        collect(env, policy, steps=5)
     monkeypatch.setattr(RolloutBuffer, "write", original)
     _consistent(env, sim)  # the step itself had completed: nothing is marked
     traj = collect(env, steps=5)  # episodes carry on

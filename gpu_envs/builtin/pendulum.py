@@ -69,15 +69,16 @@ class PendulumEnv(BatchedTorchEnv):
         env = PendulumEnv(num_envs=8, seed=1)
         obs, _ = env.reset()
         obs, rew, term, trunc, info = env.step(torch.zeros(8, 1))
-        env.step(env.action_space.sample())             # numpy actions work too (copied once)
 
     Gymnasium: ``gymnasium.make_vec("gpu_envs/Pendulum-v1", num_envs=8)`` builds it
-    (after ``import gpu_envs``). torchrl: ``torchrl.envs.GymWrapper(PendulumEnv(8))``
-    takes it as it is: batch size ``[8]``, ``[8, 1]`` torque actions and the true final
-    observations in ``("next", "observation")`` (torchrl's ``VecGymEnvTransform`` reads
-    ``info["final_obs"]``). Pass ``convert_actions_to_numpy=False`` to hand the action
-    tensor over without a numpy round trip (on a GPU, the default copies each action to
-    the host and back). Faster still, an ``EnvBase`` over the gpu_envs env:
+    (after ``import gpu_envs``) behind the gymnasium-facing boundary, whose ``step`` takes
+    numpy actions such as ``envs.action_space.sample()`` (converted once); the env's own
+    ``step`` takes tensors on its device. torchrl: ``torchrl.envs.GymWrapper(PendulumEnv(8),
+    convert_actions_to_numpy=False)`` takes the env as it is: batch size ``[8]``, ``[8, 1]``
+    torque actions and the true final observations in ``("next", "observation")``
+    (torchrl's ``VecGymEnvTransform`` reads ``info["final_obs"]``); with torchrl's default
+    numpy actions, wrap the gymnasium env above instead. Faster still, an ``EnvBase``
+    over the gpu_envs env:
     ``gpu_envs.interop.to_torchrl(gpu_envs.make("Pendulum-v1", num_envs=8))``.
     """
 

@@ -1,7 +1,8 @@
 """Transforms: small TensorDict -> TensorDict modules on the device, composable.
 
-* :class:`FinalObsTransform` (used inside every ``BatchedEnv``, so it lives below it in
-  :mod:`gpu_envs.contract.final_obs`; re-exported here): true final observations.
+* :class:`FinalObsTransform` (the final-observation rule that every ``BatchedEnv`` runs,
+  as a module that also caches the next root; it lives below the env in
+  :mod:`gpu_envs.contract.final_obs` and is re-exported here): true final observations.
 * :class:`TransformedEnv` stacks :class:`Transform` pieces on an env, keeping its API:
   :class:`EpisodeStats`, :class:`ObservationNorm`, :class:`RewardScale`,
   :class:`ClipReward`, :class:`ScalarizeReward` (vector rewards of multi-objective envs as

@@ -201,6 +201,10 @@ class JaxPlugin:
             return is_functional_jax_id(env_id)
         return env_id in self._gymnax_ids()
 
+    def claims(self, env_id: str) -> bool:
+        """gymnasium's functional JAX envs are this backend's alone (``gpu_envs.registry.may_make``)."""
+        return is_functional_jax_id(env_id)
+
     def make(self, env_id: str, num_envs: int, device: torch.device, **kwargs: Any) -> Backend:
         prepare_jax()
         backend_kw = {k: kwargs.pop(k) for k in ("seed", "expose_info") if k in kwargs}

@@ -131,6 +131,8 @@ def make_plugin(env_id: str, backend: str) -> Any:
     auto = backend == "auto"
     candidates = [p for p in plugins(MAKE_ORDER) if p.available()] if auto else [require_plugin(backend)]
     for plugin in candidates:
+        if auto and getattr(plugin, "defers_to_registering_packages", False) and registering_package(env_id):
+            continue  # e.g. EnvPool's own MiniGrid-* ids: without backend=, the id means minigrid's env
         if may_make(plugin, env_id):  # the registry decides who owns an id
             return plugin
     owner = None if auto else owner_of(env_id)

@@ -63,6 +63,7 @@ import torch
 
 from gpu_envs.backends.base import Backend, RawStep
 from gpu_envs.backends.common import claim_simulator, flatten_obs, observation_spec_from_space
+from gpu_envs.backends.layout import StepLayout
 from gpu_envs.contract.errors import (
     BackendError,
     ClosedEnvError,
@@ -236,12 +237,12 @@ class EnvPoolBackend(Backend):
         self.info_spec = Composite(
             {key: _leaf_spec(shape, dtype, self.device) for _, key, shape, dtype in self._info}, device=self.device
         )
-        obs_fields = [(shape, self.observation_spec[k].dtype) for shape, k in zip(self._obs_shapes, self._keys, strict=True)]
-        flags = [((n, 1), torch.float32), ((n, 1), torch.bool), ((n, 1), torch.bool), ((n, 1), torch.bool)]
-        info_fields = [((n, *shape), torch_dtype(dtype)) for _, _, shape, dtype in self._info]
-        self._stage_dtypes = [np.dtype(numpy_dtype(dtype)) for _, dtype in obs_fields + flags + obs_fields + info_fields]
-        self._reset_stage = HostStaging(obs_fields, self.device, self.staging_packed)
-        self._stage = HostStaging(obs_fields + flags + obs_fields + info_fields, self.device, self.staging_packed)
+        obs_fields = {k: (shape, self.observation_spec[k].dtype) for shape, k in zip(self._obs_shapes, self._keys, strict=True)}
+        info_fields = {key: ((n, *shape), torch_dtype(dtype)) for _, key, shape, dtype in self._info}
+        self._layout = StepLayout(obs_fields, n, info=info_fields)
+        self._stage_dtypes = [np.dtype(numpy_dtype(dtype)) for _, dtype in self._layout.fields]
+        self._reset_stage = HostStaging(list(obs_fields.values()), self.device, self.staging_packed)
+        self._stage = HostStaging(self._layout.fields, self.device, self.staging_packed)
         self._root: list[np.ndarray] | None = None  # the last root observation leaves (numpy), for partial resets
         self._all_ids = np.arange(n, dtype=np.int32)
         self._all_ids_bytes = self._all_ids.tobytes()
@@ -372,25 +373,21 @@ class EnvPoolBackend(Backend):
             nxt: list | None = leaves
         else:
             root, nxt = leaves, None
-        values = [*root, reward.reshape(n, 1), terminated.reshape(n, 1), truncated.reshape(n, 1), done.reshape(n, 1)]
-        values += nxt if nxt is not None else [None] * len(self._keys)
-        values += [np.asarray(info[source]).reshape(n, *shape) for source, _, shape, _ in self._info]
+        values = self._layout.pack(
+            root,
+            reward.reshape(n, 1),
+            terminated.reshape(n, 1),
+            truncated.reshape(n, 1),
+            done.reshape(n, 1),
+            final_obs=nxt,
+            info=[np.asarray(info[source]).reshape(n, *shape) for source, _, shape, _ in self._info],
+        )
         owned = self._owned_cache.get(nxt is not None)
         if owned is None:
             owned = self._owned_cache[nxt is not None] = self._owned(values)
-        out = self._stage.publish(values, owned=owned)
-        k = len(self._keys)
         self._root = root
-        root_t = dict(zip(self._keys, out[:k], strict=True))
-        return RawStep(
-            obs=root_t,
-            reward=out[k],
-            terminated=out[k + 1],
-            truncated=out[k + 2],
-            done=out[k + 3],
-            next_obs=root_t if nxt is None else dict(zip(self._keys, out[k + 4 : 2 * k + 4], strict=True)),
-            info=dict(zip([key for _, key, _, _ in self._info], out[2 * k + 4 :], strict=True)),
-        )
+        # no row ended: the observations are the pre-reset ones too (final_obs valid on every row)
+        return self._layout.unpack(self._stage.publish(values, owned=owned), obs_are_final=True)
 
     def _owned(self, values: list) -> list[bool]:
         """Which of a step's values may be shared as they are: fresh, C-contiguous arrays of their field's dtype.
@@ -432,6 +429,9 @@ class EnvPoolPlugin:
 
     name = "envpool"
     accepts_env_index_offset = True
+    # EnvPool also has ids another package registers (MiniGrid-*): make() without backend="envpool"
+    # leaves those to that package (and its "import minigrid first" hint) instead of a different env
+    defers_to_registering_packages = True
 
     def available(self) -> bool:
         return importlib.util.find_spec("envpool") is not None

@@ -29,7 +29,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -246,9 +245,8 @@ class HostActions:
                     f"{self.consumer}: the actions have dtype {array.dtype}; this env takes numbers "
                     f"({self.np_dtype}, {self.single!r}). Nothing was stepped."
                 )
-            # one reduction: a sum is finite when every value is (the exact check below rules out an overflow)
-            if self._finite and kind == "f" and array.size and not math.isfinite(np.add.reduce(array, None)):
-                self._check_finite(array)
+            if self._finite and kind == "f" and not np.logical_and.reduce(np.isfinite(array), None):
+                self._raise_not_finite(array)
 
     def _within(self, array: np.ndarray) -> bool:
         low, high = self._low, self._high
@@ -272,11 +270,8 @@ class HostActions:
             "(e.g. an argmax over the logits)."
         )
 
-    def _check_finite(self, array: np.ndarray) -> None:
-        bad = ~np.isfinite(array)
-        if not bad.any():
-            return  # the sum overflowed; every value is finite
-        rows, values = _bad_rows(array, bad)
+    def _raise_not_finite(self, array: np.ndarray) -> None:
+        rows, values = _bad_rows(array, ~np.isfinite(array))
         raise ActionError(
             f"{self.consumer}: non-finite action values (NaN or inf) on row(s) {rows}: {values}; {self.single!r} needs "
             "finite values. Nothing was stepped. Check the policy's outputs (a NaN loss, a diverged network), or "

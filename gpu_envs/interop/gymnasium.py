@@ -8,7 +8,11 @@ For gymnasium-style training loops (CleanRL's) and gymnasium's vector wrappers
   device -> host copy per step and leaf), as gymnasium's own vector envs return them;
   ``"torch"``: tensors on ``env.device``, not copied (for a torch learner on a GPU).
   Actions may be numpy arrays or tensors in both modes (a tensor on the env's device
-  with the spec's dtype is used as it is).
+  with the spec's dtype is used as it is). Host actions (numpy, lists, CPU tensors) are
+  checked every step before the env moves -- count/shape, integer dtype for integer
+  actions, ``Discrete``/``MultiDiscrete`` ranges, finite floats -- and refused with an
+  :class:`~gpu_envs.contract.errors.ActionError` naming the rows and values
+  (:class:`~gpu_envs.interop.conversions.HostActions`).
 * ``autoreset_mode="next_step"`` (gymnasium's default, what CleanRL expects): a step
   where an episode ends returns its final observation and flags; the NEXT step returns
   a reset observation for that row, reward 0 and no flags, and ignores that row's

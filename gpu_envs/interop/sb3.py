@@ -12,6 +12,10 @@ ended, and, as SB3's own ``DummyVecEnv`` gives them,
   ``infos[i]["final_obs_missing"] = True`` where the backend could not give a final
   observation (the terminal observation is then its placeholder).
 
+Actions are checked on the host every step before the env moves (count/shape, integer
+dtype for integer actions, ``Discrete``/``MultiDiscrete`` ranges, finite floats); a bad
+batch raises :class:`~gpu_envs.contract.errors.ActionError` naming the rows and values.
+
 The batch is ONE env for gpu_envs: ``get_attr``, ``set_attr`` and ``env_method`` act on
 it once (results are repeated per index; a subset of indices is refused), ``seed(s)``
 seeds the next ``reset`` with ``s``, and ``env_is_wrapped(cls)`` tells whether a

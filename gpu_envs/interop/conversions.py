@@ -190,6 +190,10 @@ class HostActions:
         self.device = torch.device(env.device)
         self.shape = tuple(self.spec.shape)
         self.dtype: torch.dtype = self.spec.dtype
+        # a spec without one numpy dtype (a Composite, bfloat16) is passed to action_tensor unchecked
+        self._checked = isinstance(self.dtype, torch.dtype) and self.dtype in _NUMPY_TORCH_DTYPES
+        if not self._checked:
+            return
         self.np_dtype = numpy_dtype(self.dtype)
         self._integer = not self.dtype.is_floating_point
         self._on_cpu = self.device.type == "cpu"
@@ -207,6 +211,8 @@ class HostActions:
 
     def __call__(self, actions: Any) -> torch.Tensor:
         """``actions`` checked (see the class docstring), as a tensor for ``td["action"]``."""
+        if not self._checked:
+            return action_tensor(actions, self.spec, self.device)
         if isinstance(actions, torch.Tensor):
             if actions.device.type != "cpu" or actions.dtype not in _NUMPY_TORCH_DTYPES:
                 return action_tensor(actions, self.spec, self.device)

@@ -3,9 +3,9 @@
 An MO-Gymnasium env is a gymnasium env whose ``step`` returns K rewards, one per
 objective, declared by ``env.unwrapped.reward_space`` (a ``Box`` of shape ``(K,)``).
 gymnasium's own vector envs keep one float per env, so this backend batches MO envs
-with mo-gymnasium's ``MOSyncVectorEnv`` and steps them with the gymnasium backend (true
-final observations, info entries, seeding), declaring the reward spec from
-``reward_space``:
+in a vector env holding ``[N, K]`` rewards (:class:`MOSameStepVectorEnv`, or the user's
+``MOSyncVectorEnv``) and steps them with the gymnasium backend (true final
+observations, info entries, seeding), declaring the reward spec from ``reward_space``:
 
 * ``("next", "reward")`` is float32 ``[N, K]``; ``env.single_reward_spec`` is the env's
   ``Box`` of shape ``(K,)`` (its bounds included) and ``env.reward_spec`` ``[N, K]``;
@@ -21,7 +21,7 @@ What ``wrap`` takes here: a single MO env (``mo_gymnasium.make(id)``, or any gym
 env with a 1-D ``reward_space`` and vector rewards) as a batch of one, and an
 ``MOSyncVectorEnv`` (or an ``MOAsyncVectorEnv``, with a gymnasium it starts on). A plain gymnasium ``SyncVectorEnv`` of MO
 envs cannot hold their rewards and is refused with the fix. ``make(id, num_envs=n)``
-builds an ``MOSyncVectorEnv`` of ``mo_gymnasium.make(id)`` for ids mo-gymnasium
+builds an :class:`MOSameStepVectorEnv` of ``mo_gymnasium.make(id)`` for ids mo-gymnasium
 registers (``import mo_gymnasium`` first, as with any gymnasium plugin); there is no
 async option, since mo-gymnasium 1.3's ``MOAsyncVectorEnv`` does not start with
 gymnasium 1.4. Detection reads ``reward_space`` and class modules only; mo_gymnasium

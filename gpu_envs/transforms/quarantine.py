@@ -148,6 +148,11 @@ class QuarantineMarks(Transform):
         nxt.set("quarantined", bad)
         return td
 
+    @property
+    def row_state(self) -> tuple[str, ...]:  # type: ignore[override]
+        """Every state tensor but the two counters shared by all rows (``total``, ``steps``)."""
+        return tuple(name for name in self.state_tensors() if name not in ("total", "steps"))
+
     def state_tensors(self) -> dict[str, torch.Tensor]:
         state = {"per_row": self.per_row, "total": self.total, "steps": self.steps, "at_step": self.at_step}
         state["action"], state["bad_reward"], state["to_reset"] = self.action, self.bad_reward, self.to_reset

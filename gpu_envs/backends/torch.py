@@ -214,7 +214,9 @@ class TorchVectorBackend(Backend):
                 f"{type(observation_spec).__name__}."
             )
         if action_spec is not None and not isinstance(action_spec, Spec):
-            raise InvalidArgumentError(f"action_spec must be a gpu_envs.contract.specs spec, got {type(action_spec).__name__}.")
+            raise InvalidArgumentError(
+                f"action_spec must be a gpu_envs.contract.specs spec, got {type(action_spec).__name__}."
+            )
         self.env = env
         self.num_envs = as_int(env.num_envs, f"{type(env).__name__}.num_envs", minimum=1)
         self.device = env_device(env, device)
@@ -335,8 +337,15 @@ class TorchVectorBackend(Backend):
         """RawStep's fields from the gymnasium-shaped outputs (flat flags, final observations in info)."""
         key, final, final_mask = final_obs_in(info)
         if self.copy_buffers:
-            reward, terminated, truncated, final_mask = _copy(reward), _copy(terminated), _copy(truncated), _copy(final_mask)
-        reward, terminated, truncated, done = flag_columns(reward, terminated, truncated, self._reward_shape, self.describe())
+            reward, terminated, truncated, final_mask = (
+                _copy(reward),
+                _copy(terminated),
+                _copy(truncated),
+                _copy(final_mask),
+            )
+        reward, terminated, truncated, done = flag_columns(
+            reward, terminated, truncated, self._reward_shape, self.describe()
+        )
         final_obs = None if final is None else self._obs(final, f"info[{key!r}]")
         if final_obs is not None and final_mask is None:
             final_mask = done  # the protocol: the full batch, trusted only on rows that ended
@@ -474,14 +483,16 @@ class TorchVectorBackend(Backend):
                 f"{type(self.env).__name__}.get_state(rows) returned a {type(state).__name__}; the snapshot protocol "
                 "(gpu_envs.contract.protocols.RowStateEnv) returns a dict of tensors [len(rows), ...]."
             )
-        for name, value in (state.items(include_nested=True, leaves_only=True) if isinstance(state, TensorDictBase) else state.items()):
+        for name, value in (
+            state.items(include_nested=True, leaves_only=True) if isinstance(state, TensorDictBase) else state.items()
+        ):
             if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != k:
                 got = f"{tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
                 raise BackendError(
                     f"{type(self.env).__name__}.get_state(rows) entry {name!r} is {got}; every entry must be a torch "
                     f"tensor with one row per requested row ([{k}, ...])."
                 )
-        return TensorDict(dict(state.items()) if not isinstance(state, TensorDictBase) else state, batch_size=[k])
+        return TensorDict(state.to_dict() if isinstance(state, TensorDictBase) else dict(state), batch_size=[k])
 
     def set_state(self, state: TensorDictBase, rows: torch.Tensor) -> None:
         if not self.snapshot_rows:

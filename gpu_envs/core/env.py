@@ -62,7 +62,7 @@ from gpu_envs.contract.keys import DONE_KEYS
 from gpu_envs.contract.specs import Binary, Box, Composite
 from gpu_envs.contract.specs.env_specs import BatchedSpecs
 from gpu_envs.core.checks import StepChecks
-from gpu_envs.core.snapshot import RowSnapshots, Rows
+from gpu_envs.core.snapshot import Rows, RowSnapshots
 from gpu_envs.core.step_path import CLOSED, StepPath
 from gpu_envs.utils.arguments import as_bool, as_seed, check_td, optional_seconds
 from gpu_envs.utils.devices import normalize_device, same_device

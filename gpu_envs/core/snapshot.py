@@ -55,7 +55,7 @@ def row_indices(rows: Rows, num_envs: int, device: torch.device, who: str, *, di
     """``rows`` as int64 indices ``[k]`` on ``device``, checked (one host sync); ``None`` -> every row."""
     if rows is None:
         return torch.arange(num_envs, device=device)
-    if isinstance(rows, (int, np.integer)) or isinstance(rows, (str, bytes)):
+    if isinstance(rows, (int, np.integer, str, bytes)):
         raise InvalidArgumentError(
             f"{who}: rows must be a sequence of row indices, a 1-D integer tensor or a bool mask [{num_envs}], "
             f"got {rows!r}; for one row pass [{rows!r}]."
@@ -69,7 +69,9 @@ def row_indices(rows: Rows, num_envs: int, device: torch.device, who: str, *, di
         ) from None
     if index.dtype == torch.bool:
         if tuple(index.shape) not in ((num_envs,), (num_envs, 1)):
-            raise InvalidArgumentError(f"{who}: a bool rows mask must have shape ({num_envs},), got {tuple(index.shape)}.")
+            raise InvalidArgumentError(
+                f"{who}: a bool rows mask must have shape ({num_envs},), got {tuple(index.shape)}."
+            )
         index = index.reshape(num_envs).nonzero().view(-1)
     elif index.numel() == 0 and index.dim() == 1:
         index = index.to(torch.int64)
@@ -96,7 +98,7 @@ def row_indices(rows: Rows, num_envs: int, device: torch.device, who: str, *, di
 def leaves_of(td: TensorDictBase, prefix: tuple = ()) -> dict[tuple, Any]:
     """Every leaf of ``td`` by its full key: tensors and non-tensor entries (``NonTensorStack``) alike."""
     out: dict[tuple, Any] = {}
-    for key in td.keys():
+    for key in td.keys():  # noqa: SIM118 - iterating a TensorDict walks its batch, not its keys
         value = td.get(key)
         if isinstance(value, TensorDictBase) and not is_non_tensor(value):
             out.update(leaves_of(value, (*prefix, key)))
@@ -209,7 +211,9 @@ class RowSnapshots:
         shared = state.get("shared").data
         generator = shared.get("generator") if isinstance(shared, dict) else None
         if not isinstance(generator, torch.Tensor):
-            raise InvalidArgumentError("set_state: the state's 'shared' entry has no generator state; pass a get_state().")
+            raise InvalidArgumentError(
+                "set_state: the state's 'shared' entry has no generator state; pass a get_state()."
+            )
         path = self.path
         roots = {}
         for key, value in path.root_obs.items():

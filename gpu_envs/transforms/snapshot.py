@@ -67,7 +67,7 @@ def get_transformed_state(env: Any, rows: Rows) -> TensorDict:
 
 def set_transformed_state(env: Any, state: Any, rows: Rows) -> None:
     """Restore a :func:`get_transformed_state` into ``rows``: the env's part, then each transform's."""
-    if not isinstance(state, TensorDictBase) or "env" not in state.keys() or "transforms_shared" not in state.keys():
+    if not isinstance(state, TensorDictBase) or "env" not in state or "transforms_shared" not in state:
         raise InvalidArgumentError(
             "set_state of a TransformedEnv takes the TensorDict its get_state() returned (keys 'env', 'transforms', "
             f"'transforms_shared'), got {type(state).__name__}"
@@ -92,7 +92,7 @@ def set_transformed_state(env: Any, state: Any, rows: Rows) -> None:
                     f"{got}; pass a get_state() of a TransformedEnv built with the same transforms."
                 )
             writes.append((live, value, name in names))
-    extra = set(leaves_of(state.get("transforms"))) if "transforms" in state.keys() else set()
+    extra = set(leaves_of(state.get("transforms"))) if "transforms" in state else set()
     expected = {(str(i), n) for i, t in enumerate(env.transforms) for n in _row_names(t)}
     if extra - expected:
         raise InvalidArgumentError(

@@ -16,6 +16,7 @@ import gpu_envs
 from gpu_envs import InvalidArgumentError, ResetNeededError, SnapshotError
 from gpu_envs.contract.protocols import RowStateEnv
 from gpu_envs.transforms import EpisodeStats, ObservationNorm, TransformedEnv
+from tests.example_files import load_example
 from tests.fakes import CountingTorchVectorEnv
 from tests.isaac_fakes import FakeIsaacManagerEnv
 from tests.snapshot_checks import assert_bitwise, check_snapshot_exact, run
@@ -151,6 +152,12 @@ def test_step_then_masked_reset_loop_is_restored_too():
     gen.set_state(gen_state)
     assert torch.equal(env.reset(td=nxt)["observation"], first["observation"])
     assert_bitwise(torchrl_loop(12), original, "step + masked reset")
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_reset_to_state_example(env_id):
+    result = load_example("reset_to_state").main(["--env", env_id, "--num-envs", "8", "--steps", "30"])
+    assert result["exact"] and len(result["rows"]) == 3 and result["targets"] == [5, 6, 7]
 
 
 # ------------------------------------------------------------------ bad arguments

@@ -69,6 +69,11 @@ def test_gymnasium_next_step_sync_vector_env_continues_bitwise():
     check_snapshot_exact(env, warm=5, steps=20)
 
 
+def test_single_gymnasium_env_continues_bitwise():
+    env = gpu_envs.wrap(gym.make("CartPole-v1", max_episode_steps=10), device="cpu")
+    check_snapshot_exact(env, warm=6, steps=30, rows=(0,), into=(0,))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("env_id", ["phys2d/CartPole-v1", "gymnax/Pendulum-v1"])
 def test_jax_carry_continues_bitwise(env_id):
@@ -255,6 +260,15 @@ def test_vector_wrappers_are_refused():
     env = gpu_envs.wrap(venv, device="cpu")
     env.reset(seed=0)
     with pytest.raises(SnapshotError, match="vector wrappers"):
+        env.get_state()
+
+
+def test_mo_gymnasium_vector_env_is_refused():
+    mo_gymnasium = pytest.importorskip("mo_gymnasium")
+    assert mo_gymnasium
+    env = gpu_envs.make("deep-sea-treasure-v0", num_envs=2, device="cpu")
+    env.reset(seed=0)
+    with pytest.raises(SnapshotError, match="not gymnasium's own SyncVectorEnv"):
         env.get_state()
 
 

@@ -11,7 +11,8 @@ Refused, with a :class:`~gpu_envs.contract.errors.SnapshotError` naming the way 
 
 * ``AsyncVectorEnv``: its sub-envs live in worker processes;
 * a vector env inside vector wrappers (their state is per batch, not per sub-env) or
-  any other vector env class (``SyncVectorEnv`` subclasses are taken);
+  any other vector env class, subclasses of ``SyncVectorEnv`` included (mo-gymnasium's
+  keeps per-row buffers of its own);
 * a sub-env ``copy.deepcopy`` cannot copy (an open window, a handle to a native
   simulator without ``__deepcopy__``).
 
@@ -46,10 +47,11 @@ def refusal(env: Any) -> str | None:
             "Build it with vectorization_mode='sync' (gymnasium.make_vec) or as a SyncVectorEnv to use "
             "get_state/set_state."
         )
-    if not isinstance(base, gym.vector.SyncVectorEnv):
+    if type(base) is not gym.vector.SyncVectorEnv:  # a subclass (mo-gymnasium's) may keep more per-row state
         return (
-            f"{type(base).__name__} is not a gymnasium SyncVectorEnv, whose sub-envs gpu_envs can deep-copy: its rows "
-            "cannot be snapshot. Wrap a SyncVectorEnv of the same envs to use get_state/set_state."
+            f"{type(base).__name__} is not gymnasium's own SyncVectorEnv, whose per-row state gpu_envs knows (the "
+            "sub-envs and two bookkeeping arrays): its rows cannot be snapshot exactly. Wrap a "
+            "gymnasium.vector.SyncVectorEnv of the same envs to use get_state/set_state."
         )
     if env is not base:
         return (

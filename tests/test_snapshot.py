@@ -109,6 +109,19 @@ def test_transformed_env_full_restore_includes_shared_statistics():
     assert torch.equal(stats.episodes, before)
 
 
+def test_quarantine_restores_its_records_and_served_rows():
+    from gpu_envs.transforms import Quarantine
+    from tests.test_quarantine import PoisonedTorchEnv
+
+    class Poisoned(RowStateCountingEnv, PoisonedTorchEnv):
+        pass
+
+    env = Quarantine(gpu_envs.wrap(Poisoned(N)))
+    original = check_snapshot_exact(env, warm=9, steps=30)
+    assert bool(original["next", "quarantined"].any())  # rows were quarantined inside the checked steps
+    assert int(env.quarantined) > 0
+
+
 def test_torch_save_round_trip_into_a_new_env():
     def build():
         return TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=N, seed=7, max_episode_steps=9), EpisodeStats())

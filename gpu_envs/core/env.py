@@ -13,6 +13,8 @@ up behind this class, so a learner sees one interface with torchrl's keys:
 * ``step_and_maybe_reset(td)`` -> ``(td, td_root)``: also returns the input of the next
   step (post-reset observations on rows that ended). Nothing is reset twice.
 * ``rollout(steps, policy=None)`` -> TensorDict ``[N, T]``.
+* ``get_state(rows=None)`` -> TensorDict ``[len(rows)]`` and ``set_state(state, rows=None)``:
+  exact per-row snapshot and restore (:mod:`gpu_envs.core.snapshot`).
 
 Specs follow torchrl, whose keys the TensorDicts use: ``env.action_spec``,
 ``observation_spec``, ``reward_spec``, ``done_spec`` and ``info_spec`` carry the batch

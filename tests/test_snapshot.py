@@ -38,8 +38,8 @@ class RowStateCountingEnv(CountingTorchVectorEnv):
 # ------------------------------------------------------------------ exact continuations
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_builtin_envs_continue_bitwise_after_restore(env_id):
-    env = gpu_envs.make(env_id, num_envs=N, seed=0, max_episode_steps=12)
-    check_snapshot_exact(env, warm=17, steps=30)
+    env = gpu_envs.make(env_id, num_envs=N, seed=0, max_episode_steps=7)
+    check_snapshot_exact(env, warm=9, steps=16)
 
 
 def test_builtin_snapshot_holds_the_random_streams():
@@ -109,6 +109,7 @@ def test_transformed_env_full_restore_includes_shared_statistics():
     assert torch.equal(stats.episodes, before)
 
 
+@pytest.mark.slow  # builds the poisoned env of tests/test_quarantine.py
 def test_quarantine_restores_its_records_and_served_rows():
     from gpu_envs.transforms import Quarantine
     from tests.test_quarantine import PoisonedTorchEnv
@@ -282,6 +283,15 @@ def test_mo_gymnasium_vector_env_is_refused():
     env = gpu_envs.make("deep-sea-treasure-v0", num_envs=2, device="cpu")
     env.reset(seed=0)
     with pytest.raises(SnapshotError, match="not gymnasium's own SyncVectorEnv"):
+        env.get_state()
+
+
+@pytest.mark.slow  # importing envpool takes seconds
+def test_envpool_is_refused():
+    pytest.importorskip("envpool")
+    env = gpu_envs.make("CartPole-v1", num_envs=2, backend="envpool")
+    env.reset(seed=0)
+    with pytest.raises(SnapshotError, match="built-in envs"):
         env.get_state()
 
 

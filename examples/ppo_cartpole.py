@@ -165,7 +165,7 @@ def save_checkpoint(path: str, env, agent: Agent, opt, args: argparse.Namespace,
 
 def load_checkpoint(path: str, env, agent: Agent, opt, args: argparse.Namespace, running) -> tuple[int, list]:
     """Restore a :func:`save_checkpoint` into a freshly built run; returns ``(next iteration, history)``."""
-    state = torch.load(path, map_location=env.device, weights_only=False)
+    state = torch.load(path, map_location="cpu", weights_only=False)  # RNG states must stay CPU tensors
     saved = state["options"]
     differ = {k: (saved[k], getattr(args, k)) for k in RUN_OPTIONS if saved[k] != getattr(args, k)}
     if differ:

@@ -40,13 +40,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import NonTensorData, TensorDict, TensorDictBase, is_non_tensor
+from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase, is_non_tensor
 
 from gpu_envs.backends.base import Backend
 from gpu_envs.contract.errors import InvalidArgumentError, SnapshotError
 from gpu_envs.core.step_path import StepPath
 
-__all__ = ["RowSnapshots", "leaves_of", "row_indices"]
+__all__ = ["RowSnapshots", "leaves_of", "row_indices", "shared_of"]
 
 Rows = None | Sequence[int] | torch.Tensor | np.ndarray
 
@@ -105,6 +105,16 @@ def leaves_of(td: TensorDictBase, prefix: tuple = ()) -> dict[tuple, Any]:
         else:
             out[(*prefix, key)] = value
     return out
+
+
+def shared_of(value: Any) -> Any:
+    """The one object of a ``"shared"`` entry (``NonTensorData``; a stack of them after ``torch.cat``: its first)."""
+    if isinstance(value, NonTensorStack):
+        items = value.tolist()
+        while isinstance(items, list) and items:
+            items = items[0]
+        return items if not isinstance(items, list) else None
+    return getattr(value, "data", None)
 
 
 def _describe(value: Any) -> tuple:
@@ -208,7 +218,7 @@ class RowSnapshots:
         index = row_indices(rows, self.num_envs, self.device, "set_state", distinct=True)
         k = int(index.shape[0])
         check_layout(state, self.layout(), k, "set_state")
-        shared = state.get("shared").data
+        shared = shared_of(state.get("shared"))
         generator = shared.get("generator") if isinstance(shared, dict) else None
         if not isinstance(generator, torch.Tensor):
             raise InvalidArgumentError(
@@ -226,7 +236,7 @@ class RowSnapshots:
         path.root_obs = roots
         path.last_done = last_done
         if rows is None:
-            self.generator.set_state(generator)
+            self.generator.set_state(generator.cpu())
         guard.finish()
 
 

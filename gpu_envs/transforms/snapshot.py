@@ -29,7 +29,7 @@ import torch
 from tensordict import NonTensorData, TensorDict, TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError, SnapshotError
-from gpu_envs.core.snapshot import Rows, leaves_of, row_indices
+from gpu_envs.core.snapshot import Rows, leaves_of, row_indices, shared_of
 from gpu_envs.transforms.base import Transform
 
 __all__ = ["get_transformed_state", "set_transformed_state"]
@@ -74,7 +74,7 @@ def set_transformed_state(env: Any, state: Any, rows: Rows) -> None:
             + (f" with keys {sorted(map(str, state.keys()))}." if isinstance(state, TensorDictBase) else ".")
         )
     index = row_indices(rows, env.num_envs, env.device, "set_state", distinct=True)
-    shared = state.get("transforms_shared").data
+    shared = shared_of(state.get("transforms_shared"))
     writes = []  # (live tensor, value, per row) checked before anything moves
     for i, t in enumerate(env.transforms):
         names = _row_names(t)

@@ -179,6 +179,15 @@ def test_reset_to_state_example(env_id):
     assert result["exact"] and len(result["rows"]) == 3 and result["targets"] == [5, 6, 7]
 
 
+def test_snapshot_rows_can_be_indexed_repeated_and_concatenated(cartpole):
+    a, b = cartpole.get_state([0, 1]), cartpole.get_state([2, 3])
+    cartpole.set_state(a[[1, 1]], rows=[2, 3])  # one snapshot row into two rows
+    obs = cartpole.root()["observation"]
+    assert torch.equal(obs[2], obs[1]) and torch.equal(obs[3], obs[1])
+    cartpole.set_state(torch.cat([a, b]))  # a whole batch again, from two parts
+    assert torch.equal(cartpole.root()["observation"], torch.cat([a["root", "observation"], b["root", "observation"]]))
+
+
 # ------------------------------------------------------------------ bad arguments
 @pytest.fixture
 def cartpole():

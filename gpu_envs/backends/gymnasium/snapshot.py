@@ -6,6 +6,9 @@ the object itself, so ``copy.deepcopy`` of it is an exact snapshot, and installi
 copy of that snapshot as sub-env ``j`` makes row ``j`` continue exactly as the snapshot
 row did (reset draws included). The vector env's own per-row bookkeeping
 (``_autoreset_envs``, the cached per-row observations ``_env_obs``) is copied with it.
+Exact as far as the sub-env's deep copy is complete: an env whose ``__deepcopy__`` leaves
+out state it needs (a native handle shared between copies) must fix that itself; the
+tests check gymnasium's classic-control envs with their wrappers.
 
 Refused, with a :class:`~gpu_envs.contract.errors.SnapshotError` naming the way out:
 

@@ -43,7 +43,6 @@ from gpu_envs.contract.specs import Composite, spec_from_gym
 from gpu_envs.utils.devices import resolve_device, same_device
 
 __all__ = [
-    "numpy2_advice",
     "NO_INFO",
     "check_same_step",
     "claim_simulator",
@@ -51,6 +50,7 @@ __all__ = [
     "flag_columns",
     "flatten_obs",
     "innermost",
+    "numpy2_advice",
     "observation_spec_from_space",
     "release_simulator",
 ]

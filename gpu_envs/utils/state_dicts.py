@@ -36,7 +36,7 @@ import torch
 
 from gpu_envs.contract.errors import InvalidArgumentError
 
-__all__ = ["DatedState", "check_state", "refuse_stale", "check_values", "copy_into", "prefixed", "same_memory", "under"]
+__all__ = ["DatedState", "check_state", "check_values", "copy_into", "prefixed", "refuse_stale", "same_memory", "under"]
 
 
 class DatedState(dict):

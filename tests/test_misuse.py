@@ -123,6 +123,22 @@ def test_stale_roots_are_refused_before_anything_moves():
     env.step(TensorDict({"action": torch.zeros(N, dtype=torch.long)}, batch_size=[N]))
 
 
+def test_a_root_from_before_a_collection_is_stale():
+    from gpu_envs.rollout import collect
+
+    env = gpu_envs.make("CartPole-v1", num_envs=N, device="cpu")
+    root = env.reset(seed=0)
+    _, nxt = env.step_and_maybe_reset(root.set("action", torch.zeros(N, dtype=torch.long)))
+    copy = TensorDict({"observation": root["observation"]}, batch_size=[N])
+    collect(env, steps=4)  # random actions: the tensors-only path, no TensorDict handed out
+    for stale in (nxt, root):
+        stale["action"] = torch.zeros(N, dtype=torch.long)
+        with pytest.raises(gpu_envs.StaleInputError):
+            env.step(stale)
+    copy["action"] = torch.zeros(N, dtype=torch.long)
+    env.step(copy)  # a TensorDict the env did not build carries no date: taken
+
+
 def test_torchrl_maybe_reset_route_matches_the_oracle():
     """``env.step`` then ``env.reset(td["next"] with "_reset")``: torchrl's maybe_reset, no row reset twice."""
     steps = 10

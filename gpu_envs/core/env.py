@@ -27,6 +27,13 @@ synchronises with the host: action checks look at metadata only (shape, dtype, d
 value checks (a Discrete action out of range; Box bounds and NaN with ``validate``) run
 on the first step (Discrete), or on every step with ``validate=True``.
 
+Inputs are checked against the moment they come from, on the host (no sync): the last
+step's ``td["next"]`` fed back (torchrl's ``td = env.step(td)["next"]``) is stepped from
+the env's cached post-reset root, whose observations replace the input's; a root from an
+earlier moment raises :class:`~gpu_envs.contract.errors.StaleInputError`; two threads
+calling one env at once raise :class:`~gpu_envs.contract.errors.ConcurrentCallError`
+(see :mod:`gpu_envs.core.step_path` and :mod:`gpu_envs.utils.call_guard`).
+
 Failures leave the env in a known state. Arguments (a seed, the TensorDict, the action)
 are checked before anything moves, so a refused call leaves the env exactly as it was.
 An exception or Ctrl-C escaping a reset or a step after the simulator was called leaves
@@ -199,7 +206,7 @@ class BatchedEnv(BatchedSpecs):
             if seed is not None:
                 self.generator.manual_seed(seed)
             path.root_obs = obs
-            path.stamp += 1
+            path.moved()
             self.reset_count += 1
             self.last_reset_rows = None
             self._needs_reset = False
@@ -250,7 +257,7 @@ class BatchedEnv(BatchedSpecs):
             key: torch.where(todo.view((self.num_envs,) + (1,) * (value.dim() - 1)), value, root[key])
             for key, value in obs.items()
         }
-        path.stamp += 1
+        path.moved()
         self.reset_count += 1
         self.last_reset_rows = mask
 
@@ -356,7 +363,7 @@ class BatchedEnv(BatchedSpecs):
         self.backend.load_state_dict(under("backend", state))
         path = self._path
         path.root_obs = {key: roots[name].clone() for key, name in self._root_names.items()}
-        path.stamp += 1
+        path.moved()
         path.last_done = path.false
         self._needs_reset = False
         if not self._closed:

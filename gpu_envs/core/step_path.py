@@ -136,7 +136,7 @@ class StepPath:
             reset serves their cached observations instead of resetting them again).
         validate: check action values on every step (one host sync each).
         stamp: the number of the current root (module docstring); whoever replaces
-            :attr:`root_obs` outside the path numbers it on (``path.stamp += 1``).
+            :attr:`root_obs` outside the path calls :meth:`moved`.
     """
 
     def __init__(
@@ -164,7 +164,7 @@ class StepPath:
         self.keys = list(checks.obs_meta)
         self._lone = self.keys[0] if len(self.keys) == 1 else None
         self.stamp = 0
-        # a top-level observation key, and its tensor in the last td["next"] (a copy of it fed back is refused)
+        # a top-level observation key, and its tensor in the last td["next"] (a copy fed back is stepped from the root)
         self._watch = next((k for k in self.keys if isinstance(k, str)), None)
         self._last_next: object = _NOTHING
         spec = checks.action_spec
@@ -191,6 +191,11 @@ class StepPath:
         self.entries: Callable[[dict], dict] = nest if nested else dict
         self.new_td: Callable[..., TensorDict] = tds.new_td if nested else tds.new_flat_td
         self._direct_td = tds.DIRECT  # read the action from a TensorDict's own dict (tensordicts.py knows it)
+
+    def moved(self) -> None:
+        """The root was replaced outside a step (a reset, a loaded state): earlier roots and ``td["next"]`` are stale."""
+        self.stamp += 1
+        self._last_next = _NOTHING
 
     def first_step_done(self) -> None:
         """The first step was validated (:class:`FirstStep`): bind the later steps' parts."""
@@ -340,6 +345,7 @@ class StepPath:
         next_obs, missing = self.rule(obs, done, final_obs, final_mask)
         self.root_obs = obs
         self.stamp += 1
+        self._last_next = _NOTHING  # no td["next"] was handed out
         self.last_done = false = self.false
         if guard.calls != call:
             guard.overlapped("step")

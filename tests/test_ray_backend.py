@@ -150,6 +150,34 @@ def test_an_env_error_comes_back_with_the_envs_own_traceback():
         assert env.step(td)["next", "observation"][:, 2].tolist() == [1, 1, 1, 1]
 
 
+@pytest.fixture
+def script_id():
+    """An id registered as a user's script registers it: an entry point defined in ``__main__``."""
+    script_env = type("ScriptEnv", (CountingEnv,), {"__module__": "__main__"})
+    gym.register("GpuEnvsTest/ScriptOnly-v0", entry_point=script_env)
+    yield "GpuEnvsTest/ScriptOnly-v0"
+    del gym.registry["GpuEnvsTest/ScriptOnly-v0"]
+
+
+def test_an_id_registered_in_the_users_script_reaches_the_workers(script_id):
+    # make(id, backend="ray") and wrap_ray(lambda: gym.make(id)): the workers never ran the script
+    with gpu_envs.make(script_id, num_envs=2, device="cpu", backend="ray", num_workers=1) as env:
+        made = env.reset(seed=0)["observation"]
+    with gpu_envs.wrap_ray(lambda: gym.make(script_id), num_envs=2, num_workers=1, device="cpu") as env:
+        wrapped = env.reset(seed=0)["observation"]
+    assert made.shape == wrapped.shape == (2, 3)
+
+
+def test_an_id_the_workers_cannot_see_is_a_short_error_naming_env_fn():
+    gym.register("GpuEnvsTest/DriverOnly-v0", entry_point="tests.fakes:CountingEnv")  # not in any module they import
+    try:
+        with pytest.raises(gpu_envs.BackendError, match=r"NotFound.*wrap_ray\(env_fn=") as info:
+            gpu_envs.wrap_ray(lambda: gym.make("GpuEnvsTest/DriverOnly-v0"), num_envs=1, num_workers=1, device="cpu")
+        assert "Traceback" not in str(info.value) and len(str(info.value)) < 700
+    finally:
+        del gym.registry["GpuEnvsTest/DriverOnly-v0"]
+
+
 def test_a_killed_worker_gives_a_clear_error_within_10s_and_nothing_survives_close():
     env = gpu_envs.wrap_ray(counting_fns(4), num_workers=2, device="cpu")
     pids = worker_pids(env)

@@ -328,7 +328,8 @@ def test_an_async_env_built_without_the_guarded_worker_is_warned_about():
     """Its workers would outlive a SIGKILLed parent: wrap says so and names the fix."""
     fns = [lambda i=i: CountingEnv(i) for i in range(2)]
     plain = gym.vector.AsyncVectorEnv(fns, autoreset_mode=MODES["same_step"])
-    with pytest.warns(UserWarning, match=r"outlives this process.*worker=gpu_envs\.backends\.gymnasium\.guarded_worker\(\)"):
+    # (on Linux a reaper process keeps its workers from outliving a SIGKILLed parent; the warning names Ctrl-C)
+    with pytest.warns(UserWarning, match=r"Ctrl-C in the terminal.*worker=gpu_envs\.backends\.gymnasium\.guarded_worker\(\)"):
         env = gpu_envs.wrap(plain, device="cpu")
     env.close()
     guarded = gym.vector.AsyncVectorEnv(fns, autoreset_mode=MODES["same_step"], worker=guarded_worker())
@@ -338,3 +339,68 @@ def test_an_async_env_built_without_the_guarded_worker_is_warned_about():
         made = gpu_envs.make("CartPole-v1", num_envs=2, device="cpu", backend="gymnasium", vectorization="async")
     env.close()
     made.close()
+
+
+_PLAIN_ORPHAN_SCRIPT = """
+import warnings
+import gymnasium as gym
+import torch
+import gpu_envs
+from tests.gym_fakes import SlowEnv
+
+venv = gym.vector.AsyncVectorEnv(  # gymnasium's plain worker: it does not die with its parent by itself
+    [lambda: SlowEnv(0, delay=600.0), lambda: SlowEnv(1, delay=600.0)],
+    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    env = gpu_envs.wrap(venv, device="cpu", step_timeout=None)
+td = env.reset()
+print(" ".join(str(p.pid) for p in venv.processes), env.backend._calls.reaper.pid, flush=True)
+td["action"] = torch.zeros(2, dtype=torch.long)
+env.step(td)  # every worker is stuck in step for ten minutes
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper reads /proc")
+def test_plain_workers_of_a_user_built_env_die_when_their_parent_is_sigkilled():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PLAIN_ORPHAN_SCRIPT],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    out, err = Lines(proc.stdout), Lines(proc.stderr)
+    pids = []
+    try:
+        line = out.next_line(within=120) or ""
+        pids = [int(p) for p in line.split()]
+        assert len(pids) == 3, (line, err.seen)  # two workers and the reaper
+        time.sleep(1.0)  # the step is in flight
+        assert len(_alive(pids)) == 3
+        proc.kill()
+        proc.wait(30)
+        left = _wait_gone(pids, limit=30.0)
+        assert not left, f"workers or reaper {left} outlived their SIGKILLed parent"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _alive(pids):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_the_reaper_of_a_closed_env_exits_without_killing():
+    fns = [lambda i=i: CountingEnv(i) for i in range(2)]
+    venv = gym.vector.AsyncVectorEnv(fns, autoreset_mode=MODES["same_step"])
+    with pytest.warns(UserWarning, match="Ctrl-C in the terminal reaches the workers"):
+        env = gpu_envs.wrap(venv, device="cpu")
+    reaper = env.backend._calls.reaper
+    assert reaper is not None and reaper.process.poll() is None
+    process = reaper.process
+    env.reset(seed=0)
+    env.close()
+    assert process.poll() == 0  # released: it exited by itself, with status 0
+    assert env.backend._calls.reaper is None

@@ -347,6 +347,8 @@ def test_to_gymnasium_recovers_an_interrupted_env_with_any_reset():
 
 def test_to_torchrl_checks_seeds_when_set_and_its_reset_recovers_an_interrupted_env():
     pytest.importorskip("torchrl")
+    from torchrl.envs.utils import step_mdp
+
     from gpu_envs.interop import to_torchrl
 
     sim = FaultyEnv(fail_at=2, where="after", error=KeyboardInterrupt)
@@ -355,7 +357,7 @@ def test_to_torchrl_checks_seeds_when_set_and_its_reset_recovers_an_interrupted_
         env.set_seed(-1)
     td = env.reset()
     td["action"] = torch.zeros(N, dtype=torch.long)
-    env.step(td)  # torchrl's step: the adapter remembers which rows ended (none yet)
+    td = step_mdp(env.step(td))  # torchrl's step: the adapter remembers which rows ended (none yet)
     td["action"] = torch.zeros(N, dtype=torch.long)
     with pytest.raises(KeyboardInterrupt):
         env.step(td)

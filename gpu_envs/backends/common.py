@@ -11,7 +11,8 @@ family's adapter and nothing else):
 * :func:`flag_columns` -- a flat ``[N]`` reward and flags as the ``[N, 1]`` columns of
   a :class:`~gpu_envs.backends.base.RawStep`; :data:`NO_INFO` -- a step's empty info;
 * :func:`claim_simulator` / :func:`release_simulator` / :func:`innermost` -- one
-  ``BatchedEnv`` per simulator object.
+  ``BatchedEnv`` per simulator object;
+* :func:`numpy2_advice` -- what to do when an env's own code uses a name numpy 2 removed.
 
 Example::
 
@@ -22,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import math
+import re
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -48,6 +50,7 @@ __all__ = [
     "flag_columns",
     "flatten_obs",
     "innermost",
+    "numpy2_advice",
     "observation_spec_from_space",
     "release_simulator",
 ]
@@ -204,3 +207,25 @@ def innermost(env: Any) -> Any:
     inner = env if inner is None else inner
     foreign = getattr(inner, "gpu_envs_simulator", None)
     return inner if foreign is None else innermost(foreign)
+
+
+# numpy 2's message for a removed alias: "`np.float_` was removed in the NumPy 2.0 release. Use `np.float64` instead."
+_NUMPY2_REMOVED = re.compile(r"`?(np\.\w+)`? was removed in the NumPy 2\.0 release\. Use `?([\w.]+)`? instead")
+
+
+def numpy2_advice(message: str) -> str:
+    """Advice for an env failing on a name numpy 2 removed (``np.float_``, ``np.bool8``...), or ``""``.
+
+    numpy's own hint ("use np.float64 instead") is for the code's author; the user of a gym-era
+    env needs to know which of their options works: an older numpy, an edit of the env's
+    code, or the env's gymnasium version.
+    """
+    found = _NUMPY2_REMOVED.search(message)
+    if found is None:
+        return ""
+    name, replacement = found.groups()
+    return (
+        f" The env's code (or gym's, for gym's own envs) uses {name}, which numpy 2 removed: pin numpy<2 in this "
+        f"environment (pip install 'numpy<2'), or replace {name} with {replacement} in the env's code; gymnasium's "
+        "version of a gym env (import gymnasium as gym) runs on numpy 2."
+    )

@@ -22,8 +22,9 @@ as done on every checker they can reach (the single env's wrappers, a ``SyncVect
 sub-envs; the BatchedEnv validates the first step itself). A gym ``AsyncVectorEnv``
 builds its envs in worker processes, out of reach: build it with
 ``disable_env_checker=True``. gym envs that use other names numpy 2 removed (gym's own
-``Acrobot-v1`` calls ``np.float_``) still fail inside gym, with a
-:class:`~gpu_envs.contract.errors.BackendError` quoting gym's error: use gymnasium's version.
+``Acrobot-v1`` calls ``np.float_``), as do users' gym-era envs that use them, fail inside
+the env: the :class:`~gpu_envs.contract.errors.BackendError` quotes numpy's error and says
+what helps (pin ``numpy<2``, replace the name in the env's code, or use gymnasium's version).
 
 The pre-0.26 API (``reset`` returning the observation alone, a 4-tuple ``step``) is
 refused with the fix. Detection looks at class modules (``gym.*``), so gym is imported

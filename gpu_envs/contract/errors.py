@@ -76,6 +76,23 @@ class InterruptedStepError(ResetNeededError, BackendError):
     """
 
 
+class ConcurrentCallError(InterruptedStepError):
+    """Two threads called one env at the same time: its state may be half-stepped by both.
+
+    An env is not thread-safe: step each env from one thread (one env per thread), or
+    hold one lock around every call. Only ``reset()`` makes it usable again.
+    """
+
+
+class StaleInputError(GpuEnvsError, ValueError):
+    """``step`` got a TensorDict that is not the current root: an earlier root, or a step's ``td["next"]``.
+
+    On rows that ended, ``td["next"]`` holds the FINAL observation, not the post-reset one
+    the env continues from; an earlier root holds observations the env has moved past.
+    Step the root ``step_and_maybe_reset`` returns (or ``env.root()``).
+    """
+
+
 class StepTimeoutError(BackendError):
     """Sub-envs in other processes did not answer a ``reset``/``step`` within ``step_timeout`` seconds."""
 

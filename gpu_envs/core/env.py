@@ -29,6 +29,13 @@ synchronises with the host: action checks look at metadata only (shape, dtype, d
 value checks (a Discrete action out of range; Box bounds and NaN with ``validate``) run
 on the first step (Discrete), or on every step with ``validate=True``.
 
+Inputs are checked against the moment they come from, on the host (no sync): the last
+step's ``td["next"]`` fed back (torchrl's ``td = env.step(td)["next"]``) is stepped from
+the env's cached post-reset root, whose observations replace the input's; a root from an
+earlier moment raises :class:`~gpu_envs.contract.errors.StaleInputError`; two threads
+calling one env at once raise :class:`~gpu_envs.contract.errors.ConcurrentCallError`
+(see :mod:`gpu_envs.core.step_path` and :mod:`gpu_envs.utils.call_guard`).
+
 Failures leave the env in a known state. Arguments (a seed, the TensorDict, the action)
 are checked before anything moves, so a refused call leaves the env exactly as it was.
 An exception or Ctrl-C escaping a reset or a step after the simulator was called leaves
@@ -68,7 +75,7 @@ from gpu_envs.core.snapshot import Rows, RowSnapshots
 from gpu_envs.core.step_path import CLOSED, StepPath
 from gpu_envs.utils.arguments import as_bool, as_seed, check_td, optional_seconds
 from gpu_envs.utils.devices import normalize_device, same_device
-from gpu_envs.utils.state_dicts import check_state, prefixed, under
+from gpu_envs.utils.state_dicts import DatedState, check_state, prefixed, refuse_stale, under
 from gpu_envs.utils.watchdog import Watchdog
 
 
@@ -99,6 +106,11 @@ class BatchedEnv(BatchedSpecs):
     Attributes:
         rank, world_size: which shard of a torchrun job this env is (``make(...,
             distributed=True)`` sets them; 0 and 1 otherwise).
+        reset_count: how many ``reset()`` calls changed rows (host integer); a wrapper
+            comparing it notices a reset it did not make (``TransformedEnv`` restarts its
+            transforms' per-row state then).
+        last_reset_rows: the ``[N, 1]`` bool mask of the last of those resets, or
+            ``None`` when it reset every row.
     """
 
     rank: int = 0
@@ -146,12 +158,15 @@ class BatchedEnv(BatchedSpecs):
         self._checks = checks
         # state_dict() names of the cached root observations
         self._root_names = {k: "root." + ("/".join(k) if isinstance(k, tuple) else k) for k in rule.keys}
+        self._state_token = object()  # names this env in its state_dict()s' dates (holds nothing alive)
         # Seeded by reset(seed=...): random actions (policy=None) are reproducible too.
         self.generator = torch.Generator(device=self.device)
         self._snapshots = RowSnapshots(self._path, backend, self.generator)
         self._default_seed = seed
         self._closed = False
         self._needs_reset = True
+        self.reset_count = 0
+        self.last_reset_rows: torch.Tensor | None = None
         self.validate = validate
         self._watchdog = None
         if watchdog_s is not None:
@@ -185,8 +200,9 @@ class BatchedEnv(BatchedSpecs):
             interrupted = guard.interrupted
             if seed is None and self._needs_reset:
                 seed = self._default_seed
+            call = None
             if not guard.held:  # (a first reset that fails leaves the env "never reset", not interrupted)
-                guard.start("reset")
+                call = guard.start("reset")
             if interrupted:
                 self.backend.recover()  # e.g. drain or restart async workers left mid-call
             obs = self.backend.reset(seed=seed)
@@ -194,8 +210,13 @@ class BatchedEnv(BatchedSpecs):
             if seed is not None:
                 self.generator.manual_seed(seed)
             path.root_obs = obs
+            path.moved()
+            self.reset_count += 1
+            self.last_reset_rows = None
             self._needs_reset = False
             path.bind()  # the backend's direct transition may change with a full reset
+            if call is not None and guard.calls != call:
+                guard.overlapped("reset")
         else:
             self._partial_reset(mask, seed)
         path.last_done = path.false
@@ -240,6 +261,9 @@ class BatchedEnv(BatchedSpecs):
             key: torch.where(todo.view((self.num_envs,) + (1,) * (value.dim() - 1)), value, root[key])
             for key, value in obs.items()
         }
+        path.moved()
+        self.reset_count += 1
+        self.last_reset_rows = mask
 
     def root(self) -> TensorDict:
         """The current root TensorDict: what the next step acts on (episodes continue)."""
@@ -310,19 +334,25 @@ class BatchedEnv(BatchedSpecs):
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Everything a step reads and writes, as live tensors (see :mod:`gpu_envs.utils.state_dicts`).
 
+        Live: copy it to keep it (``{k: v.clone() for k, v in env.state_dict().items()}``);
+        the dict itself, loaded back after the env moved on, is refused (it would move the
+        roots back but not the simulator).
+
         ``"root.<key>"``: the cached observations the next step acts on (``/`` joins nested
         keys), and ``"backend.<name>"``: the backend's state (for a torch env, its own
         tensors under ``"backend.env."``). Backends over simulators that keep their state
         outside torch (gymnasium, JAX, Isaac Lab) raise :class:`~gpu_envs.RolloutError`.
         """
-        state = {self._root_names[key]: value for key, value in self._path.root_obs.items()}
+        path = self._path
+        state = {self._root_names[key]: value for key, value in path.root_obs.items()}
         state.update(prefixed("backend", self.backend.state_dict()))
-        return state
+        return DatedState(state, (self._state_token, path.stamp))
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Take the values of a :meth:`state_dict`: the backend copies them into its tensors;
         the root observations are stored as copies (handed-out roots are never written)."""
         check_state(state, "BatchedEnv")
+        refuse_stale(state, self._state_token, self._path.stamp, "BatchedEnv")
         roots = {name: state.get(name) for name in self._root_names.values()}
         for key, name in self._root_names.items():
             value, spec = roots[name], self.observation_spec[key]
@@ -337,6 +367,7 @@ class BatchedEnv(BatchedSpecs):
         self.backend.load_state_dict(under("backend", state))
         path = self._path
         path.root_obs = {key: roots[name].clone() for key, name in self._root_names.items()}
+        path.moved()
         path.last_done = path.false
         self._needs_reset = False
         if not self._closed:

@@ -17,25 +17,26 @@ The path owns what a step reads and writes besides the simulator: the cached roo
 observations (:attr:`StepPath.root_obs`), the guard (:attr:`StepPath.guard`) and the
 ``done`` of the last step (:attr:`StepPath.last_done`, for masked resets).
 
-What differs between backends and moments is decided once, in :meth:`StepPath.bind`
-(after construction, after the first step, after a full reset, when ``validate``
-changes), never per step:
+Inputs are dated, on the host. Every change of the root (a step, a reset, a loaded
+state) numbers it on (:attr:`StepPath.stamp`); each root TensorDict the path builds
+carries its number, and each ``td["next"]`` the negated number of its step, as a plain
+attribute (:data:`STAMP`, never an entry). Integers and identities compared on the
+host: no host sync. A step given
 
-* the backend advance: the first step goes through :class:`FirstStep` (the backend's
-  ``step``, validated field by field by :class:`~gpu_envs.core.checks.StepChecks`, then
-  :meth:`~StepPath.bind` again); later steps call the backend's direct transition
-  where it declares one (``Backend.direct_transition``), else its ``step``; a backend
-  that hands on tensors it did not make (``trusted_outputs`` False) gets its outputs'
-  metadata compared on every step (:class:`WatchedAdvance`);
-* the action value check: none, or ``StepChecks.action_values`` (Discrete ranges on
-  the first step; every range with ``validate``);
-* the TensorDict build: flat keys (one dict, built without re-validation) or nested
-  ones (tuple keys become sub-TensorDicts).
-
-:meth:`StepPath.values` is the same path ending in the transition's tensors instead of
-TensorDicts (keys :func:`~gpu_envs.contract.keys.transition_keys`), for random-action
-collections that copy them straight into their buffer; ``tests/test_step_path.py``
-proves every variant equal, key by key.
+* the root of the moment (or a TensorDict the path did not build: a user's, a
+  transform's copy) steps it;
+* the last step's ``td["next"]``, or a copy of it sharing its observation tensor
+  (torchrl's ``step_mdp``) -- the torchrl loop ``td = env.step(td)["next"]`` -- steps
+  it the torchrl way: the env continues from its cached post-reset root, and the
+  input's observation and done entries are replaced by that root's (on rows that ended
+  they held the FINAL observation; elsewhere the two are equal), so the transition
+  recorded in ``td`` is the one the env made. A policy that acted on that input saw the
+  final observation on those rows: act on the root ``step_and_maybe_reset`` returns
+  (or call ``env.reset(td)`` with ``"_reset"`` = the ended rows first, torchrl's
+  ``maybe_reset``);
+* a root or ``td["next"]`` of an earlier moment (the same root stepped twice, one from
+  two steps ago, one from before a reset) refuses the step with
+  :class:`~gpu_envs.contract.errors.StaleInputError` naming the fix, before anything moves.
 
 Example::
 
@@ -55,7 +56,7 @@ from tensordict import TensorDict, TensorDictBase
 
 import gpu_envs.utils.tensordicts as tds
 from gpu_envs.backends.base import Backend
-from gpu_envs.contract.errors import ClosedEnvError, ResetNeededError
+from gpu_envs.contract.errors import ClosedEnvError, ResetNeededError, StaleInputError
 from gpu_envs.contract.final_obs import FinalObsRule
 from gpu_envs.contract.keys import transition_keys
 from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete
@@ -64,11 +65,14 @@ from gpu_envs.utils.arguments import STEP_CALLS, check_td
 from gpu_envs.utils.call_guard import CallGuard
 from gpu_envs.utils.tensordicts import get_entry, nest, set_entry
 
-__all__ = ["CLOSED", "NEVER_RESET", "FirstStep", "StepPath", "WatchedAdvance"]
+__all__ = ["CLOSED", "NEVER_RESET", "STAMP", "FirstStep", "StepPath", "WatchedAdvance"]
 
 # why the guard is held when no call was interrupted (the env's reasons to refuse every call)
 NEVER_RESET = "never reset"
 CLOSED = "closed"
+# the attribute dating the path's TensorDicts: the root's number, or minus it on a step's td["next"]
+STAMP = "_gpu_envs_stamp"
+_NOTHING = object()  # matches no entry
 
 Advance = Callable[[torch.Tensor], tuple]
 
@@ -131,6 +135,8 @@ class StepPath:
         last_done: ``[N, 1]`` rows reset by the backend in the last ``step`` (a masked
             reset serves their cached observations instead of resetting them again).
         validate: check action values on every step (one host sync each).
+        stamp: the number of the current root (module docstring); whoever replaces
+            :attr:`root_obs` outside the path calls :meth:`moved`.
     """
 
     def __init__(
@@ -157,6 +163,10 @@ class StepPath:
         self.first = True  # the first step is validated (first_step), then the parts are bound again
         self.keys = list(checks.obs_meta)
         self._lone = self.keys[0] if len(self.keys) == 1 else None
+        self.stamp = 0
+        # a top-level observation key, and its tensor in the last td["next"] (a copy fed back is stepped from the root)
+        self._watch = next((k for k in self.keys if isinstance(k, str)), None)
+        self._last_next: object = _NOTHING
         spec = checks.action_spec
         self._discrete = isinstance(spec, (Discrete, MultiDiscrete, Binary))
         self._box = isinstance(spec, Box)
@@ -182,6 +192,11 @@ class StepPath:
         self.new_td: Callable[..., TensorDict] = tds.new_td if nested else tds.new_flat_td
         self._direct_td = tds.DIRECT  # read the action from a TensorDict's own dict (tensordicts.py knows it)
 
+    def moved(self) -> None:
+        """The root was replaced outside a step (a reset, a loaded state): earlier roots and ``td["next"]`` are stale."""
+        self.stamp += 1
+        self._last_next = _NOTHING
+
     def first_step_done(self) -> None:
         """The first step was validated (:class:`FirstStep`): bind the later steps' parts."""
         self.first = False
@@ -197,14 +212,39 @@ class StepPath:
         self.backend.check_usable()  # a backend that knows it is dead says why
         guard.refuse(call)
 
+    def other_input(self, td: TensorDictBase, stamp: int | None) -> None:
+        """A step's input that is not the current root (module docstring): the last ``td["next"]`` or a stale one."""
+        if stamp == -self.stamp or (stamp is None and self._watch is not None):
+            # the last step's td["next"] (or a step_mdp copy of it): continue from the cached root, torchrl's way
+            for key, value in self.root_obs.items():
+                td.set(key, value)
+            for key, value in self.root_flags.items():
+                td.set(key, value)
+            return
+        what = "a td[\"next\"] of an earlier step" if stamp < 0 else f"an earlier root TensorDict (root {stamp})"
+        raise StaleInputError(
+            f"step() was given {what}; this env is at root {self.stamp}: it was stepped, reset or loaded since (in "
+            "this thread or another), so those observations are not the ones it continues from. Step the root the "
+            "env returned last: `td, td_root = env.step_and_maybe_reset(td); td = td_root` (torchrl's loop), or "
+            "`td = env.root()`."
+        )
+
     # ------------------------------------------------------------------- steps
     def action_of(self, td: TensorDictBase) -> torch.Tensor:
         """``td["action"]``, checked (metadata; values where bound), before anything moves."""
         if self._direct_td and td.__class__ is TensorDict:
-            action = td._tensordict.get("action")
+            entries = td._tensordict
+            action = entries.get("action")
+            stamp = td.__dict__.get(STAMP)
+            if (stamp is not None and stamp != self.stamp) or entries.get(self._watch) is self._last_next:
+                self.other_input(td, stamp)
         else:
             check_td(td, STEP_CALLS)  # a dict, None, a (td, root) tuple: refused before anything moves
             action = get_entry(td, "action")
+            stamp = getattr(td, "__dict__", {}).get(STAMP)
+            watched = None if self._watch is None else get_entry(td, self._watch)
+            if (stamp is not None and stamp != self.stamp) or (watched is not None and watched is self._last_next):
+                self.other_input(td, stamp)
         checks = self.checks
         if (
             action.__class__ is not torch.Tensor
@@ -229,9 +269,16 @@ class StepPath:
             self.refuse("step")
         action = self.action_of(td)
         guard.pending = "step"
+        call = guard.calls + 1  # guard.start("step"), inline: the number a second thread would change
+        guard.calls = call
         obs, reward, terminated, truncated, done, final_obs, final_mask, info = self.advance(action)
         next_obs, missing = self.rule(obs, done, final_obs, final_mask)
         self.root_obs = obs
+        self.stamp = stamp = self.stamp + 1
+        watch = self._watch
+        if watch is not None:
+            watched = next_obs[watch]
+            self._last_next = _NOTHING if watched is obs[watch] else watched
         data = self.entries(next_obs)
         data["reward"] = reward
         data["done"] = done
@@ -240,8 +287,12 @@ class StepPath:
         data["final_obs_missing"] = missing
         if info:
             data.update(self.entries(info))
-        set_entry(td, "next", self.new_td(data, self.batch_size, self.device))
+        following = self.new_td(data, self.batch_size, self.device)
+        following.__dict__[STAMP] = -stamp
+        set_entry(td, "next", following)
         self.last_done = done
+        if guard.calls != call:
+            guard.overlapped("step")
         guard.pending = None
         return done
 
@@ -251,7 +302,9 @@ class StepPath:
         self.last_done = self.false
         data = self.entries(self.root_obs)
         data.update(self.root_flags)
-        return td, self.new_td(data, self.batch_size, self.device)
+        root = self.new_td(data, self.batch_size, self.device)
+        root.__dict__[STAMP] = self.stamp
+        return td, root
 
     def root(self) -> TensorDict:
         """The current root TensorDict: what the next step acts on."""
@@ -259,7 +312,9 @@ class StepPath:
             self.refuse("root")
         data = self.entries(self.root_obs)
         data.update(self.root_flags)
-        return self.new_td(data, self.batch_size, self.device)
+        root = self.new_td(data, self.batch_size, self.device)
+        root.__dict__[STAMP] = self.stamp
+        return root
 
     # ---------------------------------------------------- straight into a buffer
     def values(self, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -284,10 +339,16 @@ class StepPath:
             self.check_values(action)
         previous = self.root_obs
         guard.pending = "step"
+        call = guard.calls + 1
+        guard.calls = call
         obs, reward, terminated, truncated, done, final_obs, final_mask, _ = self.advance(action)
         next_obs, missing = self.rule(obs, done, final_obs, final_mask)
         self.root_obs = obs
+        self.stamp += 1
+        self._last_next = _NOTHING  # no td["next"] was handed out
         self.last_done = false = self.false
+        if guard.calls != call:
+            guard.overlapped("step")
         guard.pending = None
         lone = self._lone
         if lone is not None:

@@ -203,7 +203,7 @@ class GraphCollector:
 
     def _capture(self) -> None:
         env = self.env
-        pinned = env.state_dict()
+        pinned = dict(env.state_dict())  # a plain dict: the graph writes these tensors, so no date applies
         for name, value in pinned.items():
             if value.device != self.device:
                 raise RolloutError(

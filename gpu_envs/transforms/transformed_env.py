@@ -40,7 +40,7 @@ from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.snapshot import get_transformed_state, set_transformed_state
 from gpu_envs.utils.arguments import check_td
 from gpu_envs.utils.call_guard import CallGuard
-from gpu_envs.utils.state_dicts import check_state, check_values, copy_into, prefixed, under
+from gpu_envs.utils.state_dicts import DatedState, check_state, check_values, copy_into, prefixed, under
 
 
 class TransformedEnv(BatchedSpecs):
@@ -83,6 +83,8 @@ class TransformedEnv(BatchedSpecs):
         # the call in progress; still marked after one that did not finish (an exception or Ctrl-C
         # escaped it): the transforms' state may then disagree with the env's, until a full reset
         self._guard = CallGuard("this TransformedEnv")
+        # the env's reset_count when the transforms last saw a reset (None: the env does not count them)
+        self._seen_resets: int | None = getattr(env, "reset_count", None)
 
     # ------------------------------------------------------------- properties
     @property
@@ -140,13 +142,33 @@ class TransformedEnv(BatchedSpecs):
         for t in self.transforms:
             root = t.reset(root, mask)
         self._needs_reset = False
+        self._seen_resets = getattr(self.env, "reset_count", None)
         guard.finish()
         return root
+
+    def _inner_reset(self) -> None:
+        """The env below was reset directly (``tenv.env.reset()``, a collection on it): restart the transforms' rows.
+
+        Noticed by comparing the env's ``reset_count`` (a host integer) on every call, as
+        if this env's own ``reset`` had reset those rows: ``EpisodeStats`` then does not
+        count the steps before the reset into the next episode. One missed reset restarts
+        the rows it reset; several restart every row.
+        """
+        count = self.env.reset_count
+        rows = self.env.last_reset_rows if count == self._seen_resets + 1 else None
+        mask = self._all_rows if rows is None else rows
+        root = self.env.root()
+        for t in self.transforms:
+            root = t.reset(root, mask)
+        self._seen_resets = count
 
     def root(self) -> TensorDictBase:
         """The current root TensorDict, through every transform's ``root``."""
         if self._guard.pending is not None:
             self._refuse("root")
+        seen = self._seen_resets
+        if seen is not None and self.env.reset_count != seen and not self._needs_reset:
+            self._inner_reset()
         root = self.env.root()
         for t in self.transforms:
             root = t.root(root)
@@ -156,6 +178,9 @@ class TransformedEnv(BatchedSpecs):
         """Step with ``td["action"]`` (rewritten by the action transforms); returns ``td``."""
         if self._needs_reset or self._guard.pending is not None:
             self._refuse("step")
+        seen = self._seen_resets
+        if seen is not None and self.env.reset_count != seen:
+            self._inner_reset()
         out = self._inner_call("step", self.env.step, self._inverse(td, "step"))
         td = self._forward(td, out)
         self._guard.finish()
@@ -165,6 +190,9 @@ class TransformedEnv(BatchedSpecs):
         """Step, then return ``(td, td_root)`` with both passed through the transforms."""
         if self._needs_reset or self._guard.pending is not None:
             self._refuse("step_and_maybe_reset")
+        seen = self._seen_resets
+        if seen is not None and self.env.reset_count != seen:
+            self._inner_reset()
         inner = self._inverse(td, "step_and_maybe_reset")
         out, root = self._inner_call("step_and_maybe_reset", self.env.step_and_maybe_reset, inner)
         td = self._forward(td, out)
@@ -198,17 +226,20 @@ class TransformedEnv(BatchedSpecs):
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Live state tensors (see :mod:`gpu_envs.utils.state_dicts`): the env's under ``"env."``,
         each transform's :meth:`~Transform.state_tensors` under ``"transforms.<i>."``."""
-        state = prefixed("env", self.env.state_dict())
+        inner = self.env.state_dict()
+        state = prefixed("env", inner)
         for i, t in enumerate(self.transforms):
             state.update(prefixed(f"transforms.{i}", t.state_tensors()))
-        return state
+        return DatedState(state, getattr(inner, "date", None))  # the env's date: it refuses a stale one
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Take the values of a :meth:`state_dict` (copied into the env's and transforms' tensors)."""
         check_state(state, "TransformedEnv")
         for i, t in enumerate(self.transforms):  # all checked before anything is loaded
             check_values(t.state_tensors(), under(f"transforms.{i}", state), type(t).__name__)
-        self.env.load_state_dict(under("env", state))
+        inner = under("env", state)
+        date = getattr(state, "date", None)
+        self.env.load_state_dict(inner if date is None else DatedState(inner, date))
         for i, t in enumerate(self.transforms):
             copy_into(t.state_tensors(), under(f"transforms.{i}", state), type(t).__name__)
         self._needs_reset = False

@@ -22,6 +22,16 @@ Besides the call in flight, the owner may *hold* the guard for a reason of its o
 reset, closed): :attr:`pending` is then that reason and :attr:`interrupted` is False, so
 the hot path still tests one attribute (``guard.pending is None``) for "may I run".
 
+Two threads calling one object at once are caught the same way, at no more cost: every
+call (:meth:`~CallGuard.start`) takes the next number in :attr:`~CallGuard.calls`
+(one integer write) and compares it when it completes. A different number means another
+call started while this one ran, i.e. a second thread: :meth:`~CallGuard.overlapped`
+raises :class:`~gpu_envs.contract.errors.ConcurrentCallError` naming the fix (one env per
+thread, or one lock around every call) and leaves the mark set, so every thread is refused
+until a reset. A call that starts while another one is in flight is refused on entry
+(the mark is set), with both causes named. Host integers only: no lock, no host sync,
+nothing ``torch.compile`` cannot trace.
+
 Example::
 
     guard = CallGuard("this env")
@@ -36,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NoReturn
 
-from gpu_envs.contract.errors import InterruptedStepError
+from gpu_envs.contract.errors import ConcurrentCallError, InterruptedStepError
 
 __all__ = ["CallGuard"]
 
@@ -53,17 +63,36 @@ class CallGuard:
             the one that did not finish), or the reason the owner holds the guard.
     """
 
-    __slots__ = ("_held", "owner", "pending")
+    __slots__ = ("_held", "calls", "owner", "pending")
 
     def __init__(self, owner: str | Callable[[], str]) -> None:
         self.owner = owner
         self.pending: str | None = None
         self._held = False
+        self.calls = 0  # numbers the calls: another number at the end of a call = a concurrent call
 
-    def start(self, call: str) -> None:
-        """Mark ``call`` in progress (cleared by :meth:`finish`; left set if it raises)."""
+    def start(self, call: str) -> int:
+        """Mark ``call`` in progress (cleared by :meth:`finish`; left set if it raises); returns its number."""
         self.pending = call
         self._held = False
+        number = self.calls + 1
+        self.calls = number
+        return number
+
+    def overlapped(self, call: str) -> NoReturn:
+        """Raise :class:`ConcurrentCallError`: another call started while ``call`` ran (a second thread).
+
+        Leaves ``call`` marked (and numbers the calls on, so the other call fails its own
+        check too): every later call is refused until a reset.
+        """
+        self.pending = call
+        self._held = False
+        self.calls += 1
+        raise ConcurrentCallError(
+            f"{self._name()} was called from two threads at once: another call started while {call}() ran, so its "
+            "state may be half-stepped by both. An env is not thread-safe: step each env from one thread (one env "
+            "per thread), or hold one threading.Lock around every call to it. Call env.reset() to use it again."
+        )
 
     def finish(self) -> None:
         """The call completed (or a reset made everything consistent again): calls may run."""
@@ -100,7 +129,8 @@ class CallGuard:
         raise InterruptedStepError(
             f"interrupted mid-step: call env.reset(). The previous {self.pending}() of {self._name()} did not finish "
             f"(an exception or Ctrl-C escaped it), so {why}; {call}() is refused until a reset, which resets every "
-            "row and makes it usable again."
+            "row and makes it usable again. (If another thread is calling it right now, that is the cause: an env "
+            "is not thread-safe; use one env per thread, or one threading.Lock around every call.)"
         )
 
     def _name(self) -> str:

@@ -13,6 +13,14 @@ An object that keeps per-step state in tensors (a built-in env, a backend, ``Bat
 The CUDA-graph collector (:mod:`gpu_envs.rollout.cudagraph`) needs nothing else: what is updated
 in place stays in the graph's memory, what is re-bound is copied back into it.
 
+Because the tensors are live, a ``state_dict()`` kept without copying moves on with the
+env: loading it back after the env stepped would restore what was re-bound (the root
+observations) but not what was updated in place (the simulator), a silent mix of two
+moments. ``BatchedEnv`` and ``TransformedEnv`` therefore hand out a :class:`DatedState`
+(a dict that remembers which env and which root it was taken at) and refuse to load one
+of their own from an earlier root, naming the fix (clone when saving). A copy
+(``{k: v.clone() ...}``, a plain dict) is never refused.
+
 Example::
 
     saved = {name: t.clone() for name, t in env.state_dict().items()}
@@ -28,7 +36,34 @@ import torch
 
 from gpu_envs.contract.errors import InvalidArgumentError
 
-__all__ = ["check_state", "check_values", "copy_into", "prefixed", "same_memory", "under"]
+__all__ = ["DatedState", "check_state", "check_values", "copy_into", "prefixed", "refuse_stale", "same_memory", "under"]
+
+
+class DatedState(dict):
+    """A ``state_dict()`` of live tensors that says when it was taken.
+
+    ``date`` is ``(owner, moment)``: an object identifying the env that made it and the
+    number of its root at that time (``None`` when unknown). Anything else about it is a
+    plain dict; a copy of it is a plain dict again.
+    """
+
+    __slots__ = ("date",)
+
+    def __init__(self, state: Mapping[str, torch.Tensor], date: tuple[object, int] | None) -> None:
+        super().__init__(state)
+        self.date = date
+
+
+def refuse_stale(state: object, owner: object, moment: int, who: str) -> None:
+    """Refuse ``state`` if it is ``owner``'s own live state_dict() from another moment than ``moment``."""
+    date = getattr(state, "date", None)
+    if type(state) is DatedState and date is not None and date[0] is owner and date[1] != moment:
+        raise InvalidArgumentError(
+            f"{who}.load_state_dict was given this env's own state_dict() from an earlier moment, not a copy of it. "
+            "Its tensors are the env's live ones: the simulator's have moved on with the env since, so loading it "
+            "would move the root observations back but not the simulator. Copy the state when you save it: "
+            "saved = {k: v.clone() for k, v in env.state_dict().items()}, then env.load_state_dict(saved)."
+        )
 
 
 def prefixed(prefix: str, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -87,7 +87,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.backends.base import Backend, RawStep
-from gpu_envs.backends.common import claim_simulator, innermost
+from gpu_envs.backends.common import claim_simulator, innermost, numpy2_advice
 from gpu_envs.backends.gymnasium.info import InfoReader, InfoSpec
 from gpu_envs.backends.gymnasium.snapshot import refusal as snapshot_refusal
 from gpu_envs.backends.gymnasium.snapshot import restore_rows
@@ -254,10 +254,11 @@ class GymnasiumBackend(Backend):
 
     def _failure(self, what: str, err: BaseException) -> BackendError:
         message = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        advice = numpy2_advice(message)
         if self._async is None:
             return BackendError(
-                f"{self.describe()} raised in {what}: {message}. The sub-envs may be half-stepped: call env.reset() "
-                "before stepping again."
+                f"{self.describe()} raised in {what}: {message.rstrip('.')}.{advice} The sub-envs may be half-stepped: "
+                "call env.reset() before stepping again."
             )
         dead = [f"worker {i} (exit code {p.exitcode})" for i, p in enumerate(self._async.processes) if not p.is_alive()]
         if dead or isinstance(err, _WORKER_GONE):
@@ -266,7 +267,7 @@ class GymnasiumBackend(Backend):
             cause = f"a sub-env raised in {what}: {message}; its worker process has stopped."
         self._broken = cause
         shutdown_async(self._async)
-        return BackendError(f"{self.describe()} failed: {cause} All workers were shut down; build a new env.")
+        return BackendError(f"{self.describe()} failed: {cause}{advice} All workers were shut down; build a new env.")
 
     # ------------------------------------------------------------------ reset
     def recover(self) -> None:

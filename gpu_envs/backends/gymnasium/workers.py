@@ -24,6 +24,9 @@ without touching gymnasium:
   start method and OS), even when stuck in ``step``. ``make(..., vectorization="async")``
   builds its workers with it; an AsyncVectorEnv you build yourself gets it by passing
   ``worker=gpu_envs.backends.gymnasium.guarded_worker()`` (and always after a restart).
+  Workers already started with gymnasium's plain worker cannot be changed: on Linux a
+  :mod:`~gpu_envs.backends.gymnasium.reaper` process kills them when their parent dies
+  (a warning says that a terminal's Ctrl-C still reaches them).
 
 Example::
 
@@ -52,6 +55,7 @@ from gymnasium.vector import async_vector_env
 from gymnasium.vector.async_vector_env import AsyncState
 
 from gpu_envs.backends.gymnasium.internals import private
+from gpu_envs.backends.gymnasium.reaper import Reaper, start_reaper
 from gpu_envs.contract.errors import BackendError, InterruptedStepError, StepTimeoutError
 from gpu_envs.utils.call_guard import CallGuard
 
@@ -181,12 +185,18 @@ class AsyncCalls:
         self._poll: Any = None  # select.poll over the pipes below, reused by every call
         self._polled: list | None = None
         self._fds: list[int] = []
+        # gymnasium's plain workers do not die with this process by themselves: a reaper process kills them
+        self.reaper: Reaper | None = None
         if not is_guarded(getattr(env, "worker", None)):
+            self.reaper = start_reaper([p.pid for p in env.processes])
+            orphans = (
+                "" if self.reaper is not None else "a worker stuck in step outlives this process if it is killed, and "
+            )
             warnings.warn(
-                f"{describe()}: this AsyncVectorEnv's workers run gymnasium's plain worker, so a worker stuck in "
-                "step outlives this process if it is killed, and a Ctrl-C in the terminal reaches the workers too. "
-                "Build it with worker=gpu_envs.backends.gymnasium.guarded_worker() (gpu_envs.make(..., "
-                "vectorization='async') does); a restart after a timeout or an interruption uses it anyway.",
+                f"{describe()}: this AsyncVectorEnv's workers run gymnasium's plain worker, so {orphans}a Ctrl-C in "
+                "the terminal reaches the workers too. Build it with worker=gpu_envs.backends.gymnasium.guarded_worker() "
+                "(gpu_envs.make(..., vectorization='async') does); a restart after a timeout or an interruption uses "
+                "it anyway.",
                 stacklevel=4,
             )
         # shadow the methods on the instance: wrappers above it call env.step / env.reset
@@ -335,6 +345,7 @@ class AsyncCalls:
         env = self.env
         if not env.closed:
             shutdown_async(env)
+        self.release_reaper()  # the old workers are gone
         worker = env.worker
         if worker is None or is_guarded(worker):
             worker = guarded_worker()
@@ -359,12 +370,26 @@ class AsyncCalls:
             raise BackendError(
                 f"{self.describe()}: restarting its worker processes failed ({type(err).__name__}: {err}). Build a new env."
             ) from err
+        if not is_guarded(worker):  # a worker function of the user's own: watched like the first ones
+            self.reaper = start_reaper([p.pid for p in env.processes])
         self.phase = None
         self.guard.finish()
         self.stopped = None
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
         """gymnasium's ``close_extras``, without ever blocking on a hung or stopped worker."""
+        try:
+            self._close(timeout, terminate)
+        finally:
+            self.release_reaper()
+
+    def release_reaper(self) -> None:
+        """The plain workers were stopped (a close, a restart): the reaper exits without killing anything."""
+        reaper, self.reaper = self.reaper, None
+        if reaper is not None:
+            reaper.release()
+
+    def _close(self, timeout: float | None, terminate: bool) -> None:
         env = self.env
         if env.closed:
             return

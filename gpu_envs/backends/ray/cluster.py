@@ -109,6 +109,10 @@ class Worker:
         return f"worker {self.index} (envs {self.start}..{self.stop - 1}, pid {self.pid} on {self.host})"
 
 
+# gymnasium's unknown-id errors, as the last line of a worker's traceback
+_UNKNOWN_ID = re.compile(r"gymnasium\.error\.(?:NameNotFound|NamespaceNotFound|VersionNotFound)[^\n]*")
+
+
 def explain(err: BaseException) -> str:
     """The text of a failed Ray call: the env's own traceback when the env raised."""
     cause = getattr(err, "cause", None)
@@ -149,7 +153,17 @@ def start_workers(
             try:
                 facts.append(ray.get(ref))
             except Exception as err:
-                raise BackendError(f"Ray worker {w.index} could not build its envs:\n{explain(err)}") from None
+                text = explain(err)
+                unknown = _UNKNOWN_ID.search(text)
+                if unknown is not None:  # the traceback says nothing the user can act on: say what helps
+                    raise BackendError(
+                        f"Ray worker {w.index} could not build its envs: {unknown.group(0)} A gymnasium id the worker "
+                        "cannot see (registered under `if __name__ == '__main__':` of your script with an entry point "
+                        "from elsewhere, or in a module the worker does not import) is unknown inside Ray workers: "
+                        "pass a function that builds the env itself, gpu_envs.wrap_ray(env_fn=lambda: MyEnv(...), "
+                        "num_envs=N), or register the id in a module the workers import."
+                    ) from None
+                raise BackendError(f"Ray worker {w.index} could not build its envs:\n{text}") from None
             w.pid, w.host = facts[-1]["pid"], facts[-1]["host"]
     except BaseException:
         stop_workers(workers, graceful=False)

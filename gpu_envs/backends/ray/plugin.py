@@ -23,11 +23,12 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+from gymnasium.envs.registration import load_env_creator
 
 from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
 from gpu_envs.backends.gymnasium.plugin import check_sub_env_args
 from gpu_envs.backends.ray.backend import RayBackend, RayOptions, split_rows
-from gpu_envs.backends.ray.worker import make_share, wrap_share
+from gpu_envs.backends.ray.worker import make_share, registering, wrap_share
 from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError
 
 _OWN_GYMNASIUM_KWARGS = ("vectorization", "num_workers")  # the gymnasium backend's, meaningless inside a worker
@@ -152,8 +153,31 @@ def _backend(
     """Split the rows among the workers: ``builder(first row, rows, global index of the first env)`` each."""
     sizes = split_rows(num_envs, _default_workers(num_envs) if num_workers is None else num_workers)
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    builders = [builder(start, size, offset + start) for start, size in zip(starts, sizes, strict=True)]
+    specs = script_specs()
+    builders = [
+        functools.partial(registering, specs, builder(start, size, offset + start))
+        for start, size in zip(starts, sizes, strict=True)
+    ]
     return RayBackend(builders, sizes, device, options)
+
+
+def script_specs() -> list[Any]:
+    """The gymnasium ids the driver's script (``__main__``) registered, as specs a Ray worker can register.
+
+    A worker imports modules, never the driver's script, so an id registered there is
+    unknown in it. Entry points defined in the script travel by value (cloudpickle
+    pickles ``__main__``'s classes and functions so); a ``"__main__:Name"`` string is
+    resolved here first (the worker's ``__main__`` is not the driver's script). Ids of
+    installed packages are found by the worker itself.
+    """
+    specs = []
+    for spec in list(gym.registry.values()):
+        entry = spec.entry_point
+        if isinstance(entry, str) and entry.startswith("__main__:"):
+            specs.append(dataclasses.replace(spec, entry_point=load_env_creator(entry)))
+        elif callable(entry) and getattr(entry, "__module__", None) == "__main__":
+            specs.append(spec)
+    return specs
 
 
 PLUGIN = RayPlugin()

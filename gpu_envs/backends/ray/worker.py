@@ -64,6 +64,19 @@ def make_share(env_id: str, num_envs: int, env_index_offset: int, kwargs: dict[s
     )
 
 
+def registering(specs: Sequence[Any], build: Callable[[], GymnasiumBackend]) -> GymnasiumBackend:
+    """Register the driver's script-only gymnasium ids (``specs``) this worker lacks, then ``build()``.
+
+    A Ray worker imports modules, never the driver's script: an id registered there
+    (``gym.register("MyEnv-v0", entry_point=MyEnv)`` in ``__main__``) is unknown in the
+    worker unless its spec travels with the build function.
+    """
+    for spec in specs:
+        if spec.id not in gym.registry:
+            gym.registry[spec.id] = spec
+    return build()
+
+
 def wrap_share(
     env_fns: Sequence[Callable[[], gym.Env]], env_index_offset: int, autoreset_mode: Any, kwargs: dict[str, Any]
 ) -> GymnasiumBackend:

@@ -320,3 +320,15 @@ def test_record_episodes_transform_is_refused(tmp_path):
     env.reset(seed=0)
     with pytest.raises(SnapshotError, match="RecordEpisodes"):
         env.get_state()
+
+
+def test_a_root_from_before_a_restore_is_stale_and_the_restored_root_steps(cartpole):
+    """set_state replaces the cached roots: a root handed out before it no longer describes the env."""
+    state = cartpole.get_state()
+    action = torch.zeros(cartpole.num_envs, dtype=torch.int64)
+    _, td = cartpole.step_and_maybe_reset(cartpole.root().set("action", action))
+    cartpole.set_state(state)
+    with pytest.raises(gpu_envs.StaleInputError):
+        cartpole.step_and_maybe_reset(td.set("action", action))
+    out, _ = cartpole.step_and_maybe_reset(cartpole.root().set("action", action))
+    assert torch.equal(out["observation"], state["root", "observation"])

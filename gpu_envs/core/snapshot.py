@@ -235,6 +235,7 @@ class RowSnapshots:
         self.backend.set_state(_to_device(state.get("backend"), self.device), index)
         path.root_obs = roots
         path.last_done = last_done
+        path.moved()  # roots and td["next"] handed out before the restore are stale now
         if rows is None:
             self.generator.set_state(generator.cpu())
         guard.finish()

@@ -160,6 +160,7 @@ def test_step_then_masked_reset_loop_is_restored_too():
         return torch.stack(out)
 
     for _ in range(6):  # stop right after a step with ended rows: last_done matters
+        td = env.root()  # each step from the env's current root (a stepped root is stale)
         td["action"] = env.action_spec.rand(generator=gen)
         env.step(td)
     saved, gen_state = env.get_state(), gen.get_state()

@@ -29,6 +29,8 @@ changes), never per step:
   metadata compared on every step (:class:`WatchedAdvance`);
 * the action value check: none, or ``StepChecks.action_values`` (Discrete ranges on
   the first step; every range with ``validate``);
+* the health watch: none, or ``HealthMonitor.watch`` (``health_checks="step"``: every
+  transition's values flagged on the device, no sync; :mod:`gpu_envs.core.validation`);
 * the TensorDict build: flat keys (one dict, built without re-validation) or nested
   ones (tuple keys become sub-TensorDicts).
 
@@ -60,6 +62,7 @@ from gpu_envs.contract.final_obs import FinalObsRule
 from gpu_envs.contract.keys import transition_keys
 from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete
 from gpu_envs.core.checks import StepChecks
+from gpu_envs.core.validation import HealthMonitor
 from gpu_envs.utils.arguments import STEP_CALLS, check_td
 from gpu_envs.utils.call_guard import CallGuard
 from gpu_envs.utils.tensordicts import get_entry, nest, set_entry
@@ -131,6 +134,7 @@ class StepPath:
         last_done: ``[N, 1]`` rows reset by the backend in the last ``step`` (a masked
             reset serves their cached observations instead of resetting them again).
         validate: check action values on every step (one host sync each).
+        monitor: the env's :class:`~gpu_envs.core.validation.HealthMonitor`, or None.
     """
 
     def __init__(
@@ -154,6 +158,7 @@ class StepPath:
         self.root_obs: dict = {}
         self.last_done = self.false
         self.validate = False
+        self.monitor: HealthMonitor | None = None
         self.first = True  # the first step is validated (first_step), then the parts are bound again
         self.keys = list(checks.obs_meta)
         self._lone = self.keys[0] if len(self.keys) == 1 else None
@@ -174,6 +179,8 @@ class StepPath:
             self.advance = advance if backend.trusted_outputs else WatchedAdvance(advance, checks.outputs)
         values = (self._discrete and (self.validate or self.first)) or (self._box and self.validate)
         self.check_values: Callable[[torch.Tensor], None] | None = checks.action_values if values else None
+        monitor = self.monitor
+        self.watch = monitor.watch if monitor is not None and monitor.every_step else None
         info_spec = getattr(backend, "info_spec", None)
         info_keys = [] if info_spec is None else list(info_spec.keys(include_nested=True, leaves_only=True))
         nested = any(isinstance(key, tuple) for key in [*self.keys, *info_keys])
@@ -231,6 +238,8 @@ class StepPath:
         guard.pending = "step"
         obs, reward, terminated, truncated, done, final_obs, final_mask, info = self.advance(action)
         next_obs, missing = self.rule(obs, done, final_obs, final_mask)
+        if self.watch is not None:
+            self.watch(action, next_obs, reward, missing)
         self.root_obs = obs
         data = self.entries(next_obs)
         data["reward"] = reward
@@ -286,6 +295,8 @@ class StepPath:
         guard.pending = "step"
         obs, reward, terminated, truncated, done, final_obs, final_mask, _ = self.advance(action)
         next_obs, missing = self.rule(obs, done, final_obs, final_mask)
+        if self.watch is not None:
+            self.watch(action, next_obs, reward, missing)
         self.root_obs = obs
         self.last_done = false = self.false
         guard.pending = None

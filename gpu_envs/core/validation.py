@@ -1,0 +1,287 @@
+"""Health checks without a host sync: bad values flagged on the device, raised where the host looks anyway.
+
+A training run of thousands of envs must hear about an out-of-range discrete action
+(CartPole would push with 90 N), a NaN torque, or a simulator that produced a NaN
+observation or reward -- but reading a device value on every step would stall the GPU.
+:class:`HealthMonitor` keeps a small record per row on the device (the first faulty
+step, what was wrong, the value), written by tensor ops only (``torch.where``,
+``argmax``; no ``.item()``, no boolean indexing, no ``nonzero``), and raises
+:class:`~gpu_envs.contract.errors.HealthCheckError` at points where the host waits
+anyway or is asked to:
+
+* ``env.check_health()``: reads the record (one sync) and raises what it holds;
+* the end of ``collect`` / ``env.rollout()``, a full ``env.reset()``, and
+  ``EpisodeStats.summary()``: a poll that never waits. On the CPU the record is read in
+  place (nothing to wait for). On CUDA the poll copies the record into pinned host
+  memory without blocking and reads the copy of the previous poll once it has arrived,
+  so a fault is raised one such point later (``check_health()`` raises at once).
+
+What is checked (``health_checks`` of :func:`gpu_envs.make` / :class:`~gpu_envs.BatchedEnv`):
+
+* ``"collect"`` (``True``, the default): every transition ``collect`` and
+  ``env.rollout()`` write, scanned once per collection over the whole ``[N, T]``
+  buffer (a few ops for ``T`` steps): the action against Discrete / MultiDiscrete /
+  integer Binary ranges and finite float actions, every floating-point next
+  observation (except placeholders where ``final_obs_missing``) and the reward;
+* ``"step"``: the same checks on every step of every path (``step``,
+  ``step_and_maybe_reset``, compiled and CUDA-graph collections), still without a sync,
+  for hand-written loops; costs a few small ops per step;
+* ``False``: nothing beyond the metadata checks every step has.
+
+After a raise the record is cleared and the env is usable: the next steps are checked
+afresh. Rows whose simulator state went non-finite keep it until they are reset
+(``env.reset()``, or ``Quarantine`` to end and reset them as they go).
+
+Example::
+
+    env = gpu_envs.make("Pendulum-v1", num_envs=8)
+    traj = collect(env, lambda td: td.set("action", torch.full((8, 1), float("nan"))), steps=16)
+    # HealthCheckError: row 0: action nan not finite at step 0 (after the last full reset); ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from gpu_envs.contract.errors import HealthCheckError, InvalidArgumentError
+from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete, Spec
+
+__all__ = ["HEALTH_MODES", "HealthMonitor", "health_mode"]
+
+HEALTH_MODES = ("collect", "step", "off")
+_SHOWN_ROWS = 8
+# what a row's record says went wrong (0: nothing); observation key i is _OBS + i
+_NONE, _ACTION_RANGE, _ACTION_NAN, _REWARD_NAN, _OBS = 0, 1, 2, 3, 4
+
+
+def health_mode(value: Any) -> str:
+    """``health_checks`` as one of :data:`HEALTH_MODES` (``True`` is ``"collect"``, ``False`` ``"off"``)."""
+    if value is True:
+        return "collect"
+    if value is False or value is None:
+        return "off"
+    if isinstance(value, str) and value in HEALTH_MODES:
+        return value
+    raise InvalidArgumentError(
+        f"health_checks must be True (= 'collect'), 'step' or False (= 'off'), got {value!r}: 'collect' scans every "
+        "collection's transitions, 'step' checks every step on the device, False checks no values."
+    )
+
+
+class _ActionCheck:
+    """An action spec's value check: integer ranges (Discrete, MultiDiscrete, integer Binary) or finite floats."""
+
+    def __init__(self, spec: Spec, device: torch.device) -> None:
+        self.spec = spec
+        self.low: torch.Tensor | None = None
+        self.high: torch.Tensor | None = None
+        self.finite = isinstance(spec, Box) and spec.dtype.is_floating_point
+        if isinstance(spec, Discrete):
+            self.low = torch.tensor(spec.start, device=device)
+            self.high = torch.tensor(spec.start + spec.n - 1, device=device)
+            self.valid = f"{spec.start}..{spec.start + spec.n - 1}"
+        elif isinstance(spec, MultiDiscrete):
+            self.low = spec.start.to(device)
+            self.high = (spec.start + spec.nvec - 1).to(device)
+            self.valid = f"low {self.low.tolist()} .. high {self.high.tolist()} per element"
+        elif isinstance(spec, Binary) and spec.dtype != torch.bool:
+            self.low, self.high = torch.tensor(0, device=device), torch.tensor(1, device=device)
+            self.valid = "0..1"
+        self.active = self.low is not None or self.finite
+
+
+class HealthMonitor:
+    """The per-row fault record of one env and the checks that write it (see the module docstring).
+
+    Args:
+        num_envs, device: the env's.
+        action_spec: one env's action spec; obs_keys: the observation keys (floating-point
+            ones are checked) with their dtypes.
+        mode: ``"collect"``, ``"step"`` or ``"off"``.
+    """
+
+    def __init__(self, num_envs: int, device: torch.device, action_spec: Spec, obs_dtypes: dict, mode: str) -> None:
+        self.num_envs = num_envs
+        self.device = device
+        self.mode = mode
+        self._actions: dict[int, _ActionCheck] = {}
+        self.action = self._action_check(action_spec)
+        self.obs_keys = [key for key, dtype in obs_dtypes.items() if dtype.is_floating_point]
+        # the record, on the device, written in place (CUDA graphs replay the writes); shape (1,)
+        # counters: torch.compile drops in-place updates of some 0-d tensors
+        self.first_step = torch.full((num_envs,), -1, dtype=torch.int64, device=device)
+        self.code = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        self.value = torch.zeros(num_envs, dtype=torch.float64, device=device)
+        self.steps = torch.zeros(1, dtype=torch.int64, device=device)
+        self._cuda = device.type == "cuda"
+        self._mirror = torch.full((num_envs,), -1, dtype=torch.int64, pin_memory=self._cuda)
+        self._copied: Any = None  # the CUDA event of the mirror's copy in flight
+
+    @property
+    def every_step(self) -> bool:
+        return self.mode == "step"
+
+    def _action_check(self, spec: Spec) -> _ActionCheck:
+        check = self._actions.get(id(spec))
+        if check is None or check.spec is not spec:
+            check = self._actions[id(spec)] = _ActionCheck(spec, self.device)
+        return check
+
+    # ------------------------------------------------------------- recording
+    def faults(
+        self,
+        action: torch.Tensor,
+        obs: dict,
+        reward: torch.Tensor,
+        missing: torch.Tensor,
+        rows: int,
+        action_check: _ActionCheck | None = None,
+        obs_keys: Iterable | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(code [rows], value [rows])`` of each transition row (the first fault checked wins)."""
+        check = self.action if action_check is None else action_check
+        found: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        if check.active:
+            a = action.reshape(rows, -1)
+            if check.finite:
+                found.append((_ACTION_NAN, *_first(a, ~torch.isfinite(a))))
+            else:
+                found.append((_ACTION_RANGE, *_first(a, (a < check.low.reshape(-1)) | (a > check.high.reshape(-1)))))
+        r = reward.reshape(rows, -1)
+        found.append((_REWARD_NAN, *_first(r, ~torch.isfinite(r))))
+        keep = ~missing.reshape(rows, 1)
+        keys = self.obs_keys if obs_keys is None else obs_keys
+        for i, key in enumerate(self.obs_keys):
+            if key in keys and key in obs:
+                x = obs[key].reshape(rows, -1)
+                found.append((_OBS + i, *_first(x, ~torch.isfinite(x) & keep)))
+        code = torch.zeros(rows, dtype=torch.int64, device=self.device)
+        value = torch.zeros(rows, dtype=torch.float64, device=self.device)
+        for kind, bad, val in reversed(found):  # the first listed wins where several are bad
+            code = torch.where(bad, kind, code)
+            value = torch.where(bad, val, value)
+        return code, value
+
+    def watch(self, action: torch.Tensor, obs: dict, reward: torch.Tensor, missing: torch.Tensor) -> None:
+        """One step's transition (``"step"`` mode): rows without a record take this step's fault."""
+        code, value = self.faults(action, obs, reward, missing, self.num_envs)
+        self._record(code > 0, self.steps, code, value)
+        self.steps.add_(1)
+
+    def scan(self, data: Any, action_spec: Spec, obs_keys: Iterable) -> None:
+        """A collection's ``[N, T]`` transitions (``"collect"`` mode), in a few ops over the whole buffer.
+
+        ``action_spec`` and ``obs_keys`` are those of the env that collected (a
+        ``TransformedEnv``'s own); each row takes its first faulty step in ``data``.
+        """
+        shape = data.batch_size
+        n, t = shape[0], shape[-1]
+        rows = n * t
+        nxt = data.get("next")
+        obs = {key: nxt.get(key) for key in obs_keys if key in self.obs_keys}
+        code, value = self.faults(
+            data.get("action"),
+            obs,
+            nxt.get("reward"),
+            nxt.get("final_obs_missing"),
+            rows,
+            self._action_check(action_spec),
+            obs.keys(),
+        )
+        code, value = code.view(n, t), value.view(n, t)
+        bad = code > 0
+        first = bad.to(torch.uint8).argmax(1, keepdim=True)  # the first faulty step of each row (0 if none)
+        self._record(bad.any(1), self.steps + first.view(n), code.gather(1, first).view(n), value.gather(1, first).view(n))
+        self.steps.add_(t)
+
+    def _record(self, bad: torch.Tensor, step: torch.Tensor, code: torch.Tensor, value: torch.Tensor) -> None:
+        new = bad & (self.first_step < 0)
+        self.first_step.copy_(torch.where(new, step, self.first_step))
+        self.code.copy_(torch.where(new, code, self.code))
+        self.value.copy_(torch.where(new, value, self.value))
+
+    def restart(self) -> None:
+        """A full reset: steps are counted from 0 again (the record stays until it is raised)."""
+        self.steps.zero_()
+
+    # --------------------------------------------------------------- raising
+    def poll(self, where: str) -> None:
+        """Raise what the record holds, without waiting for the device (module docstring)."""
+        if self.mode == "off":
+            return
+        if not self._cuda:
+            if int(self.first_step.numpy().max()) >= 0:  # host memory: read in place, no op, nothing to wait for
+                self.raise_record(where)
+            return
+        copied = self._copied
+        if copied is not None and copied.query() and int(self._mirror.numpy().max()) >= 0:
+            self.raise_record(where)
+        if copied is None or copied.query():
+            self._mirror.copy_(self.first_step, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+
+    def check(self, where: str = "env.check_health()") -> None:
+        """Read the record (one sync) and raise it, if any row holds a fault."""
+        if bool((self.first_step >= 0).any()):
+            self.raise_record(where)
+
+    def raise_record(self, where: str) -> None:
+        """Read the whole record (this syncs: an error is being raised), clear it, raise it."""
+        first, code, value = self.first_step.tolist(), self.code.tolist(), self.value.tolist()
+        self.first_step.fill_(-1)
+        self.code.zero_()
+        self._mirror.fill_(-1)
+        self._copied = None
+        rows = [i for i, step in enumerate(first) if step >= 0]
+        if not rows:
+            return
+        kinds = {code[i] for i in rows}
+        shown = "; ".join(f"row {i}: {self._describe(code[i], value[i])} at step {first[i]}" for i in rows[:_SHOWN_ROWS])
+        more = f" (and {len(rows) - _SHOWN_ROWS} more rows)" if len(rows) > _SHOWN_ROWS else ""
+        fixes = " ".join(dict.fromkeys(self._fix(kind) for kind in sorted(kinds)))
+        raise HealthCheckError(
+            f"{len(rows)} row(s) held bad values (flagged on the device, raised at {where}): {shown}{more}. Steps count "
+            f"from the last full reset ({self._counted()}). {fixes} The flags are cleared and the env is usable; rows "
+            "whose state is not finite keep it until they are reset. Turn the checks off with health_checks=False.",
+            rows=rows,
+            steps=[first[i] for i in rows],
+            values=[value[i] for i in rows],
+        )
+
+    def _counted(self) -> str:
+        return "every step" if self.every_step else "steps made by collect() and env.rollout()"
+
+    def _describe(self, code: int, value: float) -> str:
+        if code == _ACTION_RANGE:
+            return f"action {value:g} outside {self.action.spec!r} (valid: {self.action.valid})"
+        if code == _ACTION_NAN:
+            return f"action {value} not finite"
+        if code == _REWARD_NAN:
+            return f"reward {value} not finite"
+        return f"observation {self.obs_keys[code - _OBS]!r} holds {value}, not finite"
+
+    @staticmethod
+    def _fix(code: int) -> str:
+        if code == _ACTION_RANGE:
+            return (
+                "Fix the policy: sample actions from env.action_spec, or map its output into the range (an argmax "
+                "over logits)."
+            )
+        if code == _ACTION_NAN:
+            return "Fix the policy's outputs (a NaN loss, a diverged network), or clamp them (ClipAction)."
+        return (
+            "The simulator produced it: check the actions it was given and its physics; Quarantine(env) ends and "
+            "resets such rows and goes on."
+        )
+
+
+def _first(x: torch.Tensor, bad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(any bad [rows], the first bad element's value [rows] as float64)`` of ``[rows, k]`` tensors."""
+    if bad.shape[1] == 1:
+        return bad.view(-1), x.view(-1).to(torch.float64)
+    first = bad.to(torch.uint8).argmax(1, keepdim=True)
+    return bad.any(1), x.gather(1, first).view(-1).to(torch.float64)

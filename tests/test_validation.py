@@ -34,7 +34,8 @@ class NaNTorchEnv(CountingTorchVectorEnv):
         row = torch.arange(self.num_envs, device=self.device)
         if self.steps >= NAN_OBS_STEP:
             bad = (row == NAN_OBS_ROW)[:, None]
-            obs = torch.where(bad, math.nan, obs)
+            ended = (terminated | truncated)[:, None]
+            obs = torch.where(bad & ~ended, math.nan, obs)  # a row that ended starts afresh
             info["final_obs"] = torch.where(bad, math.nan, info["final_obs"])
         if self.steps >= NAN_REWARD_STEP:
             reward = torch.where(row == NAN_REWARD_ROW, math.inf, reward)
@@ -282,3 +283,50 @@ def test_make_vec_refuses_out_of_range_and_non_finite_values():
     with pytest.raises(gpu_envs.ActionError, match=r"non-finite.*row 1: \[nan\]"):
         pendulum.step(np.array([[0.0], [np.nan]]))
     pendulum.step(np.array([[0.5], [-0.5]]))
+
+
+class _FakeEvent:
+    """A CUDA event whose completion the test decides."""
+
+    done = False
+
+    def record(self):
+        pass
+
+    def query(self):
+        return _FakeEvent.done
+
+
+def test_the_cuda_poll_never_waits_and_raises_once_the_copy_has_arrived(monkeypatch):
+    """The CUDA branch of the poll, emulated on the CPU: a copy in flight is not waited for."""
+    from gpu_envs.core.validation import HealthMonitor
+
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monitor = HealthMonitor(
+        3,
+        torch.device("cpu"),
+        gpu_envs.make("Pendulum-v1", 1, device="cpu").single_action_spec,
+        {"observation": torch.float32},
+        "step",
+    )
+    monitor._cuda = True
+    ok = torch.zeros(3, 1, dtype=torch.bool)
+    monitor.watch(torch.tensor([[0.0], [math.nan], [0.0]]), {"observation": torch.zeros(3, 3)}, torch.zeros(3, 1), ok)
+    _FakeEvent.done = False
+    monitor.poll("a poll")  # starts the copy of the record
+    monitor.poll("a poll")  # the copy has not arrived: nothing is read, nothing raised
+    _FakeEvent.done = True
+    with pytest.raises(HealthCheckError) as err:
+        monitor.poll("a poll")  # it has: raised
+    assert err.value.rows == [1]
+    monitor.poll("a poll")
+    monitor.poll("a poll")  # cleared
+
+
+def test_quarantine_ends_nan_rows_before_the_default_checks_see_them():
+    from gpu_envs.transforms import Quarantine
+
+    env = Quarantine(gpu_envs.wrap(NaNTorchEnv(N)))
+    traj = collect(env, steps=10)
+    assert traj["next", "quarantined"].any()
+    env.check_health()

@@ -194,7 +194,9 @@ class HealthMonitor:
         code, value = code.view(n, t), value.view(n, t)
         bad = code > 0
         first = bad.to(torch.uint8).argmax(1, keepdim=True)  # the first faulty step of each row (0 if none)
-        self._record(bad.any(1), self.steps + first.view(n), code.gather(1, first).view(n), value.gather(1, first).view(n))
+        self._record(
+            bad.any(1), self.steps + first.view(n), code.gather(1, first).view(n), value.gather(1, first).view(n)
+        )
         self.steps.add_(t)
 
     def _record(self, bad: torch.Tensor, step: torch.Tensor, code: torch.Tensor, value: torch.Tensor) -> None:
@@ -240,7 +242,9 @@ class HealthMonitor:
         if not rows:
             return
         kinds = {code[i] for i in rows}
-        shown = "; ".join(f"row {i}: {self._describe(code[i], value[i])} at step {first[i]}" for i in rows[:_SHOWN_ROWS])
+        shown = "; ".join(
+            f"row {i}: {self._describe(code[i], value[i])} at step {first[i]}" for i in rows[:_SHOWN_ROWS]
+        )
         more = f" (and {len(rows) - _SHOWN_ROWS} more rows)" if len(rows) > _SHOWN_ROWS else ""
         fixes = " ".join(dict.fromkeys(self._fix(kind) for kind in sorted(kinds)))
         raise HealthCheckError(

@@ -119,6 +119,10 @@ class HealthMonitor:
         self._cuda = device.type == "cuda"
         self._mirror = torch.full((num_envs,), -1, dtype=torch.int64, pin_memory=self._cuda)
         self._copied: Any = None  # the CUDA event of the mirror's copy in flight
+        # collect mode: the last scans (first step, T, buffer data, action check, observation keys)
+        # and the steps they counted, for finding a row's exact step when raising
+        self._scans: list[tuple] = []
+        self._host_steps = 0
 
     @property
     def every_step(self) -> bool:
@@ -172,32 +176,53 @@ class HealthMonitor:
         self.steps.add_(1)
 
     def scan(self, data: Any, action_spec: Spec, obs_keys: Iterable) -> None:
-        """A collection's ``[N, T]`` transitions (``"collect"`` mode), in a few ops over the whole buffer.
+        """A collection's ``[N, T]`` transitions (``"collect"`` mode): one reduction per entry, then ``[N]`` ops.
 
         ``action_spec`` and ``obs_keys`` are those of the env that collected (a
-        ``TransformedEnv``'s own); each row takes its first faulty step in ``data``.
+        ``TransformedEnv``'s own). Each row's entries are summed over the collection in
+        float64 (a NaN or an infinity survives a sum; float32 values cannot overflow
+        it), discrete actions reduced to their extremes; a row that holds a fault is
+        recorded with the collection's first step. Which step exactly, and its value,
+        is found when the record is raised, from this buffer (:meth:`raise_record`).
         """
-        shape = data.batch_size
-        n, t = shape[0], shape[-1]
-        rows = n * t
+        n, t = data.batch_size[0], data.batch_size[-1]
         nxt = data.get("next")
-        obs = {key: nxt.get(key) for key in obs_keys if key in self.obs_keys}
-        code, value = self.faults(
-            data.get("action"),
-            obs,
-            nxt.get("reward"),
-            nxt.get("final_obs_missing"),
-            rows,
-            self._action_check(action_spec),
-            obs.keys(),
-        )
-        code, value = code.view(n, t), value.view(n, t)
-        bad = code > 0
-        first = bad.to(torch.uint8).argmax(1, keepdim=True)  # the first faulty step of each row (0 if none)
-        self._record(
-            bad.any(1), self.steps + first.view(n), code.gather(1, first).view(n), value.gather(1, first).view(n)
-        )
+        check = self._action_check(action_spec)
+        found: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        if check.active:
+            a = data.get("action").reshape(n, t, -1)
+            if check.finite:
+                total = _row_sum(a)
+                found.append((_ACTION_NAN, ~torch.isfinite(total), total))
+            else:
+                low, high = torch.aminmax(a.reshape(n, t) if a.shape[2] == 1 else a, dim=1)  # [N, k] or [N]
+                low, high = low.reshape(n, -1), high.reshape(n, -1)
+                over, under = high > check.high.reshape(-1), low < check.low.reshape(-1)
+                bad, value = _first(torch.where(over, high, low), over | under)
+                found.append((_ACTION_RANGE, bad, value))
+        reward = _row_sum(nxt.get("reward"))
+        found.append((_REWARD_NAN, ~torch.isfinite(reward), reward))
+        missing = nxt.get("final_obs_missing").reshape(n, t)
+        # (a sum of bytes: bool any() over rows is several times slower on the CPU)
+        some_missing, last_missing = missing.view(torch.uint8).sum(1, dtype=torch.int32) > 0, missing[:, -1]
+        keys = set(obs_keys)
+        for i, key in enumerate(self.obs_keys):
+            if key in keys:
+                # the next observations; rows with a placeholder in this collection: the observations
+                # they acted on (which never hold one) and the last step's next one
+                following = nxt.get(key)
+                last = torch.where(last_missing, 0.0, _row_sum(following[:, -1]))
+                total = torch.where(some_missing, _row_sum(data.get(key)) + last, _row_sum(following))
+                found.append((_OBS + i, ~torch.isfinite(total), total))
+        code = torch.zeros(n, dtype=torch.int64, device=self.device)
+        value = torch.zeros(n, dtype=torch.float64, device=self.device)
+        for kind, bad, val in reversed(found):  # the first listed wins where several are bad
+            code = torch.where(bad, kind, code)
+            value = torch.where(bad, val, value)
+        self._record(code > 0, self.steps.expand(n), code, value)
         self.steps.add_(t)
+        self._scans = [*self._scans[-3:], (self._host_steps, t, data, check, keys)]
+        self._host_steps += t
 
     def _record(self, bad: torch.Tensor, step: torch.Tensor, code: torch.Tensor, value: torch.Tensor) -> None:
         new = bad & (self.first_step < 0)
@@ -208,6 +233,8 @@ class HealthMonitor:
     def restart(self) -> None:
         """A full reset: steps are counted from 0 again (the record stays until it is raised)."""
         self.steps.zero_()
+        self._host_steps = 0
+        self._scans = []
 
     # --------------------------------------------------------------- raising
     def poll(self, where: str) -> None:
@@ -241,6 +268,9 @@ class HealthMonitor:
         rows = [i for i, step in enumerate(first) if step >= 0]
         if not rows:
             return
+        spans = {i: 1 for i in rows}
+        for i in rows:
+            self._refine(i, first, code, value, spans)
         kinds = {code[i] for i in rows}
         shown = "; ".join(
             f"row {i}: {self._describe(code[i], value[i])} at step {first[i]}" for i in rows[:_SHOWN_ROWS]
@@ -255,6 +285,28 @@ class HealthMonitor:
             steps=[first[i] for i in rows],
             values=[value[i] for i in rows],
         )
+
+    def _refine(self, row: int, first: list, code: list, value: list, spans: dict) -> None:
+        """A scanned row's exact first faulty step, fault and value, from its collection's buffer (host path)."""
+        scan = next((entry for entry in reversed(self._scans) if entry[0] == first[row]), None)
+        if scan is None:
+            return
+        start, t, data, check, keys = scan
+        later = self._scans[self._scans.index(scan) + 1 :]
+        if any(entry[2] is data for entry in later):  # the buffer was refilled by a later collection
+            spans[row] = t
+            return
+        nxt = data.get("next")
+        obs = {key: nxt.get(key)[row] for key in self.obs_keys if key in keys}
+        codes, values = self.faults(
+            data.get("action")[row], obs, nxt.get("reward")[row], nxt.get("final_obs_missing")[row], t, check, keys
+        )
+        steps = (codes > 0).nonzero()
+        if steps.numel() == 0:  # changed in place since the scan: the record's summary stands
+            spans[row] = t
+            return
+        k = int(steps[0, 0])
+        first[row], code[row], value[row] = start + k, int(codes[k]), float(values[k])
 
     def _counted(self) -> str:
         return "every step" if self.every_step else "steps made by collect() and env.rollout()"
@@ -281,6 +333,12 @@ class HealthMonitor:
             "The simulator produced it: check the actions it was given and its physics; Quarantine(env) ends and "
             "resets such rows and goes on."
         )
+
+
+def _row_sum(x: torch.Tensor) -> torch.Tensor:
+    """``[N]``: each row's sum (one fast reduction; half floats summed in float32, so they do not overflow)."""
+    flat = x.reshape(x.shape[0], -1)
+    return flat.sum(1, dtype=torch.float32) if flat.element_size() < 4 else flat.sum(1)
 
 
 def _first(x: torch.Tensor, bad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -36,7 +36,8 @@ class NaNTorchEnv(CountingTorchVectorEnv):
             bad = (row == NAN_OBS_ROW)[:, None]
             ended = (terminated | truncated)[:, None]
             obs = torch.where(bad & ~ended, math.nan, obs)  # a row that ended starts afresh
-            info["final_obs"] = torch.where(bad, math.nan, info["final_obs"])
+            if "final_obs" in info:
+                info["final_obs"] = torch.where(bad, math.nan, info["final_obs"])
         if self.steps >= NAN_REWARD_STEP:
             reward = torch.where(row == NAN_REWARD_ROW, math.inf, reward)
         self.steps += 1
@@ -330,3 +331,36 @@ def test_quarantine_ends_nan_rows_before_the_default_checks_see_them():
     traj = collect(env, steps=10)
     assert traj["next", "quarantined"].any()
     env.check_health()
+
+
+def test_a_record_raised_after_its_buffer_was_refilled_names_the_collection_steps(monkeypatch):
+    """On CUDA a poll raises one collection late: by then the buffer holds the next collection."""
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    _FakeEvent.done = True
+    env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0)
+    env.health_monitor._cuda = True  # the CUDA poll, emulated (copies arrive at once here)
+    calls = []
+
+    def policy(td):
+        calls.append(1)
+        td["action"] = torch.tensor([0, 7, 0, 1]) if len(calls) == 3 else torch.tensor([0, 1, 0, 1])
+        return td
+
+    collect(env, policy, steps=10)  # flagged on the device; this poll only starts the copy
+    with pytest.raises(HealthCheckError) as err:
+        collect(env, policy, steps=10)  # the copy has arrived: raised, from a refilled buffer
+    assert err.value.rows == [1] and err.value.steps == [0] and err.value.values == [7.0]
+    assert "in steps 0..9" in str(err.value) and "overwritten" in str(err.value)
+    collect(env, policy, steps=10)
+    collect(env, policy, steps=10)  # cleared
+
+
+def test_placeholder_rows_are_checked_on_the_observations_they_acted_on():
+    class NoFinalObsNaN(NaNTorchEnv):
+        pass
+
+    env = gpu_envs.wrap(NoFinalObsNaN(N, final_obs="none"))
+    with pytest.raises(HealthCheckError) as err:
+        collect(env, steps=12)
+    assert NAN_OBS_ROW in err.value.rows
+    assert err.value.steps[err.value.rows.index(NAN_OBS_ROW)] == NAN_OBS_STEP

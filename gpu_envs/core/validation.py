@@ -273,7 +273,8 @@ class HealthMonitor:
             self._refine(i, first, code, value, spans)
         kinds = {code[i] for i in rows}
         shown = "; ".join(
-            f"row {i}: {self._describe(code[i], value[i])} at step {first[i]}" for i in rows[:_SHOWN_ROWS]
+            f"row {i}: {self._describe(code[i], value[i])} at step {first[i]}{_span(first[i], spans[i])}"
+            for i in rows[:_SHOWN_ROWS]
         )
         more = f" (and {len(rows) - _SHOWN_ROWS} more rows)" if len(rows) > _SHOWN_ROWS else ""
         fixes = " ".join(dict.fromkeys(self._fix(kind) for kind in sorted(kinds)))
@@ -288,12 +289,13 @@ class HealthMonitor:
 
     def _refine(self, row: int, first: list, code: list, value: list, spans: dict) -> None:
         """A scanned row's exact first faulty step, fault and value, from its collection's buffer (host path)."""
-        scan = next((entry for entry in reversed(self._scans) if entry[0] == first[row]), None)
-        if scan is None:
+        found = [i for i, entry in enumerate(self._scans) if entry[0] == first[row]]
+        if not found:
             return
-        start, t, data, check, keys = scan
-        later = self._scans[self._scans.index(scan) + 1 :]
-        if any(entry[2] is data for entry in later):  # the buffer was refilled by a later collection
+        start, t, data, check, keys = self._scans[found[-1]]
+        if any(
+            entry[2] is data for entry in self._scans[found[-1] + 1 :]
+        ):  # the buffer was refilled by a later collection
             spans[row] = t
             return
         nxt = data.get("next")
@@ -333,6 +335,12 @@ class HealthMonitor:
             "The simulator produced it: check the actions it was given and its physics; Quarantine(env) ends and "
             "resets such rows and goes on."
         )
+
+
+def _span(first: int, span: int) -> str:
+    if span == 1:
+        return ""
+    return f" (somewhere in steps {first}..{first + span - 1}: that collection's buffer was overwritten since)"
 
 
 def _row_sum(x: torch.Tensor) -> torch.Tensor:

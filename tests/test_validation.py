@@ -364,3 +364,31 @@ def test_placeholder_rows_are_checked_on_the_observations_they_acted_on():
         collect(env, steps=12)
     assert NAN_OBS_ROW in err.value.rows
     assert err.value.steps[err.value.rows.index(NAN_OBS_ROW)] == NAN_OBS_STEP
+
+
+def test_step_mode_records_inside_graph_replays():
+    """CUDA-graph collections (emulated on the CPU): the watch's in-place writes are replayed too."""
+    from gpu_envs.rollout import RolloutBuffer
+    from gpu_envs.rollout.cudagraph import GraphCollector
+    from tests.graph_emulation import EmulatedGraphs
+
+    env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0, health_checks="step")
+    good, bad = torch.tensor([0, 1, 1, 0]), torch.tensor([0, 3, 1, 0])
+    calls = []
+
+    def policy(td):  # the first step (checked on the host) good, the later ones (and the graph's) bad
+        calls.append(1)
+        td["action"] = good if len(calls) == 1 else bad
+        return td
+
+    collector = GraphCollector(env, policy, RolloutBuffer(env, 5), api=EmulatedGraphs())
+    collector.collect()  # the warm-up (eager), then the capture
+    with pytest.raises(HealthCheckError) as err:
+        env.check_health()
+    assert err.value.rows == [1]
+    for _ in range(2):
+        collector.collect()  # a replay
+        assert collector.graph.replays > 0
+        with pytest.raises(HealthCheckError) as err:
+            env.check_health()
+        assert err.value.rows == [1] and err.value.values == [3.0]

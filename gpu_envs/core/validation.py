@@ -41,7 +41,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -79,7 +80,7 @@ class _ActionCheck:
         self.spec = spec
         self.low: torch.Tensor | None = None
         self.high: torch.Tensor | None = None
-        self.finite = isinstance(spec, Box) and spec.dtype.is_floating_point
+        self.finite = isinstance(spec, Box) and spec.dtype.is_floating_point  # (spec None: nothing checked)
         if isinstance(spec, Discrete):
             self.low = torch.tensor(spec.start, device=device)
             self.high = torch.tensor(spec.start + spec.n - 1, device=device)
@@ -195,9 +196,13 @@ class HealthMonitor:
         costs only those.
         """
         n, t = data.batch_size[0], data.batch_size[-1]
-        nxt = data.get("next")
+        nxt = data.get("next", None)
+        if nxt is None or nxt.get("reward", None) is None or nxt.get("final_obs_missing", None) is None:
+            return  # not transitions of this contract (a wrapper that dropped keys): nothing to check
         check = self._action_check(action_spec)
-        keys = set(obs_keys)
+        if data.get("action", None) is None:
+            check = _ActionCheck(None, self.device)
+        keys = {key for key in obs_keys if nxt.get(key, None) is not None}
         if not self._cuda and _healthy_on_host(data, nxt, check, [key for key in self.obs_keys if key in keys]):
             self.steps.add_(t)
             self._host_steps += t
@@ -236,7 +241,8 @@ class HealthMonitor:
                 value = torch.where(bad, val, value)
             self._record(code > 0, self.steps.expand(n), code, value)
         self.steps.add_(t)
-        self._scans = [*self._scans[-3:], (self._host_steps, t, data, check, keys)]
+        # (two: on CUDA a poll reads the record of the scan before the last one)
+        self._scans = [*self._scans[-1:], (self._host_steps, t, data, check, keys)]
         self._host_steps += t
 
     def _record(self, bad: torch.Tensor, step: torch.Tensor, code: torch.Tensor, value: torch.Tensor) -> None:
@@ -244,6 +250,20 @@ class HealthMonitor:
         self.first_step.copy_(torch.where(new, step, self.first_step))
         self.code.copy_(torch.where(new, code, self.code))
         self.value.copy_(torch.where(new, value, self.value))
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Check nothing inside (``check_env`` inspects every value itself); the record is cleared after."""
+        mode = self.mode
+        self.mode = "off"
+        try:
+            yield
+        finally:
+            self.first_step.fill_(-1)
+            self.code.zero_()
+            self._mirror.fill_(-1)
+            self._copied = None
+            self.mode = mode
 
     def restart(self) -> None:
         """A full reset: steps are counted from 0 again (the record stays until it is raised)."""
@@ -259,6 +279,7 @@ class HealthMonitor:
         if not self._cuda:
             if int(self.first_step.numpy().max()) >= 0:  # host memory: read in place, no op, nothing to wait for
                 self.raise_record(where)
+            self._scans = []  # nothing pending: no buffer is kept alive for a later raise
             return
         copied = self._copied
         if copied is not None and copied.query() and int(self._mirror.numpy().max()) >= 0:

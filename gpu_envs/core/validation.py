@@ -19,13 +19,16 @@ anyway or is asked to:
 What is checked (``health_checks`` of :func:`gpu_envs.make` / :class:`~gpu_envs.BatchedEnv`):
 
 * ``"collect"`` (``True``, the default): every transition ``collect`` and
-  ``env.rollout()`` write, scanned once per collection over the whole ``[N, T]``
-  buffer (a few ops for ``T`` steps): the action against Discrete / MultiDiscrete /
-  integer Binary ranges and finite float actions, every floating-point next
-  observation (except placeholders where ``final_obs_missing``) and the reward;
+  ``env.rollout()`` write, scanned once per collection (:meth:`HealthMonitor.scan`: one
+  reduction per entry of the ``[N, T]`` buffer, then ``[N]`` ops; on the CPU a few numpy
+  reductions first, and a healthy collection costs only those): the action against
+  Discrete / MultiDiscrete / integer Binary ranges and finite float actions, every
+  floating-point next observation (placeholders where ``final_obs_missing`` do not
+  count) and the reward. The exact step and value are read from the buffer when raised;
 * ``"step"``: the same checks on every step of every path (``step``,
   ``step_and_maybe_reset``, compiled and CUDA-graph collections), still without a sync,
-  for hand-written loops; costs a few small ops per step;
+  for hand-written loops; a few dozen small ops per step (opt-in: on the CPU that is
+  more than the built-in envs' own step);
 * ``False``: nothing beyond the metadata checks every step has.
 
 After a raise the record is cleared and the env is usable: the next steps are checked
@@ -36,7 +39,8 @@ Example::
 
     env = gpu_envs.make("Pendulum-v1", num_envs=8)
     traj = collect(env, lambda td: td.set("action", torch.full((8, 1), float("nan"))), steps=16)
-    # HealthCheckError: row 0: action nan not finite at step 0 (after the last full reset); ...
+    # HealthCheckError: 8 row(s) held bad values (flagged on the device, raised at the end of collect()):
+    # row 0: action nan not finite at step 0; ...
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ What is checked (``health_checks`` of :func:`gpu_envs.make` / :class:`~gpu_envs.
   count) and the reward. The exact step and value are read from the buffer when raised;
 * ``"step"``: the same checks on every step of every path (``step``,
   ``step_and_maybe_reset``, compiled and CUDA-graph collections), still without a sync,
-  for hand-written loops; a few dozen small ops per step (opt-in: on the CPU that is
+  for hand-written loops; about twenty small ops per step (opt-in: on the CPU that is
   more than the built-in envs' own step);
 * ``False``: nothing beyond the metadata checks every step has.
 

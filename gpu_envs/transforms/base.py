@@ -81,6 +81,11 @@ class Transform:
     # set by TransformedEnv: raises the env's pending health-check flags (one sync); statistics
     # transforms call it before they hand numbers to the host (gpu_envs.core.validation)
     check_health: Callable[[], None] | None = None
+    # Per-row snapshots (TransformedEnv.get_state/set_state): the names, among state_tensors(),
+    # of the tensors with one row per env ([N, ...]), restored row by row; the others are shared
+    # by all rows (statistics), restored only by a full set_state. None: this transform keeps
+    # state outside state_tensors(), so a snapshot cannot hold it (get_state is refused).
+    row_state: tuple[str, ...] | None = ()
 
     def __init__(self) -> None:
         self._bound = False

@@ -15,7 +15,10 @@ a TensorDict:
     wrapper itself costs;
 (c) gpu_envs: the same env through ``gpu_envs.wrap`` with ``step_and_maybe_reset``;
 (d) torchrl: ``GymWrapper(env, convert_actions_to_numpy=False)`` with its
-    ``step_and_maybe_reset``, when torchrl is installed (for reference).
+    ``step_and_maybe_reset``, when torchrl is installed (for reference);
+(e) gpu_envs with ``health_checks=False`` and with ``health_checks="step"``: the cost of
+    flagging bad values on the device on every step ("every-step checks cost", points of
+    the raw step); the default ("collect") checks nothing per step, so (c) is its row.
 
 Collect rows: ``collect(env, steps=T)`` (built-in CartPole-v1, final observations
 exposed, random actions) against a plain loop that steps the raw env with the same
@@ -25,7 +28,9 @@ with one ``torch._foreach_copy_`` per step: the least any collection loop can do
 Random actions take collect's tensors-only path for the built-in envs; the "with
 policy" columns repeat both sides with a policy (a fixed linear layer and an argmax,
 ``td["action"]`` set from ``td["observation"]``), which takes the TensorDict path
-every policy takes.
+every policy takes. The "checks" columns repeat collect with ``health_checks=False``:
+what the default health checks (one scan of each collection's buffer) cost, in points of
+the raw loop.
 
 Time is thread CPU time (``time.thread_time``), ``torch.set_num_threads(1)``,
 interleaved rounds in one process, medians.
@@ -96,15 +101,26 @@ def contenders(n: int, device: torch.device) -> dict:
     raw_env = CartPoleEnv(n, device=device, expose_final_obs=False)
     raw_env.reset(seed=0)
 
-    ours = gpu_envs.wrap(CartPoleEnv(n, device=device, expose_final_obs=False))
-    state = {"ours": ours.reset(seed=0)}
+    def ours_step_fn(health_checks):
+        ours = gpu_envs.wrap(CartPoleEnv(n, device=device, expose_final_obs=False), health_checks=health_checks)
+        state = {"ours": ours.reset(seed=0)}
 
-    def ours_step():
-        td = state["ours"]
-        td.set("action", action)
-        state["ours"] = ours.step_and_maybe_reset(td)[1]
+        def ours_step():
+            td = state["ours"]
+            td.set("action", action)
+            state["ours"] = ours.step_and_maybe_reset(td)[1]
 
-    out = {"raw": lambda: raw_env.step(action), "floor": floor_step_fn(n, device, action), "gpu_envs": ours_step}
+        return ours_step
+
+    state: dict = {}
+    out = {
+        "raw": lambda: raw_env.step(action),
+        "floor": floor_step_fn(n, device, action),
+        "gpu_envs": ours_step_fn(True),
+        # the health checks: off, and on every step ("collect", the default, checks nothing per step)
+        "checks_off": ours_step_fn(False),
+        "checks_step": ours_step_fn("step"),
+    }
     if importlib.util.find_spec("torchrl") is not None:
         from torchrl.envs import GymWrapper
 
@@ -201,11 +217,18 @@ def collect_contenders(n: int, steps: int, device: torch.device) -> dict:
     policy = LinearArgmaxPolicy(device)
     policy_env = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0)
     collect(policy_env, policy, steps=steps)
+    # the same without the health checks (the default scans each collection once)
+    off_env = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0, health_checks=False)
+    collect(off_env, steps=steps)
+    off_policy_env = gpu_envs.make("CartPole-v1", num_envs=n, device=device, seed=0, health_checks=False)
+    collect(off_policy_env, policy, steps=steps)
     return {
         "raw loop": plain_collect_fn(n, steps, device),
         "gpu_envs collect": lambda: collect(env, steps=steps),
+        "gpu_envs collect, checks off": lambda: collect(off_env, steps=steps),
         "raw loop + policy": plain_collect_fn(n, steps, device, policy),
         "gpu_envs collect + policy": lambda: collect(policy_env, policy, steps=steps),
+        "gpu_envs collect + policy, checks off": lambda: collect(off_policy_env, policy, steps=steps),
     }
 
 
@@ -217,6 +240,9 @@ COLUMNS = [
     ("gpu_envs_us", "gpu_envs us/step"),
     ("gpu_envs_overhead", "gpu_envs overhead"),
     ("gpu_envs_vs_floor", "gpu_envs - floor"),
+    ("checks_off_us", "checks off us/step"),
+    ("checks_step_us", "checks every step us/step"),
+    ("checks_step_cost", "every-step checks cost"),
     ("torchrl_us", "torchrl us/step"),
     ("torchrl_overhead", "torchrl overhead"),
 ]
@@ -229,6 +255,9 @@ COLLECT_COLUMNS = [
     ("policy_loop_us", "policy: raw loop"),
     ("policy_collect_us", "policy: collect"),
     ("policy_collect_overhead", "policy: overhead"),
+    ("checks_off_collect_us", "checks off: collect us"),
+    ("checks_cost", "checks cost"),
+    ("policy_checks_cost", "policy: checks cost"),
 ]
 
 
@@ -241,7 +270,9 @@ def measure(sizes: list[int], steps: int, rounds: int, device: torch.device, war
     rows = []
     for n in sizes:
         times = interleave(contenders(n, device), steps=steps, rounds=rounds, warmup=warmup, device=device)
-        rows.append(overhead_row(times, N=n))
+        row = overhead_row(times, N=n)
+        row["checks_step_cost"] = f"{(times['checks_step'] - times['checks_off']) / times['raw'] * 100:+.1f} pts"
+        rows.append(row)
     return rows
 
 
@@ -254,6 +285,12 @@ def measure_collect(sizes: list[int], steps: int, rounds: int, device: torch.dev
         row["raw_loop_us"] = round(times["raw loop"] / steps * 1e6, 1)
         row["gpu_envs_collect_us"] = round(times["gpu_envs collect"] / steps * 1e6, 1)
         row["gpu_envs_collect_overhead"] = _overhead(times["gpu_envs collect"], times["raw loop"])
+        off, off_policy = times["gpu_envs collect, checks off"], times["gpu_envs collect + policy, checks off"]
+        row["checks_off_collect_us"] = round(off / steps * 1e6, 1)
+        row["checks_cost"] = f"{(times['gpu_envs collect'] - off) / times['raw loop'] * 100:+.1f} pts"
+        row["policy_checks_cost"] = (
+            f"{(times['gpu_envs collect + policy'] - off_policy) / times['raw loop + policy'] * 100:+.1f} pts"
+        )
         row["policy_loop_us"] = round(times["raw loop + policy"] / steps * 1e6, 1)
         row["policy_collect_us"] = round(times["gpu_envs collect + policy"] / steps * 1e6, 1)
         row["policy_collect_overhead"] = _overhead(times["gpu_envs collect + policy"], times["raw loop + policy"])

@@ -9,7 +9,7 @@ simulator is built (:mod:`gpu_envs.utils.arguments`, :func:`gpu_envs.utils.devic
 so a bad call leaves nothing behind. Then the build itself is translated:
 
 * :func:`env_options` -- the keyword arguments the :class:`~gpu_envs.BatchedEnv` takes
-  (``missing_obs_value``, ``validate``, ``watchdog_s``), checked;
+  (``missing_obs_value``, ``validate``, ``watchdog_s``, ``health_checks``), checked;
 * :func:`make_plugin` -- the backend that makes ``env_id``; a backend whose library is
   not installed is named with the ``pip install`` that brings it;
 * :func:`check_kwargs` -- unknown keyword arguments are refused with the list of the
@@ -42,6 +42,7 @@ import torch
 from gpu_envs.backends.common import release_simulator
 from gpu_envs.contract.errors import InvalidArgumentError, MissingComponentError, NotAnEnvError, UnknownEnvError
 from gpu_envs.core.env import BatchedEnv
+from gpu_envs.core.validation import health_mode
 from gpu_envs.registry import MAKE_ORDER, WRAP_ORDER, get_plugin, install_hint, may_make, owner_of, plugins
 from gpu_envs.utils.arguments import as_bool, as_int, as_seed, describe, optional_seconds
 from gpu_envs.utils.devices import resolve_device
@@ -63,7 +64,7 @@ __all__ = [
 ]
 
 # Keyword arguments consumed by BatchedEnv itself; the rest go to the backend.
-ENV_OPTIONS = ("missing_obs_value", "validate", "watchdog_s")
+ENV_OPTIONS = ("missing_obs_value", "validate", "watchdog_s", "health_checks")
 # A lower bound of any env's memory per sub-env (its state, an observation, the done flags):
 # what make() checks when a backend cannot say more.
 MIN_BYTES_PER_ENV = 16
@@ -74,6 +75,8 @@ def env_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     options = {k: kwargs.pop(k) for k in ENV_OPTIONS if k in kwargs}
     if "validate" in options:
         options["validate"] = as_bool(options["validate"], "validate")
+    if "health_checks" in options:
+        health_mode(options["health_checks"])  # checked before anything is built
     if "watchdog_s" in options:
         options["watchdog_s"] = optional_seconds(options["watchdog_s"], "watchdog_s")
     value = options.get("missing_obs_value")
@@ -243,7 +246,7 @@ def make(
     ``seed`` (an int >= 0) seeds the first ``reset()``. Other keyword arguments go to the
     backend (e.g. ``expose_final_obs`` and ``max_episode_steps`` for built-in envs;
     ``vectorization``, ``num_workers``, ``step_timeout`` for gymnasium), except
-    ``missing_obs_value``, ``validate`` and ``watchdog_s``, which configure the
+    ``missing_obs_value``, ``validate``, ``watchdog_s`` and ``health_checks``, which configure the
     :class:`BatchedEnv`. Every argument is checked before anything is built: a bad
     one raises a :class:`GpuEnvsError` naming it (unknown keyword arguments list the
     accepted ones; a backend whose library is missing names the ``pip install``;
@@ -317,7 +320,7 @@ def wrap(
     rewards) and minigrid envs (``mission=``, ``mission_length=``); see their modules in
     ``gpu_envs.backends``. ``device=None`` keeps a device-resident env where it lives
     (CPU backends default to CUDA when available). ``seed`` seeds the first ``reset()``,
-    as in :func:`make`; ``missing_obs_value``, ``validate`` and ``watchdog_s`` configure
+    as in :func:`make`; ``missing_obs_value``, ``validate``, ``watchdog_s`` and ``health_checks`` configure
     the :class:`BatchedEnv`, other keyword arguments go to the backend. One env object
     is driven by one BatchedEnv at a time.
 
@@ -366,7 +369,7 @@ def wrap_ray(
     ``step_timeout`` (seconds, default 60), ``start_timeout``, ``cpus_per_worker``,
     ``address`` (a Ray cluster; default: the one this process uses, ``RAY_ADDRESS``,
     or a new local one), ``ray_init_kwargs``, ``one_hot_actions``, ``info_spec``,
-    ``env_index_offset``, plus ``missing_obs_value``/``validate``/``watchdog_s``. Needs
+    ``env_index_offset``, plus ``missing_obs_value``/``validate``/``watchdog_s``/``health_checks``. Needs
     ``pip install 'gpu-envs[ray]'``; see :mod:`gpu_envs.backends.ray`.
 
     Example::

@@ -3,7 +3,8 @@
 On a CPU-only machine nothing actually synchronises, so the test cannot rely on
 ``torch.cuda.set_sync_debug_mode``; instead this mode watches the aten ops themselves:
 ``_local_scalar_dense`` (what ``.item()``, ``bool(t)``, ``int(t)`` call), ``nonzero``,
-``masked_select``, ``unique``, boolean-mask indexing and copies between devices.
+``masked_select``, ``unique``, boolean-mask indexing and copies between devices (except
+non-blocking copies into pinned host memory, which queue on the stream and do not wait).
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ def _devices(args, kwargs) -> set:
     return found
 
 
+def _non_blocking_to_pinned(args, kwargs) -> bool:
+    """``pinned_host.copy_(device_tensor, non_blocking=True)``: queued on the stream, the host goes on."""
+    non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+    target, source = args[0], args[1]
+    return bool(non_blocking) and target.device.type == "cpu" and source.device.type == "cuda" and target.is_pinned()
+
+
 class SyncGuard(TorchDispatchMode):
     """Raise :class:`SyncError` on any host-device synchronising aten op."""
 
@@ -56,6 +64,8 @@ class SyncGuard(TorchDispatchMode):
             if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ()):
                 raise SyncError(f"boolean-mask indexing: {func}")
         if func in COPY_OPS:
+            if func is aten.copy_.default and _non_blocking_to_pinned(args, kwargs):
+                return func(*args, **kwargs)  # a non-blocking copy into pinned host memory does not wait
             target = kwargs.get("device")
             devices = _devices(args, kwargs)
             if target is not None:

@@ -11,6 +11,12 @@ gymnasium-facing boundary: it takes actions the way gymnasium's envs do (numpy a
 such as ``envs.action_space.sample()``, lists, tensors on another device: converted
 once; a tensor on the env's device passes through) and forwards everything else to the
 env (``envs.unwrapped`` is the env itself, whose own ``step`` takes tensors only).
+Actions are checked there, on every step: the shape and dtype kind always (an integer
+index for ``Discrete``: a float would be applied as 0 N and turn the observations into
+float64), and the values of actions on the host (numpy, lists, CPU tensors: free
+there): ``Discrete`` indices in range (CartPole would push with 90 N), finite ``Box``
+values. A refusal is an :class:`~gpu_envs.contract.errors.ActionError` naming the rows,
+their values and the fix; nothing is stepped.
 
 Example::
 
@@ -28,9 +34,12 @@ import functools
 from typing import Any
 
 import gymnasium
+import numpy as np
 import torch
+from gymnasium import spaces
 
 from gpu_envs.builtin import BUILTIN_ENVS
+from gpu_envs.contract.errors import ActionError
 from gpu_envs.utils.arrays import any_to_torch
 
 __all__ = ["NAMESPACE", "GymnasiumActions", "gymnasium_env", "register_gymnasium_ids"]
@@ -48,15 +57,74 @@ class GymnasiumActions(gymnasium.vector.VectorActionWrapper):
 
     def actions(self, actions: Any) -> torch.Tensor:
         device = self.env.device
-        if isinstance(actions, torch.Tensor) and actions.device == device:
-            return actions
-        return any_to_torch(actions, device)
+        if isinstance(actions, torch.Tensor):
+            self._check_meta(tuple(actions.shape), actions.dtype.is_floating_point, actions.dtype.is_complex)
+            if actions.device.type == "cpu":
+                self._check_values(actions.detach().numpy())
+            return actions if actions.device == device else actions.to(device)
+        array = np.asarray(actions)
+        self._check_meta(array.shape, array.dtype.kind == "f", array.dtype.kind not in "biuf")
+        self._check_values(array)
+        return any_to_torch(array.astype(self._np_dtype, copy=False), device)
+
+    # ----------------------------------------------------------------- checks
+    @property
+    def _np_dtype(self) -> np.dtype:
+        return self.env.action_space.dtype
+
+    def _check_meta(self, shape: tuple, floating: bool, other: bool) -> None:
+        space = self.env.single_action_space
+        want = tuple(self.env.action_space.shape)
+        if shape != want:
+            raise ActionError(
+                f"{self._name()}: the actions have shape {shape}; this env takes {want}: one action of shape "
+                f"{tuple(space.shape)} for each of its {self.env.num_envs} envs, as envs.action_space says "
+                "(e.g. envs.action_space.sample()). Nothing was stepped."
+            )
+        integer = isinstance(space, spaces.Discrete)
+        if other or (integer and floating):
+            kind = "integer indices" if integer else "numbers"
+            raise ActionError(
+                f"{self._name()}: the actions are {'floats' if floating else 'not numbers'}; this env takes {kind} "
+                f"({space!r}). Pass integer indices (e.g. np.argmax(logits, axis=-1) or envs.action_space.sample()); "
+                "floats are not truncated silently. Nothing was stepped."
+            )
+
+    def _check_values(self, array: np.ndarray) -> None:
+        space = self.env.single_action_space
+        if isinstance(space, spaces.Discrete) and array.size:
+            low, high = int(space.start), int(space.start + space.n - 1)
+            bad = (array < low) | (array > high)
+            if bad.any():
+                raise ActionError(
+                    f"{self._name()}: action values outside {space!r} (valid: {low}..{high}) on {_rows(array, bad)}. "
+                    "Nothing was stepped. Sample actions from envs.action_space, or map the policy's output into that "
+                    "range (e.g. an argmax over the logits)."
+                )
+        elif isinstance(space, spaces.Box) and array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise ActionError(
+                f"{self._name()}: non-finite action values (NaN or inf) on {_rows(array, ~np.isfinite(array))}; "
+                f"{space!r} needs finite values. Nothing was stepped. Check the policy's outputs (a NaN loss, a "
+                "diverged network), or replace them (np.nan_to_num) before stepping."
+            )
+
+    def _name(self) -> str:
+        spec = getattr(self.env, "spec", None)
+        return f"make_vec({getattr(spec, 'id', None) or type(self.env).__name__!r})"
 
     def __getattr__(self, name: str) -> Any:
         # only called for names not found normally: the env's (torchrl's GymWrapper reads autoreset_mode)
         if name.startswith("_") or "env" not in self.__dict__:
             raise AttributeError(name)
         return getattr(self.env, name)
+
+
+def _rows(array: np.ndarray, bad: np.ndarray) -> str:
+    """The first rows where ``bad`` holds and their actions, as text."""
+    per_row = bad.reshape(bad.shape[0], -1).any(axis=1)
+    rows = np.flatnonzero(per_row)
+    shown = ", ".join(f"row {i}: {array[i].tolist()!r}" for i in rows[:8].tolist())
+    return shown + (f" (and {rows.size - 8} more rows)" if rows.size > 8 else "")
 
 
 def gymnasium_env(cls: type, **kwargs: Any) -> GymnasiumActions:

@@ -31,6 +31,19 @@ class ActionError(GpuEnvsError, ValueError):
     """An action has the wrong shape, dtype, device or values for the action spec."""
 
 
+class HealthCheckError(GpuEnvsError, ValueError):
+    """Bad values were flagged on the device: an out-of-range discrete action, a non-finite action,
+    observation or reward (see :mod:`gpu_envs.core.validation`).
+
+    Attributes: ``rows`` (the rows flagged), ``steps`` (each row's first faulty step, counted
+    from the last full reset) and ``values`` (the value found there), in the same order.
+    """
+
+    def __init__(self, message: str, *, rows: list[int], steps: list[int], values: list[float]) -> None:
+        super().__init__(message)
+        self.rows, self.steps, self.values = rows, steps, values
+
+
 class ResetMaskError(GpuEnvsError, ValueError):
     """A ``"_reset"`` mask has the wrong shape or dtype, or the backend cannot reset partially."""
 

@@ -27,7 +27,11 @@ check, the backend's one :class:`~gpu_envs.backends.base.RawStep`, the final-obs
 rule, the TensorDicts (``docs/ARCHITECTURE.md`` draws it). The hot path never
 synchronises with the host: action checks look at metadata only (shape, dtype, device);
 value checks (a Discrete action out of range; Box bounds and NaN with ``validate``) run
-on the first step (Discrete), or on every step with ``validate=True``.
+on the first step (Discrete), or on every step with ``validate=True``. Health checks
+(``health_checks``, :mod:`gpu_envs.core.validation`) flag out-of-range discrete actions
+and non-finite actions, observations and rewards on the device, without a sync, and
+raise :class:`~gpu_envs.contract.errors.HealthCheckError` where the host looks anyway:
+the end of ``collect``, a full ``reset()``, ``check_health()``.
 
 Inputs are checked against the moment they come from, on the host (no sync): the last
 step's ``td["next"]`` fed back (torchrl's ``td = env.step(td)["next"]``) is stepped from
@@ -73,6 +77,7 @@ from gpu_envs.contract.specs.env_specs import BatchedSpecs
 from gpu_envs.core.checks import StepChecks
 from gpu_envs.core.snapshot import Rows, RowSnapshots
 from gpu_envs.core.step_path import CLOSED, StepPath
+from gpu_envs.core.validation import HealthMonitor, health_mode
 from gpu_envs.utils.arguments import as_bool, as_seed, check_td, optional_seconds
 from gpu_envs.utils.devices import normalize_device, same_device
 from gpu_envs.utils.state_dicts import DatedState, check_state, prefixed, refuse_stale, under
@@ -95,6 +100,12 @@ class BatchedEnv(BatchedSpecs):
             as they are (the built-in Pendulum clips the torque as gymnasium's does; a NaN
             action makes a NaN state until that row resets).
         seed: seed used by the first ``reset()`` that is given none.
+        health_checks: flag bad values on the device, without a host sync, and raise
+            them as :class:`~gpu_envs.contract.errors.HealthCheckError` at the end of
+            ``collect``/``rollout``, at a full ``reset()`` and in :meth:`check_health`
+            (:mod:`gpu_envs.core.validation`): ``True``/``"collect"`` (default) scans
+            each collection's transitions once; ``"step"`` checks every step (a few
+            small ops each, for hand-written loops); ``False`` checks no values.
         watchdog_s: if set, a ``reset``/``step`` call running longer than this many
             seconds writes the stacks of every thread to stderr (see
             :mod:`gpu_envs.utils.watchdog`); ``None`` (default): no watchdog, no cost.
@@ -124,8 +135,10 @@ class BatchedEnv(BatchedSpecs):
         validate: bool = False,
         seed: int | None = None,
         watchdog_s: float | None = None,
+        health_checks: bool | str = True,
     ) -> None:
         validate = as_bool(validate, "validate")
+        mode = health_mode(health_checks)
         seed = as_seed(seed)
         watchdog_s = optional_seconds(watchdog_s, "watchdog_s")
         self.backend = backend
@@ -156,6 +169,10 @@ class BatchedEnv(BatchedSpecs):
         # the one way a step is made: action check, backend advance, final-obs rule, TensorDicts
         self._path = StepPath(backend, rule, checks, self.batch_size, self.device)
         self._checks = checks
+        self._health = HealthMonitor(
+            self.num_envs, self.device, self.single_action_spec, {k: dtype for k, (_, dtype) in checks.obs_meta.items()}, mode
+        )
+        self._path.monitor = self._health
         # state_dict() names of the cached root observations
         self._root_names = {k: "root." + ("/".join(k) if isinstance(k, tuple) else k) for k in rule.keys}
         self._state_token = object()  # names this env in its state_dict()s' dates (holds nothing alive)
@@ -196,6 +213,8 @@ class BatchedEnv(BatchedSpecs):
             if mask is not None:
                 mask = self._check_reset_mask(mask)
         path, guard = self._path, self._path.guard
+        if mask is None and not self._needs_reset:
+            self._health.poll("env.reset()")  # before anything moves: a second reset() goes ahead
         if mask is None or guard.pending is not None:  # never reset, or a call was interrupted: all rows
             interrupted = guard.interrupted
             if seed is None and self._needs_reset:
@@ -214,6 +233,7 @@ class BatchedEnv(BatchedSpecs):
             self.reset_count += 1
             self.last_reset_rows = None
             self._needs_reset = False
+            self._health.restart()
             path.bind()  # the backend's direct transition may change with a full reset
             if call is not None and guard.calls != call:
                 guard.overlapped("reset")
@@ -320,6 +340,30 @@ class BatchedEnv(BatchedSpecs):
     def validate(self, value: bool) -> None:
         self._path.validate = as_bool(value, "validate")
         self._path.bind()  # the action check part: values on every step, or not
+
+    @property
+    def health_checks(self) -> str:
+        """``"collect"``, ``"step"`` or ``"off"``: which values are flagged on the device (:mod:`gpu_envs.core.validation`)."""
+        return self._health.mode
+
+    @health_checks.setter
+    def health_checks(self, value: bool | str) -> None:
+        self._health.mode = health_mode(value)
+        self._path.bind()  # the health watch part: every step, or not
+
+    @property
+    def health_monitor(self) -> HealthMonitor | None:
+        """The device record of bad values that ``collect`` scans into and polls; None with ``health_checks=False``."""
+        return None if self._health.mode == "off" else self._health
+
+    def check_health(self) -> None:
+        """Raise :class:`~gpu_envs.contract.errors.HealthCheckError` if a flagged value is pending (one host sync).
+
+        Names the rows, each one's first faulty step and the value, and the fix; the
+        flags are cleared and the env stays usable. Nothing pending: returns None.
+        """
+        self._check_open()
+        self._health.check()
 
     @property
     def interrupted(self) -> bool:

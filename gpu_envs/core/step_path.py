@@ -17,6 +17,28 @@ The path owns what a step reads and writes besides the simulator: the cached roo
 observations (:attr:`StepPath.root_obs`), the guard (:attr:`StepPath.guard`) and the
 ``done`` of the last step (:attr:`StepPath.last_done`, for masked resets).
 
+What differs between backends and moments is decided once, in :meth:`StepPath.bind`
+(after construction, after the first step, after a full reset, when ``validate``
+changes), never per step:
+
+* the backend advance: the first step goes through :class:`FirstStep` (the backend's
+  ``step``, validated field by field by :class:`~gpu_envs.core.checks.StepChecks`, then
+  :meth:`~StepPath.bind` again); later steps call the backend's direct transition
+  where it declares one (``Backend.direct_transition``), else its ``step``; a backend
+  that hands on tensors it did not make (``trusted_outputs`` False) gets its outputs'
+  metadata compared on every step (:class:`WatchedAdvance`);
+* the action value check: none, or ``StepChecks.action_values`` (Discrete ranges on
+  the first step; every range with ``validate``);
+* the health watch: none, or ``HealthMonitor.watch`` (``health_checks="step"``: every
+  transition's values flagged on the device, no sync; :mod:`gpu_envs.core.validation`);
+* the TensorDict build: flat keys (one dict, built without re-validation) or nested
+  ones (tuple keys become sub-TensorDicts).
+
+:meth:`StepPath.values` is the same path ending in the transition's tensors instead of
+TensorDicts (keys :func:`~gpu_envs.contract.keys.transition_keys`), for random-action
+collections that copy them straight into their buffer; ``tests/test_step_path.py``
+proves every variant equal, key by key.
+
 Inputs are dated, on the host. Every change of the root (a step, a reset, a loaded
 state) numbers it on (:attr:`StepPath.stamp`); each root TensorDict the path builds
 carries its number, and each ``td["next"]`` the negated number of its step, as a plain
@@ -61,6 +83,7 @@ from gpu_envs.contract.final_obs import FinalObsRule
 from gpu_envs.contract.keys import transition_keys
 from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete
 from gpu_envs.core.checks import StepChecks
+from gpu_envs.core.validation import HealthMonitor
 from gpu_envs.utils.arguments import STEP_CALLS, check_td
 from gpu_envs.utils.call_guard import CallGuard
 from gpu_envs.utils.tensordicts import get_entry, nest, set_entry
@@ -137,6 +160,7 @@ class StepPath:
         validate: check action values on every step (one host sync each).
         stamp: the number of the current root (module docstring); whoever replaces
             :attr:`root_obs` outside the path calls :meth:`moved`.
+        monitor: the env's :class:`~gpu_envs.core.validation.HealthMonitor`, or None.
     """
 
     def __init__(
@@ -160,12 +184,13 @@ class StepPath:
         self.root_obs: dict = {}
         self.last_done = self.false
         self.validate = False
+        self.monitor: HealthMonitor | None = None
         self.first = True  # the first step is validated (first_step), then the parts are bound again
         self.keys = list(checks.obs_meta)
         self._lone = self.keys[0] if len(self.keys) == 1 else None
         self.stamp = 0
         # a top-level observation key, and its tensor in the last td["next"] (a copy fed back is stepped from the root)
-        self._watch = next((k for k in self.keys if isinstance(k, str)), None)
+        self._next_marker = next((k for k in self.keys if isinstance(k, str)), None)
         self._last_next: object = _NOTHING
         spec = checks.action_spec
         self._discrete = isinstance(spec, (Discrete, MultiDiscrete, Binary))
@@ -184,6 +209,8 @@ class StepPath:
             self.advance = advance if backend.trusted_outputs else WatchedAdvance(advance, checks.outputs)
         values = (self._discrete and (self.validate or self.first)) or (self._box and self.validate)
         self.check_values: Callable[[torch.Tensor], None] | None = checks.action_values if values else None
+        monitor = self.monitor
+        self.watch = monitor.watch if monitor is not None and monitor.every_step else None
         info_spec = getattr(backend, "info_spec", None)
         info_keys = [] if info_spec is None else list(info_spec.keys(include_nested=True, leaves_only=True))
         nested = any(isinstance(key, tuple) for key in [*self.keys, *info_keys])
@@ -214,7 +241,7 @@ class StepPath:
 
     def other_input(self, td: TensorDictBase, stamp: int | None) -> None:
         """A step's input that is not the current root (module docstring): the last ``td["next"]`` or a stale one."""
-        if stamp == -self.stamp or (stamp is None and self._watch is not None):
+        if stamp == -self.stamp or (stamp is None and self._next_marker is not None):
             # the last step's td["next"] (or a step_mdp copy of it): continue from the cached root, torchrl's way
             for key, value in self.root_obs.items():
                 td.set(key, value)
@@ -236,13 +263,13 @@ class StepPath:
             entries = td._tensordict
             action = entries.get("action")
             stamp = td.__dict__.get(STAMP)
-            if (stamp is not None and stamp != self.stamp) or entries.get(self._watch) is self._last_next:
+            if (stamp is not None and stamp != self.stamp) or entries.get(self._next_marker) is self._last_next:
                 self.other_input(td, stamp)
         else:
             check_td(td, STEP_CALLS)  # a dict, None, a (td, root) tuple: refused before anything moves
             action = get_entry(td, "action")
             stamp = getattr(td, "__dict__", {}).get(STAMP)
-            watched = None if self._watch is None else get_entry(td, self._watch)
+            watched = None if self._next_marker is None else get_entry(td, self._next_marker)
             if (stamp is not None and stamp != self.stamp) or (watched is not None and watched is self._last_next):
                 self.other_input(td, stamp)
         checks = self.checks
@@ -273,12 +300,14 @@ class StepPath:
         guard.calls = call
         obs, reward, terminated, truncated, done, final_obs, final_mask, info = self.advance(action)
         next_obs, missing = self.rule(obs, done, final_obs, final_mask)
+        if self.watch is not None:
+            self.watch(action, next_obs, reward, missing)
         self.root_obs = obs
         self.stamp = stamp = self.stamp + 1
-        watch = self._watch
-        if watch is not None:
-            watched = next_obs[watch]
-            self._last_next = _NOTHING if watched is obs[watch] else watched
+        marker = self._next_marker
+        if marker is not None:
+            marked = next_obs[marker]
+            self._last_next = _NOTHING if marked is obs[marker] else marked
         data = self.entries(next_obs)
         data["reward"] = reward
         data["done"] = done
@@ -343,6 +372,8 @@ class StepPath:
         guard.calls = call
         obs, reward, terminated, truncated, done, final_obs, final_mask, _ = self.advance(action)
         next_obs, missing = self.rule(obs, done, final_obs, final_mask)
+        if self.watch is not None:
+            self.watch(action, next_obs, reward, missing)
         self.root_obs = obs
         self.stamp += 1
         self._last_next = _NOTHING  # no td["next"] was handed out

@@ -58,7 +58,7 @@ from gpu_envs.rollout.buffer import RolloutBuffer, check_steps
 from gpu_envs.rollout.cache import collect_cache
 from gpu_envs.rollout.compiled import compiled_loop
 from gpu_envs.rollout.gae import add_gae, gae
-from gpu_envs.rollout.loop import Policy, check_policy, make_step, run_loop
+from gpu_envs.rollout.loop import Policy, check_health_after, check_policy, make_step, run_loop
 from gpu_envs.utils.arguments import as_bool
 
 __all__ = ["DEFAULT_STEPS", "Policy", "RolloutBuffer", "add_gae", "collect", "gae"]
@@ -99,6 +99,12 @@ def collect(
             eagerly (warm-up) and captures. See :mod:`gpu_envs.rollout.cudagraph` for what an
             env must satisfy. Combine with ``compile=True`` to capture compiled kernels.
 
+    Health checks: the transitions are checked on the device (out-of-range discrete
+    actions, non-finite actions, observations, rewards; no host sync) and what was
+    flagged is raised as :class:`~gpu_envs.HealthCheckError` here, at the end of the
+    collection (on CUDA: at the end of the next one, or at ``env.check_health()``);
+    the buffer holds the collection. See :mod:`gpu_envs.core.validation`.
+
     Returns:
         ``buffer.data``: TensorDict ``[*env.batch_size, T]`` on ``env.device`` with the
         transitions (root keys, ``"action"``, policy outputs and ``"next"``). It is
@@ -133,7 +139,10 @@ def collect(
     if cudagraph:
         from gpu_envs.rollout.cudagraph import graph_collector
 
-        return graph_collector(env, policy, buffer, compile).collect()
-    if not compile:
-        return run_loop(env, make_step(env, policy), buffer, random_actions=policy is None)
-    return compiled_loop(env, policy, buffer).run()
+        data = graph_collector(env, policy, buffer, compile).collect()
+    elif not compile:
+        data = run_loop(env, make_step(env, policy), buffer, random_actions=policy is None)
+    else:
+        data = compiled_loop(env, policy, buffer).run()
+    check_health_after(env, data, "collect()")
+    return data

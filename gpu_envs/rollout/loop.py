@@ -34,6 +34,7 @@ from gpu_envs.utils.tensordicts import set_entry
 
 __all__ = [
     "Policy",
+    "check_health_after",
     "check_policy",
     "fused_writer",
     "keep_grad_mode",
@@ -212,6 +213,24 @@ def _write_step(step: Callable, td: TensorDictBase, buffer: RolloutBuffer, t: in
     return root
 
 
+def check_health_after(env: Any, data: TensorDictBase, call: str) -> None:
+    """After a collection: scan its transitions into the env's health record, then poll it (no wait).
+
+    The env's :class:`~gpu_envs.core.validation.HealthMonitor` (``env.health_monitor``;
+    a ``TransformedEnv`` forwards its env's) checks ``data`` with the collecting env's
+    own action spec and observation keys -- once per collection, in a few ops over the
+    ``[N, T]`` buffer -- unless it already watched every step; then a poll raises
+    :class:`~gpu_envs.contract.errors.HealthCheckError` for what it holds (on CUDA, what
+    the previous poll copied). Envs without a monitor are left alone.
+    """
+    monitor = getattr(env, "health_monitor", None)
+    if monitor is None or not hasattr(monitor, "poll"):
+        return
+    if not monitor.every_step:
+        monitor.scan(data, env.single_action_spec, list(env.observation_spec.keys(True, True)))
+    monitor.poll(f"the end of {call}")
+
+
 def rollout(env: Any, steps: int, policy: Policy | None = None, *, reset: bool = True) -> TensorDictBase:
     """``env.rollout(steps, policy, reset=...)``: ``steps`` transitions into a fresh ``[N, T]`` buffer.
 
@@ -226,4 +245,6 @@ def rollout(env: Any, steps: int, policy: Policy | None = None, *, reset: bool =
     buffer = RolloutBuffer(env, steps)  # checked (memory) before the env is touched
     if reset or env.needs_reset:
         env.reset()
-    return run_loop(env, make_step(env, policy), buffer, random_actions=policy is None)
+    data = run_loop(env, make_step(env, policy), buffer, random_actions=policy is None)
+    check_health_after(env, data, "env.rollout()")
+    return data

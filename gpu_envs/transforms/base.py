@@ -33,6 +33,7 @@ Example (a transform that adds a constant to the reward)::
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,9 @@ class Transform:
 
     num_envs: int
     device: torch.device
+    # set by TransformedEnv: raises the env's pending health-check flags (one sync); statistics
+    # transforms call it before they hand numbers to the host (gpu_envs.core.validation)
+    check_health: Callable[[], None] | None = None
     # Per-row snapshots (TransformedEnv.get_state/set_state): the names, among state_tensors(),
     # of the tensors with one row per env ([N, ...]), restored row by row; the others are shared
     # by all rows (statistics), restored only by a full set_state. None: this transform keeps

@@ -209,8 +209,14 @@ class EpisodeStats(Transform):
         return self._length
 
     def summary(self) -> EpisodeSummary:
-        """Finished episodes, mean return and mean length. Synchronises once (reads 3 numbers)."""
+        """Finished episodes, mean return and mean length. Synchronises once (reads 3 numbers).
+
+        Raises the env's pending health-check flags first
+        (:class:`~gpu_envs.HealthCheckError`: a NaN reward would poison these means).
+        """
         self.check_bound("summary()")
+        if self.check_health is not None:
+            self.check_health()
         count, ret, length = self._aggregate().tolist()
         if count == 0:
             return EpisodeSummary(0, math.nan, math.nan)

@@ -76,6 +76,9 @@ class TransformedEnv(BatchedSpecs):
         )
         for t in self.transforms:
             specs = t.setup(specs)
+        health = getattr(env, "check_health", None)
+        for t in self.transforms:
+            t.check_health = health if callable(health) else None
         self._set_specs(specs.observation_spec, specs.action_spec, specs.reward_spec, specs.done_spec, specs.info_spec)
         self._inverting = [t for t in reversed(self.transforms) if type(t).inv is not Transform.inv]
         self._all_rows = torch.ones(env.num_envs, 1, dtype=torch.bool, device=env.device)
@@ -279,6 +282,12 @@ class TransformedEnv(BatchedSpecs):
         for t in self.transforms:
             td = t.step(td)
         return td
+
+    def check_health(self) -> None:
+        """The env's :meth:`~gpu_envs.BatchedEnv.check_health`: raise the bad values it flagged (one sync)."""
+        check = getattr(self.env, "check_health", None)
+        if callable(check):
+            check()
 
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:

@@ -1,0 +1,459 @@
+"""Health checks without a host sync: bad values flagged on the device, raised where the host looks anyway.
+
+A training run of thousands of envs must hear about an out-of-range discrete action
+(CartPole would push with 90 N), a NaN torque, or a simulator that produced a NaN
+observation or reward -- but reading a device value on every step would stall the GPU.
+:class:`HealthMonitor` keeps a small record per row on the device (the first faulty
+step, what was wrong, the value), written by tensor ops only (``torch.where``,
+``argmax``; no ``.item()``, no boolean indexing, no ``nonzero``), and raises
+:class:`~gpu_envs.contract.errors.HealthCheckError` at points where the host waits
+anyway or is asked to:
+
+* ``env.check_health()``: reads the record (one sync) and raises what it holds;
+* the end of ``collect`` / ``env.rollout()``, a full ``env.reset()``, and
+  ``EpisodeStats.summary()``: a poll that never waits. On the CPU the record is read in
+  place (nothing to wait for). On CUDA the poll copies the record into pinned host
+  memory without blocking and reads the copy of the previous poll once it has arrived,
+  so a fault is raised one such point later (``check_health()`` raises at once).
+
+What is checked (``health_checks`` of :func:`gpu_envs.make` / :class:`~gpu_envs.BatchedEnv`):
+
+* ``"collect"`` (``True``, the default): every transition ``collect`` and
+  ``env.rollout()`` write, scanned once per collection (:meth:`HealthMonitor.scan`: one
+  reduction per entry of the ``[N, T]`` buffer, then ``[N]`` ops; on the CPU a few numpy
+  reductions first, and a healthy collection costs only those): the action against
+  Discrete / MultiDiscrete / integer Binary ranges and finite float actions, every
+  floating-point next observation (placeholders where ``final_obs_missing`` do not
+  count) and the reward. The exact step and value are read from the buffer when raised;
+* ``"step"``: the same checks on every step of every path (``step``,
+  ``step_and_maybe_reset``, compiled and CUDA-graph collections), still without a sync,
+  for hand-written loops; about twenty small ops per step (opt-in: on the CPU that is
+  more than the built-in envs' own step);
+* ``False``: nothing beyond the metadata checks every step has.
+
+After a raise the record is cleared and the env is usable: the next steps are checked
+afresh. Rows whose simulator state went non-finite keep it until they are reset
+(``env.reset()``, or ``Quarantine`` to end and reset them as they go).
+
+Example::
+
+    env = gpu_envs.make("Pendulum-v1", num_envs=8)
+    traj = collect(env, lambda td: td.set("action", torch.full((8, 1), float("nan"))), steps=16)
+    # HealthCheckError: 8 row(s) held bad values (flagged on the device, raised at the end of collect()):
+    # row 0: action nan not finite at step 0; ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from gpu_envs.contract.errors import HealthCheckError, InvalidArgumentError
+from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete, Spec
+
+__all__ = ["HEALTH_MODES", "HealthMonitor", "health_mode"]
+
+HEALTH_MODES = ("collect", "step", "off")
+_SHOWN_ROWS = 8
+# what a row's record says went wrong (0: nothing); observation key i is _OBS + i
+_NONE, _ACTION_RANGE, _ACTION_NAN, _REWARD_NAN, _OBS = 0, 1, 2, 3, 4
+
+
+def health_mode(value: Any) -> str:
+    """``health_checks`` as one of :data:`HEALTH_MODES` (``True`` is ``"collect"``, ``False`` ``"off"``)."""
+    if value is True:
+        return "collect"
+    if value is False or value is None:
+        return "off"
+    if isinstance(value, str) and value in HEALTH_MODES:
+        return value
+    raise InvalidArgumentError(
+        f"health_checks must be True (= 'collect'), 'step' or False (= 'off'), got {value!r}: 'collect' scans every "
+        "collection's transitions, 'step' checks every step on the device, False checks no values."
+    )
+
+
+class _ActionCheck:
+    """An action spec's value check: integer ranges (Discrete, MultiDiscrete, integer Binary) or finite floats."""
+
+    def __init__(self, spec: Spec, device: torch.device) -> None:
+        self.spec = spec
+        self.low: torch.Tensor | None = None
+        self.high: torch.Tensor | None = None
+        self.finite = isinstance(spec, Box) and spec.dtype.is_floating_point  # (spec None: nothing checked)
+        if isinstance(spec, Discrete):
+            self.low = torch.tensor(spec.start, device=device)
+            self.high = torch.tensor(spec.start + spec.n - 1, device=device)
+            self.valid = f"{spec.start}..{spec.start + spec.n - 1}"
+        elif isinstance(spec, MultiDiscrete):
+            self.low = spec.start.to(device)
+            self.high = (spec.start + spec.nvec - 1).to(device)
+            self.valid = f"low {self.low.tolist()} .. high {self.high.tolist()} per element"
+        elif isinstance(spec, Binary) and spec.dtype != torch.bool:
+            self.low, self.high = torch.tensor(0, device=device), torch.tensor(1, device=device)
+            self.valid = "0..1"
+        self.active = self.low is not None or self.finite
+        if self.low is not None:  # the host's copy of the bounds (the CPU scan's first look)
+            self.low_np, self.high_np = self.low.cpu().numpy().reshape(-1), self.high.cpu().numpy().reshape(-1)
+            self.width = max(1, int(self.low_np.size))
+
+
+class HealthMonitor:
+    """The per-row fault record of one env and the checks that write it (see the module docstring).
+
+    Args:
+        num_envs, device: the env's.
+        action_spec: one env's action spec; obs_keys: the observation keys (floating-point
+            ones are checked) with their dtypes.
+        mode: ``"collect"``, ``"step"`` or ``"off"``.
+    """
+
+    def __init__(self, num_envs: int, device: torch.device, action_spec: Spec, obs_dtypes: dict, mode: str) -> None:
+        self.num_envs = num_envs
+        self.device = device
+        self.mode = mode
+        self._actions: dict[int, _ActionCheck] = {}
+        self.action = self._action_check(action_spec)
+        self.obs_keys = [key for key, dtype in obs_dtypes.items() if dtype.is_floating_point]
+        # the record, on the device, written in place (CUDA graphs replay the writes); shape (1,)
+        # counters: torch.compile drops in-place updates of some 0-d tensors
+        self.first_step = torch.full((num_envs,), -1, dtype=torch.int64, device=device)
+        self.code = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        self.value = torch.zeros(num_envs, dtype=torch.float64, device=device)
+        self.steps = torch.zeros(1, dtype=torch.int64, device=device)
+        self._cuda = device.type == "cuda"
+        self._mirror = torch.full((num_envs,), -1, dtype=torch.int64, pin_memory=self._cuda)
+        self._copied: Any = None  # the CUDA event of the mirror's copy in flight
+        # collect mode: the last scans (first step, T, buffer data, action check, observation keys)
+        # and the steps they counted, for finding a row's exact step when raising
+        self._scans: list[tuple] = []
+        self._host_steps = 0
+
+    @property
+    def every_step(self) -> bool:
+        return self.mode == "step"
+
+    def _action_check(self, spec: Spec) -> _ActionCheck:
+        check = self._actions.get(id(spec))
+        if check is None or check.spec is not spec:
+            check = self._actions[id(spec)] = _ActionCheck(spec, self.device)
+        return check
+
+    # ------------------------------------------------------------- recording
+    def faults(
+        self,
+        action: torch.Tensor,
+        obs: dict,
+        reward: torch.Tensor,
+        missing: torch.Tensor,
+        rows: int,
+        action_check: _ActionCheck | None = None,
+        obs_keys: Iterable | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(code [rows], value [rows])`` of each transition row (the first fault checked wins)."""
+        check = self.action if action_check is None else action_check
+        found: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        if check.active:
+            a = action.reshape(rows, -1)
+            if check.finite:
+                found.append((_ACTION_NAN, *_first(a, ~torch.isfinite(a))))
+            else:
+                found.append((_ACTION_RANGE, *_first(a, (a < check.low.reshape(-1)) | (a > check.high.reshape(-1)))))
+        r = reward.reshape(rows, -1)
+        found.append((_REWARD_NAN, *_first(r, ~torch.isfinite(r))))
+        keep = ~missing.reshape(rows, 1)
+        keys = self.obs_keys if obs_keys is None else obs_keys
+        for i, key in enumerate(self.obs_keys):
+            if key in keys and key in obs:
+                x = obs[key].reshape(rows, -1)
+                found.append((_OBS + i, *_first(x, ~torch.isfinite(x) & keep)))
+        code = torch.zeros(rows, dtype=torch.int64, device=self.device)
+        value = torch.zeros(rows, dtype=torch.float64, device=self.device)
+        for kind, bad, val in reversed(found):  # the first listed wins where several are bad
+            code = torch.where(bad, kind, code)
+            value = torch.where(bad, val, value)
+        return code, value
+
+    def watch(self, action: torch.Tensor, obs: dict, reward: torch.Tensor, missing: torch.Tensor) -> None:
+        """One step's transition (``"step"`` mode): rows without a record take this step's fault.
+
+        The fewest ops :meth:`faults` allows: float entries are summed per row (a NaN or
+        an infinity survives the sum, which is the value recorded), a lone discrete
+        action is compared as it is, and the fault codes are chosen with ``where`` on
+        ``[N]`` tensors, the first checked entry winning.
+        """
+        n = self.num_envs
+        check = self.action
+        entries: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (kind, ok [N], value [N]), in priority order
+        if check.active:
+            a = action.reshape(n, -1)
+            if check.finite:
+                total = a.sum(1)
+                entries.append((_ACTION_NAN, torch.isfinite(total), total))
+            elif a.shape[1] == 1:
+                a = a.view(n)
+                entries.append((_ACTION_RANGE, (a >= check.low) & (a <= check.high), a))
+            else:
+                bad, value = _first(a, (a < check.low.reshape(-1)) | (a > check.high.reshape(-1)))
+                entries.append((_ACTION_RANGE, ~bad, value))
+        r = reward.view(n) if reward.shape[-1] == 1 else reward.reshape(n, -1).sum(1)
+        entries.append((_REWARD_NAN, torch.isfinite(r), r))
+        for i, key in enumerate(self.obs_keys):
+            total = torch.where(missing.view(n), 0.0, obs[key].reshape(n, -1).sum(1))  # placeholders are no fault
+            entries.append((_OBS + i, torch.isfinite(total), total))
+        kind, ok, value = entries[-1]
+        code, value = torch.where(ok, 0, kind), torch.where(ok, 0.0, value)
+        for kind, ok, val in reversed(entries[:-1]):
+            code, value = torch.where(ok, code, kind), torch.where(ok, value, val)
+        self._record(code > 0, self.steps, code, value)
+        self.steps.add_(1)
+
+    def scan(self, data: Any, action_spec: Spec, obs_keys: Iterable) -> None:
+        """A collection's ``[N, T]`` transitions (``"collect"`` mode): one reduction per entry, then ``[N]`` ops.
+
+        ``action_spec`` and ``obs_keys`` are those of the env that collected (a
+        ``TransformedEnv``'s own). Each row's entries are summed over the collection (a
+        NaN or an infinity survives a sum; a sum that overflows is flagged too, values
+        near the float limit being as bad), discrete actions reduced to their extremes;
+        a row that holds a fault is recorded with the collection's first step. Which
+        step exactly, and its value, is found when the record is raised, from this
+        buffer (:meth:`raise_record`). Rows whose final observation was withheld
+        somewhere in the collection (placeholders, ``final_obs_missing``) are checked on
+        the observations they acted on instead. On the CPU a few numpy reductions over
+        the buffer's memory first look for anything wrong at all: a healthy collection
+        costs only those.
+        """
+        n, t = data.batch_size[0], data.batch_size[-1]
+        nxt = data.get("next", None)
+        if nxt is None or nxt.get("reward", None) is None or nxt.get("final_obs_missing", None) is None:
+            return  # not transitions of this contract (a wrapper that dropped keys): nothing to check
+        check = self._action_check(action_spec)
+        if data.get("action", None) is None:
+            check = _ActionCheck(None, self.device)
+        keys = {key for key in obs_keys if nxt.get(key, None) is not None}
+        if not self._cuda and _healthy_on_host(data, nxt, check, [key for key in self.obs_keys if key in keys]):
+            self.steps.add_(t)
+            self._host_steps += t
+            return
+        found: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        if check.active:
+            a = data.get("action").reshape(n, t, -1)
+            if check.finite:
+                total = _row_sum(a)
+                found.append((_ACTION_NAN, ~torch.isfinite(total), total))
+            else:
+                low, high = torch.aminmax(a.reshape(n, t) if a.shape[2] == 1 else a, dim=1)  # [N, k] or [N]
+                low, high = low.reshape(n, -1), high.reshape(n, -1)
+                over, under = high > check.high.reshape(-1), low < check.low.reshape(-1)
+                bad, value = _first(torch.where(over, high, low), over | under)
+                found.append((_ACTION_RANGE, bad, value))
+        reward = _row_sum(nxt.get("reward"))
+        found.append((_REWARD_NAN, ~torch.isfinite(reward), reward))
+        missing = nxt.get("final_obs_missing").reshape(n, t)
+        # (a sum of bytes: bool any() over rows is several times slower on the CPU)
+        some_missing, last_missing = missing.view(torch.uint8).sum(1, dtype=torch.int32) > 0, missing[:, -1]
+        for i, key in enumerate(self.obs_keys):
+            if key in keys:
+                # the next observations; rows with a placeholder in this collection: the observations
+                # they acted on (which never hold one) and the last step's next one
+                following = nxt.get(key)
+                last = torch.where(last_missing, 0.0, _row_sum(following[:, -1]))
+                total = torch.where(some_missing, _row_sum(data.get(key)) + last, _row_sum(following))
+                found.append((_OBS + i, ~torch.isfinite(total), total))
+        # on the CPU the host reads the flags in place for free: a healthy collection records nothing
+        if self._cuda or any(bad.numpy().any() for _, bad, _ in found):
+            code = torch.zeros(n, dtype=torch.int64, device=self.device)
+            value = torch.zeros(n, dtype=torch.float64, device=self.device)
+            for kind, bad, val in reversed(found):  # the first listed wins where several are bad
+                code = torch.where(bad, kind, code)
+                value = torch.where(bad, val, value)
+            self._record(code > 0, self.steps.expand(n), code, value)
+        self.steps.add_(t)
+        # (two: on CUDA a poll reads the record of the scan before the last one)
+        self._scans = [*self._scans[-1:], (self._host_steps, t, data, check, keys)]
+        self._host_steps += t
+
+    def _record(self, bad: torch.Tensor, step: torch.Tensor, code: torch.Tensor, value: torch.Tensor) -> None:
+        new = bad & (self.first_step < 0)
+        self.first_step.copy_(torch.where(new, step, self.first_step))
+        self.code.copy_(torch.where(new, code, self.code))
+        self.value.copy_(torch.where(new, value, self.value))
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Check nothing inside (``check_env`` inspects every value itself); the record is cleared after."""
+        mode = self.mode
+        self.mode = "off"
+        try:
+            yield
+        finally:
+            self.first_step.fill_(-1)
+            self.code.zero_()
+            self._mirror.fill_(-1)
+            self._copied = None
+            self.mode = mode
+
+    def restart(self) -> None:
+        """A full reset: steps are counted from 0 again (the record stays until it is raised)."""
+        self.steps.zero_()
+        self._host_steps = 0
+        self._scans = []
+
+    # --------------------------------------------------------------- raising
+    def poll(self, where: str) -> None:
+        """Raise what the record holds, without waiting for the device (module docstring)."""
+        if self.mode == "off":
+            return
+        if not self._cuda:
+            if int(self.first_step.numpy().max()) >= 0:  # host memory: read in place, no op, nothing to wait for
+                self.raise_record(where)
+            self._scans = []  # nothing pending: no buffer is kept alive for a later raise
+            return
+        copied = self._copied
+        if copied is not None and copied.query() and int(self._mirror.numpy().max()) >= 0:
+            self.raise_record(where)
+        if copied is None or copied.query():
+            self._mirror.copy_(self.first_step, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+
+    def check(self, where: str = "env.check_health()") -> None:
+        """Read the record (one sync) and raise it, if any row holds a fault."""
+        if bool((self.first_step >= 0).any()):
+            self.raise_record(where)
+
+    def raise_record(self, where: str) -> None:
+        """Read the whole record (this syncs: an error is being raised), clear it, raise it."""
+        first, code, value = self.first_step.tolist(), self.code.tolist(), self.value.tolist()
+        self.first_step.fill_(-1)
+        self.code.zero_()
+        self._mirror.fill_(-1)
+        self._copied = None
+        rows = [i for i, step in enumerate(first) if step >= 0]
+        if not rows:
+            return
+        spans = {i: 1 for i in rows}
+        for i in rows:
+            self._refine(i, first, code, value, spans)
+        kinds = {code[i] for i in rows}
+        shown = "; ".join(
+            f"row {i}: {self._describe(code[i], value[i])} at step {first[i]}{_span(first[i], spans[i])}"
+            for i in rows[:_SHOWN_ROWS]
+        )
+        more = f" (and {len(rows) - _SHOWN_ROWS} more rows)" if len(rows) > _SHOWN_ROWS else ""
+        fixes = " ".join(dict.fromkeys(self._fix(kind) for kind in sorted(kinds)))
+        raise HealthCheckError(
+            f"{len(rows)} row(s) held bad values (flagged on the device, raised at {where}): {shown}{more}. Steps count "
+            f"from the last full reset ({self._counted()}). {fixes} The flags are cleared and the env is usable; rows "
+            "whose state is not finite keep it until they are reset. Turn the checks off with health_checks=False.",
+            rows=rows,
+            steps=[first[i] for i in rows],
+            values=[value[i] for i in rows],
+        )
+
+    def _refine(self, row: int, first: list, code: list, value: list, spans: dict) -> None:
+        """A scanned row's exact first faulty step, fault and value, from its collection's buffer (host path)."""
+        found = [i for i, entry in enumerate(self._scans) if entry[0] == first[row]]
+        if not found:
+            return
+        start, t, data, check, keys = self._scans[found[-1]]
+        if any(
+            entry[2] is data for entry in self._scans[found[-1] + 1 :]
+        ):  # the buffer was refilled by a later collection
+            spans[row] = t
+            return
+        nxt = data.get("next")
+        obs = {key: nxt.get(key)[row] for key in self.obs_keys if key in keys}
+        codes, values = self.faults(
+            data.get("action")[row], obs, nxt.get("reward")[row], nxt.get("final_obs_missing")[row], t, check, keys
+        )
+        steps = (codes > 0).nonzero()
+        if steps.numel() == 0:  # changed in place since the scan: the record's summary stands
+            spans[row] = t
+            return
+        k = int(steps[0, 0])
+        first[row], code[row], value[row] = start + k, int(codes[k]), float(values[k])
+
+    def _counted(self) -> str:
+        return "every step" if self.every_step else "steps made by collect() and env.rollout()"
+
+    def _describe(self, code: int, value: float) -> str:
+        if code == _ACTION_RANGE:
+            return f"action {value:g} outside {self.action.spec!r} (valid: {self.action.valid})"
+        if code == _ACTION_NAN:
+            return f"action {value} not finite"
+        if code == _REWARD_NAN:
+            return f"reward {value} not finite"
+        return f"observation {self.obs_keys[code - _OBS]!r} holds {value}, not finite"
+
+    @staticmethod
+    def _fix(code: int) -> str:
+        if code == _ACTION_RANGE:
+            return (
+                "Fix the policy: sample actions from env.action_spec, or map its output into the range (an argmax "
+                "over logits)."
+            )
+        if code == _ACTION_NAN:
+            return "Fix the policy's outputs (a NaN loss, a diverged network), or clamp them (ClipAction)."
+        return (
+            "The simulator produced it: check the actions it was given and its physics; Quarantine(env) ends and "
+            "resets such rows and goes on."
+        )
+
+
+def _healthy_on_host(data: Any, nxt: Any, check: _ActionCheck, obs_keys: list) -> bool:
+    """True when a CPU collection certainly holds no fault: one numpy reduction per entry, in place.
+
+    False (look closer, with the per-row ops) when anything is off, when a final
+    observation was withheld (placeholders), or for dtypes numpy does not have.
+    """
+    try:
+        missing = nxt.get("final_obs_missing").detach().numpy()
+        if missing.any():
+            return False
+        if check.active:
+            action = data.get("action").detach().numpy()
+            if check.finite:
+                if not np.isfinite(_np_sum(action)):
+                    return False
+            elif action.size and (
+                (action.reshape(-1, check.width) < check.low_np).any()
+                or (action.reshape(-1, check.width) > check.high_np).any()
+            ):
+                return False
+        # (a sum that overflows only sends the collection to the closer look)
+        total = _np_sum(nxt.get("reward").detach().numpy())
+        for key in obs_keys:
+            total += _np_sum(nxt.get(key).detach().numpy())
+        return bool(np.isfinite(total))
+    except (TypeError, RuntimeError):  # bfloat16, or a tensor numpy cannot view
+        return False
+
+
+def _np_sum(array: np.ndarray) -> float:
+    """The sum in the array's own float type (half floats in float32), as a Python float."""
+    return float(array.sum(dtype=np.float32) if array.dtype.itemsize < 4 else array.sum())
+
+
+def _span(first: int, span: int) -> str:
+    if span == 1:
+        return ""
+    return f" (somewhere in steps {first}..{first + span - 1}: that collection's buffer was overwritten since)"
+
+
+def _row_sum(x: torch.Tensor) -> torch.Tensor:
+    """``[N]``: each row's sum (one fast reduction; half floats summed in float32, so they do not overflow)."""
+    flat = x.reshape(x.shape[0], -1)
+    return flat.sum(1, dtype=torch.float32) if flat.element_size() < 4 else flat.sum(1)
+
+
+def _first(x: torch.Tensor, bad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(any bad [rows], the first bad element's value [rows] as float64)`` of ``[rows, k]`` tensors."""
+    if bad.shape[1] == 1:
+        return bad.view(-1), x.view(-1).to(torch.float64)
+    first = bad.to(torch.uint8).argmax(1, keepdim=True)
+    return bad.any(1), x.gather(1, first).view(-1).to(torch.float64)

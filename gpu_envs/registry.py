@@ -5,7 +5,7 @@ Each backend module exposes a ``PLUGIN`` object with ``name``, ``available()``,
 ``detect(obj)`` and ``wrap(obj, device, **kw)``, and ``accepts_env_index_offset = True``
 when its ``make`` takes ``env_index_offset=k`` (env ``i`` gets the seed stream of global
 env ``k + i``: what ``make(..., distributed=True)`` needs to shard seeds across
-processes). Modules are imported lazily, so an optional dependency (isaaclab, jax,
+processes). Modules are imported lazily, so an optional dependency (isaaclab, mjlab, jax,
 stable_baselines3, gym, mo_gymnasium, minigrid, ray) is only imported when its backend
 is used: detectors look at class modules and attributes.
 
@@ -28,11 +28,11 @@ from gpu_envs.contract.errors import UnknownBackendError
 # the jax backend steps exactly (it declines every other gymnasium id); mo_gymnasium and
 # minigrid before gymnasium because their ids are in gymnasium's registry too, but need
 # their vector rewards / text missions handled.
-MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "gymnasium", "isaaclab")
+MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "gymnasium", "isaaclab", "mjlab")
 # wrap() asks these in order; the most specific detectors come first: SB3 VecEnvs and legacy
 # gym envs before torch (a gym 0.26 VectorEnv has the shape of the torch protocol), MO and
 # minigrid envs before gymnasium (they are gymnasium envs with a vector reward / a text mission).
-WRAP_ORDER = ("isaaclab", "jax", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
+WRAP_ORDER = ("isaaclab", "mjlab", "jax", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
 
 _MODULES = {
     "torch": "gpu_envs.backends.torch",
@@ -43,6 +43,7 @@ _MODULES = {
     "legacy_gym": "gpu_envs.backends.legacy_gym",
     "mo_gymnasium": "gpu_envs.backends.mo_gymnasium",
     "minigrid": "gpu_envs.backends.minigrid",
+    "mjlab": "gpu_envs.backends.mjlab",
     "ray": "gpu_envs.backends.ray",  # by name only: make(id, backend="ray"), gpu_envs.wrap_ray
 }
 
@@ -55,6 +56,7 @@ INSTALL_HINTS = {
     "gymnax": "pip install 'gpu-envs[jax]' && pip install --no-deps gymnax",
     "isaaclab": "pip install 'gpu-envs[isaaclab]' (Isaac Lab 3.0 needs Python 3.12; see docker/README.md)",
     "isaaclab_tasks": "pip install 'gpu-envs[isaaclab]' (Isaac Lab 3.0 needs Python 3.12; see docker/README.md)",
+    "mjlab": "pip install 'gpu-envs[mjlab]' (or the tested venv: scripts/simulator_venv.sh mjlab)",
     "cupy": "pip install 'gpu-envs[cupy]'",
     "torchrl": "pip install 'gpu-envs[torchrl]'",
     "ray": "pip install 'gpu-envs[ray]'",

@@ -130,7 +130,9 @@ def _spec(space: Any, device: torch.device, where: str) -> Spec:
     """An mjlab space (``mjlab.utils.spaces``: Box, Dict) as a spec; gymnasium's work too."""
     children = getattr(space, "spaces", None)
     if isinstance(children, Mapping):
-        return Composite({name: _spec(child, device, f"{where}[{name!r}]") for name, child in children.items()}, device=device)
+        return Composite(
+            {name: _spec(child, device, f"{where}[{name!r}]") for name, child in children.items()}, device=device
+        )
     if all(hasattr(space, name) for name in ("shape", "low", "high", "dtype")):
         return Box(space.low, space.high, tuple(space.shape), torch_dtype(str(space.dtype)), device)
     raise UnsupportedSpaceError(
@@ -261,7 +263,10 @@ class MjlabBackend(Backend):
         if keep is None:
             return self._watch("reset", fresh)
         rows = mask.view(self.num_envs, 1)
-        return {key: torch.where(rows.view((self.num_envs,) + (1,) * (value.dim() - 1)), value, keep[key]) for key, value in fresh.items()}
+        return {
+            key: torch.where(rows.view((self.num_envs,) + (1,) * (value.dim() - 1)), value, keep[key])
+            for key, value in fresh.items()
+        }
 
     def _set_log(self, extras: Any, step_log: Any) -> None:
         """``episode_log``: the step's own metrics, then the episode sums of the rows reset after it."""

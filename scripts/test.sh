@@ -4,7 +4,10 @@
 #   2. the main suite (Python 3.11: contract, oracles, fakes, JAX on CPU, CLI, ...), slow
 #      tests included (a plain `pytest` leaves them out: see [tool.pytest.ini_options]),
 #   3. the real Isaac Lab tier (Python 3.12 venv, built once in a cache folder outside
-#      the clone and reused; see scripts/isaaclab_venv.sh).
+#      the clone and reused; see scripts/isaaclab_venv.sh),
+#   4. the real mjlab tier (tests/mjlab/: Go1 and cartpole on MuJoCo Warp, rsl_rl training;
+#      its venv is built once by scripts/simulator_venv.sh, ~7 min, 2.3 GB; the first run on
+#      a machine also compiles Warp's CPU kernels into ~/.cache/warp, ~35 s idle).
 # Extra arguments go to the main suite's pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,3 +17,5 @@ bash scripts/setup_venv.sh test,jax,torchrl,sb3,gym,mo,minigrid,plot,rsl_rl,skrl
 .venv/bin/python -m pytest -m "slow or not slow" "$@"
 isaac_venv="$(bash scripts/isaaclab_venv.sh | tail -n 1)"
 "$isaac_venv/bin/python" -m pytest -m "slow or not slow" tests/isaaclab
+mjlab_venv="$(bash scripts/simulator_venv.sh mjlab | tail -n 1)"
+GPU_ENVS_REQUIRE_MJLAB=1 PYTHONPATH="$root" "$mjlab_venv/bin/python" -m pytest -m "slow or not slow" tests/mjlab

@@ -298,3 +298,15 @@ def test_to_rsl_rl_reads_mjlabs_episode_clock_and_log():
         assert rewards.shape == dones.shape == (N,)
         saw_log |= "Episode_Reward/count" in extras.get("log", {})
     assert saw_log
+
+
+def test_exact_final_obs_false_keeps_mjlabs_auto_reset_with_placeholders():
+    fake = ManagerBasedRlEnv()
+    env = gpu_envs.wrap(fake, exact_final_obs=False)
+    assert fake.cfg.auto_reset is True and env.backend.final_obs_kind != FINAL_OBS_KIND
+    actions = actions_for()
+    got, _ = run(env, actions)
+    expected = reference_rollout(N, actions, final_obs="none")
+    for key in got:
+        np.testing.assert_array_equal(got[key], expected[key].astype(got[key].dtype), err_msg=key)
+    assert got["final_obs_missing"].any()

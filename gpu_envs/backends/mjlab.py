@@ -78,7 +78,7 @@ from gpu_envs.contract.specs.dtypes import torch_dtype
 from gpu_envs.utils.arguments import as_bool, as_int
 from gpu_envs.utils.devices import resolve_device, same_device
 
-__all__ = ["FINAL_OBS_KIND", "MjlabBackend", "is_mjlab_env"]
+__all__ = ["FINAL_OBS_KIND", "PLACEHOLDER_KIND", "MjlabBackend", "is_mjlab_env"]
 
 # Class attribute honoured by the detector, for objects that follow mjlab's contract.
 BACKEND_HOOK = "gpu_envs_backend"
@@ -86,6 +86,7 @@ BACKEND_HOOK = "gpu_envs_backend"
 _ENV_CLASS = ("mjlab.envs.manager_based_rl_env", "ManagerBasedRlEnv")
 # Which final observation this backend gives (DESIGN.md, "Final observations, by simulator").
 FINAL_OBS_KIND = "exact by same-step handling in gpu_envs"
+PLACEHOLDER_KIND = "placeholder + final_obs_missing (mjlab's own auto-reset; exact_final_obs=False)"
 
 
 def _mjlab_class(cls: type) -> bool:
@@ -158,17 +159,31 @@ class MjlabBackend(Backend):
         device: the device the learner expects; must be the env's, ``None`` means the env's.
         copy_obs: clone observations before handing them on: ``None`` (default) when the
             first calls show the task rewrites them in place, ``True`` always, ``False`` never.
+        exact_final_obs: ``True`` (default): mjlab's auto-reset off, ended rows reset by
+            this backend in the same step, true final observations. ``False``: mjlab's
+            own auto-reset (``cfg.auto_reset = True``), no second observation pass and no
+            host read by gpu_envs, but ended rows get placeholders and
+            ``("next", "final_obs_missing")``, as Isaac Lab without ``compute_final_obs``.
     """
 
     name = "mjlab"
     final_obs_kind = FINAL_OBS_KIND
     supports_partial_reset = True
 
-    def __init__(self, env: Any, device: torch.device | str | None = None, *, copy_obs: bool | None = None) -> None:
+    def __init__(
+        self,
+        env: Any,
+        device: torch.device | str | None = None,
+        *,
+        copy_obs: bool | None = None,
+        exact_final_obs: bool = True,
+    ) -> None:
         base = env.unwrapped
         _refuse_unsupported(env, base)
         if copy_obs is not None:
             copy_obs = as_bool(copy_obs, "copy_obs")
+        self.exact_final_obs = as_bool(exact_final_obs, "exact_final_obs")
+        self.final_obs_kind = FINAL_OBS_KIND if self.exact_final_obs else PLACEHOLDER_KIND
         if not _accepts_env_ids(env):
             env = base  # a wrapper whose reset takes no env_ids: reset through the env itself
         self.env = env
@@ -188,10 +203,10 @@ class MjlabBackend(Backend):
         self.extras: dict = {}
         self.episode_log: dict = {}
         claim_simulator(base, self)
-        # From here on mjlab's step returns the observation each episode ended in; the
-        # rows that ended are reset by step() below, in the same call.
+        # Exact: from here on mjlab's step returns the observation each episode ended in;
+        # the rows that ended are reset by step() below, in the same call.
         self._auto_reset_was = base.cfg.auto_reset
-        base.cfg.auto_reset = False
+        base.cfg.auto_reset = not self.exact_final_obs
 
     # ------------------------------------------------------------------ setup
     def _check_device(self, device: torch.device | str | None) -> torch.device:
@@ -234,6 +249,19 @@ class MjlabBackend(Backend):
         terminated, truncated = flags[0], flags[1]
         done = terminated | truncated
         step_log = extras.get("log") if isinstance(extras, Mapping) else None
+        if not self.exact_final_obs:  # mjlab reset the ended rows itself: placeholders for their final obs
+            self._set_log(extras, None)
+            self._last_obs = final
+            return RawStep(
+                obs=final,
+                reward=reward,
+                terminated=terminated,
+                truncated=truncated,
+                done=done,
+                final_obs=None,
+                final_mask=None,
+                info=NO_INFO,
+            )
         # The one host read of the step: which rows to hand to reset(env_ids=...).
         ended = done.view(n).nonzero().view(-1)
         if ended.numel():
@@ -322,7 +350,7 @@ class MjlabPlugin:
         return env_id.startswith("Mjlab-") and self.available() and env_id in _task_ids()
 
     def make_kwargs(self, env_id: str) -> list[str]:
-        return ["cfg", "play", "copy_obs"]
+        return ["cfg", "play", "copy_obs", "exact_final_obs"]
 
     def make(
         self,
@@ -333,6 +361,7 @@ class MjlabPlugin:
         cfg: Any = None,
         play: bool = False,
         copy_obs: bool | None = None,
+        exact_final_obs: bool = True,
     ) -> Backend:
         """``ManagerBasedRlEnv(cfg, device)`` for a registered mjlab task, ``cfg.scene.num_envs = num_envs``.
 
@@ -345,13 +374,14 @@ class MjlabPlugin:
         if cfg is None:
             cfg = load_env_cfg(env_id, play=as_bool(play, "play"))
         cfg.scene.num_envs = num_envs
-        return MjlabBackend(ManagerBasedRlEnv(cfg, device=str(device)), device, copy_obs=copy_obs)
+        env = ManagerBasedRlEnv(cfg, device=str(device))
+        return MjlabBackend(env, device, copy_obs=copy_obs, exact_final_obs=exact_final_obs)
 
     def detect(self, obj: Any) -> bool:
         return is_mjlab_env(obj)
 
     def wrap_kwargs(self, obj: Any) -> list[str]:
-        return ["copy_obs"]
+        return ["copy_obs", "exact_final_obs"]
 
     def wrap(self, obj: Any, device: torch.device | None, **kwargs: Any) -> Backend:
         return MjlabBackend(obj, device, **kwargs)

@@ -7,8 +7,8 @@ a TensorDict:
 
 (a) raw: ``env.step(action)`` in a loop;
 (b) floor: the raw env plus ONLY the work the TensorDict contract needs, in the same
-    run: the env's step in the TensorDict layout (its ``step_transition``: ``[N, 1]``
-    flags it already holds), the placeholder ``where`` on ended rows (final
+    run: the env's step in the contract's layout (its ``step_transition``: a RawStep's
+    fields, ``[N, 1]`` flags it already holds), the placeholder ``where`` on ended rows (final
     observations are not exposed), the two TensorDicts (the transition's ``"next"`` and
     the next root, built the cheapest way the installed tensordict allows) and the
     caller's ``td.set``. It is the limit of any wrapper: our distance to it is what the
@@ -74,7 +74,8 @@ def floor_step_fn(n: int, device: torch.device, action: torch.Tensor):
     def step() -> None:
         td = state["td"]
         td.set("action", action)
-        obs, reward, terminated, truncated, done, _ = env.step_transition(action)
+        obs, reward, terminated, truncated, done, _, _, _ = env.step_transition(action)
+        obs = obs["observation"]
         if rows:
             next_obs = torch.where(done, nan_row, obs.view(torch.complex128)).view(torch.float32)
         else:
@@ -171,7 +172,8 @@ def plain_collect_fn(n: int, steps: int, device: torch.device, policy: LinearArg
                     action = torch.randint(0, 2, (n,), generator=generator, device=device)
                 else:
                     action = policy.act(obs)
-                next_obs, reward, terminated, truncated, done, final = env.step_transition(action)
+                next_obs, reward, terminated, truncated, done, final, _, _ = env.step_transition(action)
+                next_obs, final = next_obs["observation"], final["observation"]
                 values = {
                     "observation": obs,
                     "action": action,

@@ -1,10 +1,14 @@
-"""rsl_rl's OnPolicyRunner (the PPO Isaac Lab users train with) on a gpu_envs env: the only gpu_envs line is ``to_rsl_rl``.
+"""rsl_rl's OnPolicyRunner (the PPO Isaac Lab users train with) on a gpu_envs env, with exact time-outs.
 
-The same three lines train an Isaac Lab task: ``to_rsl_rl(gpu_envs.wrap(isaac_env))``.
+The gpu_envs lines are ``to_rsl_rl`` and ``vec_env.bootstrap_from(runner)``: rsl_rl alone
+bootstraps a time-out from V(s_t), the state the action was taken in; with the line the
+target is r + gamma * V(s_T), the true final observation, with the runner's own critic.
+The same lines train an Isaac Lab task: ``to_rsl_rl(gpu_envs.wrap(isaac_env))``.
 
 Run::
 
     python examples/train_rsl_rl.py                        # Pendulum-v1, 256 envs, ~500k env-steps
+    python examples/train_rsl_rl.py --library-default      # rsl_rl's own time-out bootstrap
     python examples/train_rsl_rl.py --device cuda --num-envs 4096
 """
 
@@ -52,12 +56,15 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="hide rsl_rl's per-iteration log")
+    p.add_argument("--library-default", action="store_true", help="rsl_rl's own time-out bootstrap (V(s_t))")
     args = p.parse_args(argv)
     torch.manual_seed(args.seed)
 
     env = to_rsl_rl(gpu_envs.make("Pendulum-v1", num_envs=args.num_envs, device=args.device, seed=args.seed))
     with contextlib.redirect_stdout(io.StringIO()) if args.quiet else contextlib.nullcontext():
         runner = OnPolicyRunner(env, TRAIN_CFG, log_dir=None, device=args.device)
+        if not args.library_default:
+            env.bootstrap_from(runner)  # time-outs: r + gamma * V(true final observation)
         before = mean_step_reward(env, runner.get_inference_policy())
         runner.learn(num_learning_iterations=args.iterations, init_at_random_ep_len=True)
     after = mean_step_reward(env, runner.get_inference_policy())

@@ -1,8 +1,14 @@
-"""skrl's PPO and SequentialTrainer on a gpu_envs env: the only gpu_envs line is ``to_skrl``.
+"""skrl's PPO and SequentialTrainer on a gpu_envs env, with exact time-outs.
+
+The gpu_envs lines are ``to_skrl`` and ``env.bootstrap_from(agent)``: skrl's trainer hands
+its agent the post-reset observation as the "next" one of an ended episode, so a time-out
+bootstraps from the next episode's start (or not at all); with the line the agent gets the
+true final observation and stores r + gamma * V(s_T).
 
 Run::
 
     python examples/train_skrl.py                          # CartPole-v1, 64 envs, ~50k env-steps
+    python examples/train_skrl.py --library-default        # skrl's own time-out handling
     python examples/train_skrl.py --device cuda --num-envs 1024
 """
 
@@ -65,6 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--timesteps", type=int, default=800, help="vector steps to train for")
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--library-default", action="store_true", help="skrl's own time-out handling")
     args = p.parse_args(argv)
     torch.manual_seed(args.seed)
 
@@ -79,6 +86,8 @@ def main(argv: list[str] | None = None) -> dict:
         device=env.device,
         cfg=cfg,
     )
+    if not args.library_default:
+        env.bootstrap_from(agent)  # time-outs: r + gamma * V(true final observation)
     before = mean_episode_length(env, agent)
     trainer_cfg = SequentialTrainerCfg(
         timesteps=args.timesteps, headless=True, disable_progressbar=None, close_environment_at_exit=False

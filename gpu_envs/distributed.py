@@ -30,7 +30,11 @@ default process group when the script already initialised one, else initialises 
 from torchrun's environment variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR``, ``MASTER_PORT``) with NCCL on CUDA and gloo on the CPU. Without
 either (a plain ``python train.py --distributed``), it is a single process: world
-size 1, rank 0, and ``make`` behaves exactly as without ``distributed=True``.
+size 1, rank 0, and ``make`` behaves exactly as without ``distributed=True``. A
+half-set torchrun environment (``RANK`` or ``WORLD_SIZE`` set, another of the five
+missing, or values that are not ranks) is refused with an error naming what is missing:
+quietly running it as rank 0 of 1 would have each process of a multi-process job train
+alone on the same seeds.
 
 Statistics: :class:`~gpu_envs.transforms.ObservationNorm` and
 :class:`~gpu_envs.transforms.EpisodeStats` keep per-process statistics on the hot
@@ -91,7 +95,41 @@ def _shard_device(local_rank: int) -> torch.device:
 
 
 def _launched_by_torchrun() -> bool:
-    return all(name in os.environ for name in TORCHRUN_VARS)
+    """True when torchrun's environment variables are all set; an error when they are half set.
+
+    ``RANK`` or ``WORLD_SIZE`` on its own says a multi-process job was meant (a launcher
+    that sets them, a script that exports them by hand); without the rest, the process
+    group cannot be joined, and going on as a single process would train every process
+    alone. ``MASTER_ADDR``/``MASTER_PORT``/``LOCAL_RANK`` alone are left alone: clusters
+    export them for everyone.
+    """
+    present = [name for name in TORCHRUN_VARS if name in os.environ]
+    if "RANK" not in present and "WORLD_SIZE" not in present:
+        return False
+    missing = [name for name in TORCHRUN_VARS if name not in present]
+    if missing:
+        shown = ", ".join(f"{name}={os.environ[name]}" for name in present)
+        raise InvalidArgumentError(
+            f"distributed=True found a half-set torchrun environment: {shown} but no {', '.join(missing)}. "
+            "Launch with torchrun (e.g. `torchrun --standalone --nproc_per_node=2 train.py --distributed`), "
+            "which sets all of RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT; set the missing ones; "
+            "or unset RANK and WORLD_SIZE to run as a single process."
+        )
+    values = {}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"):
+        try:
+            values[name] = int(os.environ[name])
+        except ValueError:
+            raise InvalidArgumentError(
+                f"distributed=True: {name}={os.environ[name]!r} is not an integer; torchrun sets it to one."
+            ) from None
+    if not 0 <= values["RANK"] < values["WORLD_SIZE"] or values["LOCAL_RANK"] < 0:
+        raise InvalidArgumentError(
+            f"distributed=True: RANK={values['RANK']}, WORLD_SIZE={values['WORLD_SIZE']}, "
+            f"LOCAL_RANK={values['LOCAL_RANK']} do not describe a process of the job (0 <= RANK < WORLD_SIZE, "
+            "LOCAL_RANK >= 0); launch with torchrun, which sets them."
+        )
+    return True
 
 
 def current() -> Shard:
@@ -111,7 +149,8 @@ def init(backend: str | None = None, timeout_s: float | None = None) -> Shard:
     torchrun's environment variables (``backend=None``: NCCL when CUDA is available,
     gloo otherwise; ``timeout_s``: how long a collective may wait for the other
     processes, torch's default when ``None``) and makes ``cuda:LOCAL_RANK`` the current
-    CUDA device; else (not launched by torchrun) returns a single-process shard.
+    CUDA device; else (not launched by torchrun) returns a single-process shard. A
+    half-set torchrun environment raises :class:`~gpu_envs.InvalidArgumentError`.
 
     Example::
 

@@ -31,7 +31,9 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
 import numbers
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +42,7 @@ import torch
 from gpu_envs.backends.common import release_simulator
 from gpu_envs.contract.errors import InvalidArgumentError, MissingComponentError, NotAnEnvError, UnknownEnvError
 from gpu_envs.core.env import BatchedEnv
-from gpu_envs.registry import MAKE_ORDER, WRAP_ORDER, get_plugin, install_hint, plugins
+from gpu_envs.registry import MAKE_ORDER, WRAP_ORDER, get_plugin, install_hint, may_make, owner_of, plugins
 from gpu_envs.utils.arguments import as_bool, as_int, as_seed, describe, optional_seconds
 from gpu_envs.utils.devices import resolve_device
 from gpu_envs.utils.memory import ensure_fits, is_out_of_memory
@@ -93,13 +95,52 @@ def require_plugin(backend: str) -> Any:
     return plugin
 
 
+# Ids that a package registers with gymnasium when it is imported: (id prefix, package, extra
+# to install). An unknown id with one of these prefixes names the import (or the install).
+REGISTERING_PACKAGES = (
+    ("MiniGrid-", "minigrid", "pip install 'gpu-envs[minigrid]'"),
+    ("BabyAI-", "minigrid", "pip install 'gpu-envs[minigrid]'"),
+    ("mo-", "mo_gymnasium", "pip install 'gpu-envs[mo]'"),
+    ("ALE/", "ale_py", "pip install 'gymnasium[atari]'"),
+)
+
+
+def registering_package(env_id: str) -> tuple[str, str] | None:
+    """``(package, install command)`` of the package whose import registers ``env_id``, if its prefix is known."""
+    for prefix, package, install in REGISTERING_PACKAGES:
+        if env_id.startswith(prefix):
+            return package, install
+    return None
+
+
+def _unregistered_hint(env_id: str) -> str:
+    """How to make ``env_id`` known, when a package registers ids like it; '' otherwise."""
+    known = registering_package(env_id)
+    if known is None:
+        return ""
+    package, install = known
+    if package in sys.modules:
+        return f" The {package!r} package, which registers ids like it, is imported and has no such id: check the name and version."
+    if importlib.util.find_spec(package) is None:
+        return f" Ids like it are registered by the {package!r} package, which is not installed: {install}, then `import {package}` before gpu_envs.make()."
+    return f" Ids like it are registered by the {package!r} package (installed here): `import {package}` before gpu_envs.make()."
+
+
 def make_plugin(env_id: str, backend: str) -> Any:
     """The plugin that makes ``env_id`` (``backend="auto"``: the first in make's order)."""
     auto = backend == "auto"
     candidates = [p for p in plugins(MAKE_ORDER) if p.available()] if auto else [require_plugin(backend)]
     for plugin in candidates:
-        if plugin.can_make(env_id):
+        if auto and getattr(plugin, "defers_to_registering_packages", False) and registering_package(env_id):
+            continue  # e.g. EnvPool's own MiniGrid-* ids: without backend=, the id means minigrid's env
+        if may_make(plugin, env_id):  # the registry decides who owns an id
             return plugin
+    owner = None if auto else owner_of(env_id)
+    if owner is not None and owner != backend:
+        raise UnknownEnvError(
+            f"{env_id!r} is made by the {owner} backend only (as a {backend} env its transitions would be wrong): "
+            f"pass backend={owner!r} or backend='auto'."
+        )
     for name, prefix in (("jax", "gymnax/"), ("isaaclab", "Isaac-")):
         if env_id.startswith(prefix) and not get_plugin(name).available():
             raise MissingComponentError(f"{env_id!r} is made by the {name} backend, whose library is not installed: {install_hint(name)}.")
@@ -109,7 +150,10 @@ def make_plugin(env_id: str, backend: str) -> Any:
         if p.available() and (ids := p.env_ids())
     )
     where = "any backend" if backend == "auto" else f"backend {backend!r}"
-    raise UnknownEnvError(f"unknown env id {env_id!r} for {where}. Available ids -- {known}. `gpu-envs list` prints them all.")
+    hint = _unregistered_hint(env_id)
+    raise UnknownEnvError(
+        f"unknown env id {env_id!r} for {where}.{hint} Available ids -- {known}. `gpu-envs list` prints them all."
+    )
 
 
 def check_kwargs(plugin: Any, call: str, target: Any, kwargs: dict[str, Any]) -> None:

@@ -9,10 +9,18 @@ processes). Modules are imported lazily, so an optional dependency (isaaclab, mj
 stable_baselines3, gym, mo_gymnasium, minigrid, ray) is only imported when its backend
 is used: detectors look at class modules and attributes.
 
+Which backend owns an env id is decided here, not by the backends: a plugin that alone
+may make some ids -- Isaac Lab tasks and gymnasium's functional JAX envs are listed in
+gymnasium's registry too, but stepped as plain gymnasium envs their transitions would be
+wrong, or they would not build -- says so with ``claims(env_id)``; :func:`may_make`
+lets no other backend make a claimed id (:data:`CLAIMING` lists who is asked), so no
+backend module imports another to find out.
+
 Example::
 
     plugin = get_plugin("gymnasium")
     backend = plugin.make("CartPole-v1", num_envs=8, device=torch.device("cpu"))
+    may_make(plugin, "Isaac-Cartpole-Direct-v0")   # False: the isaaclab backend owns it
 """
 
 from __future__ import annotations
@@ -27,12 +35,22 @@ from gpu_envs.contract.errors import UnknownBackendError
 # because gymnasium's registry also lists its functional JAX envs (phys2d/...), which only
 # the jax backend steps exactly (it declines every other gymnasium id); mo_gymnasium and
 # minigrid before gymnasium because their ids are in gymnasium's registry too, but need
-# their vector rewards / text missions handled.
-MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "gymnasium", "isaaclab", "mjlab")
+# their vector rewards / text missions handled (ManiSkill's, once mani_skill is imported, need its
+# vector env: the bare one batches behind a single-env interface); envpool last: it makes the ids no other backend
+# does (Pong-v5), while ids gymnasium also has keep gymnasium's version unless backend="envpool".
+MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "maniskill", "gymnasium", "isaaclab", "mjlab", "envpool")
 # wrap() asks these in order; the most specific detectors come first: SB3 VecEnvs and legacy
 # gym envs before torch (a gym 0.26 VectorEnv has the shape of the torch protocol), MO and
-# minigrid envs before gymnasium (they are gymnasium envs with a vector reward / a text mission).
-WRAP_ORDER = ("isaaclab", "mjlab", "jax", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
+# minigrid envs before gymnasium (they are gymnasium envs with a vector reward / a text mission);
+# EnvPool pools before gymnasium too (gymnasium VectorEnvs that reset on the next step), ManiSkill's
+# envs before torch and gymnasium (its vector env has the torch protocol's shape, its bare env gymnasium's).
+# mjlab's RL envs are recognised by their class (like Isaac Lab's), before torch.
+# "foreign" first of all: envs that have a backend's shape but an auto-reset none handles (PufferLib's
+# vector envs, pre-0.26 gym vector envs), refused with the fix before a backend claims them by their shape.
+WRAP_ORDER = ("foreign", "isaaclab", "mjlab", "jax", "envpool", "maniskill", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
+
+# Backends whose plugin claims ids that other backends must not make (``claims(env_id)``).
+CLAIMING = ("jax", "isaaclab")
 
 _MODULES = {
     "torch": "gpu_envs.backends.torch",
@@ -43,7 +61,10 @@ _MODULES = {
     "legacy_gym": "gpu_envs.backends.legacy_gym",
     "mo_gymnasium": "gpu_envs.backends.mo_gymnasium",
     "minigrid": "gpu_envs.backends.minigrid",
+    "envpool": "gpu_envs.backends.envpool",
+    "maniskill": "gpu_envs.backends.maniskill",
     "mjlab": "gpu_envs.backends.mjlab",
+    "foreign": "gpu_envs.backends.foreign",  # wrap only: recognises and refuses (see the module)
     "ray": "gpu_envs.backends.ray",  # by name only: make(id, backend="ray"), gpu_envs.wrap_ray
 }
 
@@ -60,6 +81,11 @@ INSTALL_HINTS = {
     "cupy": "pip install 'gpu-envs[cupy]'",
     "torchrl": "pip install 'gpu-envs[torchrl]'",
     "ray": "pip install 'gpu-envs[ray]'",
+    "envpool": "pip install 'gpu-envs[envpool]'",
+    "maniskill": "pip install mani-skill (scripts/simulator_venv.sh maniskill builds a venv with a CPU Vulkan driver)",
+    "mani_skill": "pip install mani-skill (scripts/simulator_venv.sh maniskill builds a venv with a CPU Vulkan driver)",
+    "brax": "pip install brax (scripts/simulator_venv.sh brax builds a venv with Brax and MuJoCo Playground)",
+    "mujoco_playground": "pip install playground (scripts/simulator_venv.sh brax builds a venv with Brax and MuJoCo Playground)",
     "Box2D": "pip install 'gymnasium[box2d]'",
     "mujoco": "pip install 'gymnasium[mujoco]'",
     "ale_py": "pip install 'gymnasium[atari]'",
@@ -93,3 +119,19 @@ def get_plugin(name: str) -> Any:
 def plugins(order: tuple[str, ...]) -> list[Any]:
     """The installed plugins among ``order``, in that order."""
     return [get_plugin(name) for name in order if name in _MODULES and _module_exists(name)]
+
+
+def owner_of(env_id: str) -> str | None:
+    """The backend that alone may make ``env_id`` (its plugin claims it), or None."""
+    for name in CLAIMING:
+        if name in _MODULES and _module_exists(name) and get_plugin(name).claims(env_id):
+            return name
+    return None
+
+
+def may_make(plugin: Any, env_id: str) -> bool:
+    """True if ``plugin`` can make ``env_id`` and no other backend owns the id."""
+    if not plugin.can_make(env_id):
+        return False
+    owner = owner_of(env_id)
+    return owner is None or owner == plugin.name

@@ -96,4 +96,29 @@ if [[ -n "$missing" ]]; then
     # shellcheck disable=SC2086
     "$VENV/bin/python" -m pip install -q $missing >&2
 fi
+# rl_games, for the tier's to_rl_games tests: the versions constraints-ci.txt pins, (re)installed when the
+# venv lacks them or has others, so an existing cache is extended in place. `--no-deps`: rl-games' metadata
+# caps psutil < 6 (which it never imports) and must not move Isaac Lab's packages; PyYAML and protobuf
+# (tensorboardX's) come with Isaac Lab.
+pins=$(grep -E '^(rl-games|tensorboardX)==' "$REPO/constraints-ci.txt" | tr '\n' ' ')
+# shellcheck disable=SC2086
+wrong=$(cd "$CACHE" && "$VENV/bin/python" - $pins <<'EOF'
+import sys
+from importlib import metadata
+wrong = []
+for pin in sys.argv[1:]:
+    name, version = pin.split("==")
+    try:
+        if metadata.version(name) != version:
+            wrong.append(pin)
+    except metadata.PackageNotFoundError:
+        wrong.append(pin)
+print(" ".join(wrong))
+EOF
+)
+if [[ -n "$wrong" ]]; then
+    log "installing $wrong (--no-deps)"
+    # shellcheck disable=SC2086
+    "$VENV/bin/python" -m pip install -q --no-deps $wrong >&2
+fi
 echo "$VENV"

@@ -23,4 +23,14 @@ if [[ ",$extras," == *",jax,"* ]]; then
     # install it without its dependencies (jax and flax come from the jax extra).
     "${pip[@]}" install -c "$root/constraints-ci.txt" --no-deps gymnax
 fi
+if [[ ",$extras," == *",puffer,"* ]]; then
+    # pufferlib-core pins torch==2.9.0 (a different torch): install it without its dependencies; the
+    # vector envs the tests refuse need only numpy, gymnasium and psutil (the puffer extra).
+    "${pip[@]}" install -c "$root/constraints-ci.txt" --no-deps pufferlib-core
+fi
+if [[ ",$extras," == *",rl_games,"* ]]; then
+    # rl-games' metadata caps psutil < 6 although it never imports psutil (installing it normally would
+    # downgrade psutil): install it without its dependencies; the rl_games extra brings those it imports.
+    "${pip[@]}" install -c "$root/constraints-ci.txt" --no-deps rl-games
+fi
 echo "$venv"

@@ -57,6 +57,95 @@ spec_mjlab() {
     PACKAGES=(mjlab gymnasium tensordict pytest)
 }
 
+spec_brax() {
+    # Brax and MuJoCo Playground (the `playground` package: mujoco_playground) on JAX's CPU
+    # build. They would install beside the main venv's jax 0.10.2 without changing a version,
+    # but bring MuJoCo 4, MJX, Warp and an IPython stack, and importing them takes 20-30 s,
+    # which `gpu-envs list` would pay in every main-suite test that lists ids.
+    LABEL=brax-0.14.2-playground-0.2.0
+    PY_VERSION=3.11
+    PINS=(
+        torch==2.13.0
+        brax==0.14.2
+        playground==0.2.0
+        jax==0.10.2
+        jaxlib==0.10.2
+        flax==0.12.8
+        optax==0.2.8
+        orbax-checkpoint==0.12.8
+        mujoco==4.0.0
+        mujoco-mjx==3.17.0
+        warp-lang==1.19.0
+        ml_collections==1.1.0
+        gym==0.26.2
+        tensordict==0.14.3
+        gymnasium==1.4.0
+        numpy==2.4.6
+        pytest==9.2.0
+    )
+    # gym: Brax's gym wrappers (brax.envs.wrappers.gym) import it; the tier checks they are refused
+    PACKAGES=(brax playground gym gymnasium tensordict pytest)
+}
+
+spec_maniskill() {
+    # ManiSkill3 with CPU physics (PhysX) and its SAPIEN renderer on a software Vulkan
+    # device: SAPIEN builds every scene's visual materials on a rendering device, even
+    # with render_backend="none", so without one no task can be built at all.
+    LABEL=maniskill-3.0.1
+    PY_VERSION=3.11
+    PINS=(
+        torch==2.13.0
+        mani-skill==3.0.1
+        sapien==3.0.3
+        tensordict==0.14.3
+        gymnasium==1.4.0
+        numpy==2.4.6
+        pytest==9.2.0
+    )
+    PACKAGES=(mani-skill gymnasium tensordict pytest)
+}
+
+post_install_maniskill() {
+    # Lavapipe (Mesa's CPU Vulkan driver) into $VENV/lavapipe, without touching the system:
+    # SAPIEN needs VK_KHR_external_semaphore_fd, which lavapipe has from Mesa 24.3 on; Debian
+    # 12 ships 22.3, its backports 25.x. The .deb is fetched with apt-get from the machine's
+    # own Debian archive (its backports suite) through a private apt state folder and
+    # unpacked with dpkg-deb; tests/maniskill/conftest.py points VK_ICD_FILENAMES at
+    # $VENV/lavapipe/lvp_icd.json.
+    local dir="$VENV/lavapipe" codename uri keyring deb lib
+    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    if [[ -z "$codename" ]] || ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
+        log "no Debian apt here: install a Vulkan driver with VK_KHR_external_semaphore_fd (Mesa >= 24.3 lavapipe) and set VK_ICD_FILENAMES."
+        return 1
+    fi
+    # the archive this machine already uses for $codename (deb822 or one-line sources)
+    uri=$(awk -v s="$codename" '/^URIs:/{u=$2} /^Suites:/{for(i=2;i<=NF;i++) if($i==s) {print u; exit}}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+    if [[ -z "$uri" ]]; then
+        uri=$(awk -v s="$codename" '$1=="deb" && $3==s {print $2; exit}' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true)
+    fi
+    keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    if [[ -z "$uri" ]]; then
+        log "found no apt source for $codename to take lavapipe's backport from."
+        return 1
+    fi
+    rm -rf "$dir" && mkdir -p "$dir/apt/lists/partial" "$dir/apt/cache/archives/partial" "$dir/root"
+    printf 'Types: deb\nURIs: %s\nSuites: %s-backports\nComponents: main\nSigned-By: %s\n' "$uri" "$codename" "$keyring" >"$dir/apt/backports.sources"
+    local apt_opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$dir/apt" -o "Dir::State::Lists=$dir/apt/lists"
+        -o "Dir::Cache=$dir/apt/cache" -o "Debug::NoLocking=1")
+    apt-get "${apt_opts[@]}" -qq update >&2
+    (cd "$dir" && apt-get "${apt_opts[@]}" -qq download "mesa-vulkan-drivers/$codename-backports" >&2)
+    deb=$(ls "$dir"/mesa-vulkan-drivers_*.deb)
+    dpkg-deb -x "$deb" "$dir/root"
+    lib=$(find "$dir/root" -name libvulkan_lvp.so | head -n 1)
+    if [[ -z "$lib" ]]; then
+        log "the mesa-vulkan-drivers package had no libvulkan_lvp.so"
+        return 1
+    fi
+    printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}\n' "$lib" >"$dir/lvp_icd.json"
+    rm -rf "$dir/apt" "$deb"
+    log "lavapipe $(basename "$deb" .deb) unpacked in $dir"
+}
+
 # ------------------------------------------------------------------ the machinery
 NAME=${1:-}
 if [[ -z "$NAME" || "$(type -t "spec_$NAME")" != "function" ]]; then
@@ -148,5 +237,12 @@ installed_from=$(cd "$CACHE" && "$VENV/bin/python" -c "import importlib.util as 
 if [[ "$installed_from" != "$REPO" ]]; then
     log "installing $REPO (editable, --no-deps)"
     (cd "$CACHE" && "${pip[@]}" install --no-deps -e "$REPO" >&2)
+fi
+# gpu_envs' own dependencies (pyproject's `dependencies`), where the simulator did not bring them.
+missing=$(cd "$CACHE" && "$VENV/bin/python" -c 'import importlib.util as u; print(" ".join(n for n in ["torch", "tensordict", "gymnasium", "numpy", "packaging", "rich"] if u.find_spec(n) is None))')
+if [[ -n "$missing" ]]; then
+    log "installing gpu_envs' missing dependencies: $missing"
+    # shellcheck disable=SC2086
+    "${pip[@]}" install -c "$REPO/constraints-ci.txt" $missing >&2
 fi
 echo "$VENV"

@@ -9,9 +9,19 @@ Where isaaclab is not installed (the main suite) that folder is not collected at
 instead of showing up as a wall of skips; the Isaac Lab contract is still tested there
 through the fakes (tests/test_isaaclab_fake.py). ``one_thread`` runs a test on one torch
 CPU thread (training runs: on a shared 2-core machine more threads only thrash).
+
+``python_sigint`` serves tests that send SIGINT (Ctrl-C) to this process: a process
+started with SIGINT ignored (a background job of a script, some CI runners) never raises
+``KeyboardInterrupt``, so such a test would wait for it forever. The fixture installs
+Python's own handler for the test and puts back what was there; subprocesses that must
+receive SIGINT are started through ``tests/with_sigint.py`` for the same reason. Every
+such test is marked ``sigint``: tests/test_suite_signals.py reruns them with SIGINT
+ignored.
 """
 
 import importlib.util
+import signal
+import threading
 
 import pytest
 import torch
@@ -26,3 +36,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def python_sigint():
+    """Python's Ctrl-C handler (``KeyboardInterrupt``) for this test, even if SIGINT was ignored at start-up."""
+    assert threading.current_thread() is threading.main_thread(), "signal handlers are set from the main thread"
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

@@ -1,16 +1,89 @@
-"""Process helpers for tests that run worker processes (Ray, torchrun): alive? gone? whose children?
+"""Process helpers for tests that run worker processes (Ray, torchrun, the CLI): alive? gone? whose children?
 
 Everything is read from /proc (Linux), so a zombie counts as gone; only :func:`run_tree`
-signals (the process tree it started, on a timeout).
+signals (the process tree it started, on a timeout). Every wait here has a deadline:
+:class:`Lines` reads a subprocess's output on a thread so that waiting for a line cannot
+block forever on a child that prints nothing, and :data:`PYTHON_WITH_SIGINT` starts a
+Python child that raises ``KeyboardInterrupt`` on SIGINT even when this process runs
+with SIGINT ignored.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import subprocess
+import sys
+import threading
 import time
+from typing import IO
+
+# ``[*PYTHON_WITH_SIGINT, "-m", module, ...]`` or ``[*PYTHON_WITH_SIGINT, "-c", code, ...]``:
+# python with Python's Ctrl-C handler installed (tests/with_sigint.py); run it with the
+# repository root as cwd or on PYTHONPATH.
+PYTHON_WITH_SIGINT = [sys.executable, "-m", "tests.with_sigint"]
+
+
+class Lines:
+    """A subprocess's text stream, read line by line on a daemon thread, so every wait on it has a deadline.
+
+    Example::
+
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        out = Lines(proc.stdout)
+        out.wait_for("READY", within=60)   # fails the test instead of blocking forever
+        ...
+        proc.wait(timeout=60); text = out.text(within=10)
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.seen: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: IO[str]) -> None:
+        try:
+            for line in iter(stream.readline, ""):
+                self._queue.put(line)
+        finally:
+            self._queue.put(None)
+
+    def next_line(self, within: float) -> str | None:
+        """The next line (read within ``within`` seconds, else ``TimeoutError``), or None at the end of the stream."""
+        try:
+            line = self._queue.get(timeout=max(within, 0.0))
+        except queue.Empty:
+            raise TimeoutError(f"no line within {within:.0f} s; so far: {''.join(self.seen)!r}") from None
+        if line is None:
+            self._queue.put(None)  # stays at the end
+        else:
+            self.seen.append(line)
+        return line
+
+    def wait_for(self, text: str, within: float) -> str:
+        """The first line containing ``text``; ``AssertionError`` if the stream ends or ``within`` seconds pass first."""
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                line = self.next_line(deadline - time.monotonic())
+            except TimeoutError:
+                line = None
+            if line is None:
+                raise AssertionError(f"never saw {text!r} within {within:.0f} s; saw: {''.join(self.seen)!r}")
+            if text in line:
+                return line
+
+    def text(self, within: float) -> str:
+        """Everything the stream held, once it ended (``TimeoutError`` if it did not end within ``within`` s)."""
+        self._thread.join(within)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the stream did not end within {within:.0f} s")
+        while self.next_line(0.0) is not None:
+            pass
+        return "".join(self.seen)
 
 
 def alive(pid: int) -> bool:

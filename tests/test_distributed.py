@@ -227,3 +227,34 @@ def test_ppo_example_learns_with_ddp_on_two_processes():
     assert summary["world_size"] == 2
     assert summary["env_steps"] >= 90_000
     assert summary["eval_return_greedy"] > 150 and summary["final_train_return"] > 100, summary
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"RANK": "1", "WORLD_SIZE": "2"}, ["RANK=1", "WORLD_SIZE=2", "no LOCAL_RANK, MASTER_ADDR, MASTER_PORT", "torchrun"]),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, ["no MASTER_ADDR, MASTER_PORT", "unset RANK and WORLD_SIZE"]),
+        ({"WORLD_SIZE": "4"}, ["no RANK, LOCAL_RANK"]),
+        ({"RANK": "x", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, ["RANK='x' is not an integer"]),
+        ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, ["0 <= RANK < WORLD_SIZE"]),
+    ],
+)
+def test_a_half_set_torchrun_environment_is_refused_not_run_as_rank_0_of_1(monkeypatch, env, words):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(gpu_envs.InvalidArgumentError) as err:
+        gpu_envs.make("CartPole-v1", num_envs=2, device="cpu", distributed=True)
+    for word in words:
+        assert word in str(err.value), (word, str(err.value))
+    assert not torch.distributed.is_initialized()
+
+
+def test_cluster_wide_master_variables_alone_are_a_single_process(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    env = gpu_envs.make("CartPole-v1", num_envs=2, device="cpu", distributed=True)
+    assert (env.rank, env.world_size) == (0, 1)

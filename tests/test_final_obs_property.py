@@ -36,7 +36,7 @@ class Scenario:
     structure: dict  # key (str or tuple) -> (dtype, per-env shape)
     terminated: list[torch.Tensor]  # one [N] bool per step
     truncated: list[torch.Tensor]
-    final_mode: str  # "none" | "full" | "masked"
+    final_mode: str  # "none" | "full" (valid on the ended rows) | "every" (valid on every row) | "masked"
     masks: list[torch.Tensor]
     missing_value: int | None
 
@@ -78,7 +78,7 @@ def scenarios(draw, steps: int = 1) -> Scenario:
         structure=structure,
         terminated=[draw(bools) for _ in range(steps)],
         truncated=[draw(bools) for _ in range(steps)],
-        final_mode=draw(st.sampled_from(["none", "full", "masked"])),
+        final_mode=draw(st.sampled_from(["none", "full", "every", "masked"])),
         masks=[draw(bools) for _ in range(steps)],
         missing_value=draw(st.sampled_from([None, CONFIGURED])),
     )
@@ -96,6 +96,11 @@ def unique_obs(scenario: Scenario, base: int) -> dict:
     return out
 
 
+def every_row(final: dict, obs: dict, done: torch.Tensor) -> dict:
+    """Final observations valid on every row: the final one where a row ended, the next one elsewhere."""
+    return {key: torch.where(done.view(-1, *([1] * (value.dim() - 1))), value, obs[key]) for key, value in final.items()}
+
+
 def placeholder(dtype: torch.dtype, missing_value: int | None) -> float:
     if missing_value is not None:
         return float(missing_value)
@@ -106,7 +111,7 @@ def placeholder(dtype: torch.dtype, missing_value: int | None) -> float:
 def check(scenario: Scenario, step: int, obs: dict, final: dict | None, next_obs: dict, missing: torch.Tensor, root: dict) -> None:
     n = scenario.num_envs
     done = scenario.terminated[step] | scenario.truncated[step]
-    given_rows = torch.ones(n, dtype=torch.bool) if scenario.final_mode == "full" else scenario.masks[step].clone()
+    given_rows = torch.ones(n, dtype=torch.bool) if scenario.final_mode in ("full", "every") else scenario.masks[step].clone()
     if scenario.final_mode == "none":
         given_rows[:] = False
     valid = done & given_rows
@@ -128,7 +133,9 @@ def check(scenario: Scenario, step: int, obs: dict, final: dict | None, next_obs
             torch.testing.assert_close(got[i], want, rtol=0, atol=0, equal_nan=True, msg=f"{key} row {i}")
         # nothing lost or duplicated: each source row appears exactly where it belongs, once
         flat = got.reshape(n, -1)
-        from_final = {i for i in range(n) if final is not None and any(torch.equal(flat[i], final[key].reshape(n, -1)[r]) for r in range(n))}
+        # ("every": the final observations of the rows that did not end are their next ones, from obs)
+        sources = [r for r in range(n) if done[r] or scenario.final_mode != "every"]
+        from_final = {i for i in range(n) if final is not None and any(torch.equal(flat[i], final[key].reshape(n, -1)[r]) for r in sources)}
         from_obs = {i for i in range(n) if any(torch.equal(flat[i], obs[key].reshape(n, -1)[r]) for r in range(n))}
         assert from_final == set(torch.nonzero(valid).flatten().tolist())
         assert from_obs == set(torch.nonzero(~done).flatten().tolist())
@@ -143,7 +150,11 @@ def test_final_obs_transform_property(scenario):
     obs = unique_obs(scenario, base=1)
     final = None if scenario.final_mode == "none" else unique_obs(scenario, base=130)
     done = (scenario.terminated[0] | scenario.truncated[0]).view(-1, 1)
-    mask = scenario.masks[0] if scenario.final_mode == "masked" else None
+    # RawStep's final_mask: "full" gives final observations valid on the ended rows (done itself),
+    # "every" on every row (None: the next observation there), "masked" on the mask's rows
+    mask = {"masked": scenario.masks[0], "full": done}.get(scenario.final_mode)
+    if scenario.final_mode == "every":
+        final = every_row(final, obs, done[:, 0])
     next_obs, missing = fo(obs, done, final, mask)
     check(scenario, 0, obs, final, next_obs, missing, fo.root_obs)
 
@@ -184,6 +195,8 @@ class ScriptedVectorEnv:
         # value ranges (N * numel <= 54 per key): obs in [1, 60) or [60, 120), finals in [130, 250)
         obs = unique_obs(s, base=60 if t % 2 == 0 else 1)  # post-reset obs on done rows, next obs elsewhere
         final = None if s.final_mode == "none" else unique_obs(s, base=130 + 60 * (t % 2))
+        if s.final_mode == "every":
+            final = every_row(final, obs, s.terminated[t] | s.truncated[t])
         self.emitted.append((obs, final))
         info = {}
         if final is not None:

@@ -36,7 +36,7 @@ def _assert_bit_equal(a, b):
 
 @pytest.mark.parametrize("n", [5, ROW_VIEW_MIN_ENVS + 7])
 @pytest.mark.parametrize(("shape", "dtype"), CASES)
-@pytest.mark.parametrize("mode", ["none", "all", "masked"])
+@pytest.mark.parametrize("mode", ["none", "ended", "every", "masked"])
 def test_matches_plain_where(n, shape, dtype, mode):
     gen = torch.Generator().manual_seed(n)
     fo = FinalObsTransform(_spec(shape, dtype), n)
@@ -48,9 +48,12 @@ def test_matches_plain_where(n, shape, dtype, mode):
     if mode == "none":
         got, missing = fo({"observation": obs}, done, None, None)
         want, want_missing = torch.where(rows, placeholder, obs), done
-    elif mode == "all":
-        got, missing = fo({"observation": obs}, done, {"observation": final}, None)
+    elif mode == "ended":  # valid on the ended rows: RawStep's final_mask=done
+        got, missing = fo({"observation": obs}, done, {"observation": final}, done)
         want, want_missing = torch.where(rows, final, obs), torch.zeros_like(done)
+    elif mode == "every":  # valid on every row (final_mask None): it is the next observation
+        got, missing = fo({"observation": obs}, done, {"observation": final}, None)
+        want, want_missing = final, torch.zeros_like(done)
     else:
         got, missing = fo({"observation": obs}, done, {"observation": final}, fmask)
         valid = (done.squeeze(-1) & fmask).view(rows.shape)

@@ -16,6 +16,7 @@ import gpu_envs.interop
         ("to_torchrl", "gpu_envs.interop.torchrl", "torchrl", "torchrl"),
         ("to_rsl_rl", "gpu_envs.interop.rsl_rl", "rsl_rl", "rsl_rl"),
         ("to_skrl", "gpu_envs.interop.skrl", "skrl", "skrl"),
+        ("to_rl_games", "gpu_envs.interop.rl_games", "rl_games", "rl_games"),
     ],
 )
 def test_missing_library_error_names_the_extra(monkeypatch, function, module, library, extra):

@@ -42,7 +42,7 @@ def test_require_explains_what_to_install():
 
 
 def test_public_names_and_unknown_attributes():
-    assert set(gpu_envs.interop.__all__) == {"to_gymnasium", "to_sb3", "to_torchrl", "to_rsl_rl", "to_skrl"}
+    assert set(gpu_envs.interop.__all__) == {"to_gymnasium", "to_sb3", "to_torchrl", "to_rsl_rl", "to_skrl", "to_rl_games"}
     assert set(gpu_envs.interop.__all__) <= set(dir(gpu_envs.interop))
     with pytest.raises(AttributeError, match="to_nothing"):
         gpu_envs.interop.to_nothing  # noqa: B018
@@ -52,7 +52,7 @@ def test_public_names_and_unknown_attributes():
 def test_importing_the_package_imports_no_training_library():
     code = (
         "import sys, gpu_envs.interop\n"
-        "libraries = ['stable_baselines3', 'torchrl', 'rsl_rl', 'skrl']\n"
+        "libraries = ['stable_baselines3', 'torchrl', 'rsl_rl', 'skrl', 'rl_games']\n"
         "print([m for m in libraries if m in sys.modules])\n"
         "from gpu_envs.interop import to_gymnasium\n"
         "print([m for m in libraries if m in sys.modules])\n"

@@ -389,14 +389,18 @@ def test_close_closes_the_isaac_env():
         gpu_envs.wrap(fake)
 
 
-def test_gymnasium_backend_declines_isaac_lab_task_ids():
+def test_the_registry_keeps_isaac_lab_task_ids_from_the_gymnasium_backend():
     import gymnasium as gym
 
-    from gpu_envs.registry import get_plugin
+    from gpu_envs.registry import get_plugin, may_make, owner_of
 
     gym.register("GpuEnvsTest/IsaacLike-v0", entry_point="isaaclab_tasks.fake:Env")
     try:
-        assert not get_plugin("gymnasium").can_make("GpuEnvsTest/IsaacLike-v0")
-        assert get_plugin("gymnasium").can_make("CartPole-v1")
+        assert owner_of("GpuEnvsTest/IsaacLike-v0") == "isaaclab"
+        assert not may_make(get_plugin("gymnasium"), "GpuEnvsTest/IsaacLike-v0")
+        assert not may_make(get_plugin("ray"), "GpuEnvsTest/IsaacLike-v0")
+        assert may_make(get_plugin("gymnasium"), "CartPole-v1") and owner_of("CartPole-v1") is None
+        with pytest.raises(gpu_envs.UnknownEnvError, match="made by the isaaclab backend only"):
+            gpu_envs.make("GpuEnvsTest/IsaacLike-v0", backend="gymnasium")
     finally:
         del gym.registry["GpuEnvsTest/IsaacLike-v0"]

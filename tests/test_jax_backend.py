@@ -413,11 +413,12 @@ def test_packed_layout_round_trips_mixed_dtypes():
         assert got.dtype == torch.from_numpy(np.array(want)).dtype
 
 
-def test_gymnasium_backend_declines_functional_jax_ids():
-    from gpu_envs.registry import get_plugin
+def test_the_registry_keeps_functional_jax_ids_from_the_gymnasium_backend():
+    from gpu_envs.registry import get_plugin, may_make, owner_of
 
-    assert not get_plugin("gymnasium").can_make("phys2d/CartPole-v1")
-    with pytest.raises(gpu_envs.UnknownEnvError):
+    assert owner_of("phys2d/CartPole-v1") == "jax"
+    assert not may_make(get_plugin("gymnasium"), "phys2d/CartPole-v1")
+    with pytest.raises(gpu_envs.UnknownEnvError, match="made by the jax backend only"):
         gpu_envs.make("phys2d/CartPole-v1", backend="gymnasium")
 
 

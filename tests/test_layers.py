@@ -34,8 +34,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry points and tools", ("gpu_envs", "gpu_envs.__main__", "gpu_envs.factory", "gpu_envs.registry", "gpu_envs.cli", "gpu_envs.check")),
     # to_torchrl, to_sb3, ...: another library's env type around a BatchedEnv
     ("interop", ("gpu_envs.interop",)),
-    # collect() with its buffer, loop, cache, compiled and CUDA-graph paths, GAE; multi-process collection
-    ("rollout / distributed", ("gpu_envs.rollout", "gpu_envs.distributed")),
+    # collect() with its buffer, loop, cache, compiled and CUDA-graph paths, GAE; multi-process collection;
+    # the off-policy replay buffer
+    ("rollout / distributed", ("gpu_envs.rollout", "gpu_envs.distributed", "gpu_envs.replay")),
     # TensorDict -> TensorDict modules and TransformedEnv
     ("transforms", ("gpu_envs.transforms",)),
     # BatchedEnv and the one step path it runs
@@ -173,6 +174,35 @@ def test_the_upward_exceptions_are_call_time_imports():
             f"{module} no longer imports {target}: drop the exception from CALL_TIME_UPWARD"
         )
 
+
+
+def test_docs_architecture_draws_the_same_layer_table():
+    """docs/ARCHITECTURE.md's "Layers" table: the same layers, in the same order, with the same modules."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and "`" in cells[1]:
+            rows.append((cells[0], tuple(part.strip().strip("`") for part in cells[1].split(","))))
+    assert rows == LAYERS, "docs/ARCHITECTURE.md's layer table and LAYERS differ"
+
+
+def test_the_package_root_only_re_exports_and_dir_lists_them():
+    import gpu_envs
+
+    assert dir(gpu_envs) == sorted(gpu_envs.__all__)
+    for name in gpu_envs.__all__:
+        assert getattr(gpu_envs, name) is not None, name
+    tree = ast.parse((ROOT / PACKAGE / "__init__.py").read_text())
+    defined = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+    assert defined == ["__dir__"], f"gpu_envs/__init__.py defines {defined}: it should only re-export"
+
+
+def test_every_module_is_small():
+    """One concept per module: none grows past ~600 lines."""
+    long = {m: n for m, path in module_files().items() if (n := len(path.read_text().splitlines())) > 620}
+    assert not long, f"split these modules (lines): {long}"
 
 
 def test_every_module_is_placed_in_a_layer():

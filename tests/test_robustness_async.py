@@ -25,7 +25,7 @@ from gpu_envs.backends.gymnasium import guarded_worker
 from gpu_envs.backends.gymnasium.workers import AsyncState
 from tests.fakes import CountingEnv
 from tests.gym_fakes import MODES, SlowEnv
-from tests.processes import ending_new_children
+from tests.processes import PYTHON_WITH_SIGINT, Lines, ending_new_children
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,7 +134,8 @@ def test_close_never_blocks_on_a_stopped_worker():
     assert not _wait_gone(pids)
 
 
-def test_ctrl_c_while_waiting_is_recovered_by_reset_without_restarting_the_workers():
+@pytest.mark.sigint
+def test_ctrl_c_while_waiting_is_recovered_by_reset_without_restarting_the_workers(python_sigint):
     venv = gym.vector.AsyncVectorEnv(
         [lambda i=i: SlowEnv(i, delay=1.0) for i in range(2)], autoreset_mode=MODES["same_step"], worker=guarded_worker()
     )
@@ -146,8 +147,8 @@ def test_ctrl_c_while_waiting_is_recovered_by_reset_without_restarting_the_worke
     timer.start()
     td["action"] = _action(2)
     with pytest.raises(KeyboardInterrupt):
-        env.step(td)
-    timer.join()
+        env.step(td)  # each worker sleeps 1 s: the SIGINT comes while the parent waits
+    timer.join(60)
     assert env.backend._calls.phase == "wait"
     with pytest.raises(gpu_envs.InterruptedStepError, match=r"interrupted mid-step: call env\.reset\(\)"):
         env.step(td)  # never gymnasium's AlreadyPendingCallError
@@ -241,15 +242,17 @@ def test_workers_stuck_in_step_die_when_their_parent_is_sigkilled(built_in):
     proc = subprocess.Popen(
         [sys.executable, "-c", _ORPHAN_SCRIPT, built_in],
         cwd=ROOT,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+    out, err = Lines(proc.stdout), Lines(proc.stderr)
     try:
-        line = proc.stdout.readline()
+        line = out.next_line(within=120) or ""
         pids = [int(p) for p in line.split()]
-        assert len(pids) == 2, (line, proc.stderr.read() if proc.poll() is not None else "")
+        assert len(pids) == 2, (line, err.seen)
         time.sleep(1.0)  # the step is in flight
         assert len(_alive(pids)) == 2
         proc.kill()
@@ -291,25 +294,31 @@ env.close()
 """
 
 
+@pytest.mark.sigint
 def test_ctrl_c_in_a_terminal_reaches_only_the_parent_and_reset_recovers():
-    # a terminal's Ctrl-C sends SIGINT to the whole foreground process group, workers included
+    # a terminal's Ctrl-C sends SIGINT to the whole foreground process group, workers included;
+    # the script gets Python's Ctrl-C handler as from a terminal, even if this suite ignores SIGINT
     proc = subprocess.Popen(
-        [sys.executable, "-c", _CTRL_C_SCRIPT],
+        [*PYTHON_WITH_SIGINT, "-c", _CTRL_C_SCRIPT],
         cwd=ROOT,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         start_new_session=True,
     )
+    stdout, stderr = Lines(proc.stdout), Lines(proc.stderr)
     try:
-        assert proc.stdout.readline().strip() == "READY"
+        stdout.wait_for("READY", within=120)
         time.sleep(1.2)
         os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
+        out, err = stdout.text(within=30), stderr.text(within=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
     assert proc.returncode == 0, err
     assert "INTERRUPTED" in out and "RECOVERED same-workers" in out, (out, err)
     assert "AlreadyPendingCallError" not in err

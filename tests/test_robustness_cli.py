@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpu_envs.cli import main
+from tests.processes import PYTHON_WITH_SIGINT, Lines
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,46 +81,37 @@ def test_an_unexpected_failure_is_one_line_with_the_way_to_the_traceback(capsys,
 # ----------------------------------------------------------------------------- Ctrl-C
 
 
-def _start(*args):
-    return subprocess.Popen(
-        [sys.executable, "-m", "gpu_envs.cli", *args],
+def _interrupt(args, after, delay, limit):
+    """Run ``gpu-envs *args``, send SIGINT ``delay`` s after stderr shows ``after``; ``(proc, out, err)``.
+
+    The child gets Python's Ctrl-C handler even when this suite runs with SIGINT ignored
+    (``PYTHON_WITH_SIGINT``), and every wait has a deadline: a child that never prints
+    ``after`` or never exits fails the test and is killed.
+    """
+    proc = subprocess.Popen(
+        [*PYTHON_WITH_SIGINT, "-m", "gpu_envs.cli", *args],
         cwd=ROOT,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-
-
-def _wait_for(proc, text, limit=120.0):
-    deadline = time.monotonic() + limit
-    seen = []
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line and proc.poll() is not None:
-            break
-        seen.append(line)
-        if text in line:
-            return seen
-    proc.kill()
-    pytest.fail(f"never saw {text!r}: {''.join(seen)}")
-
-
-def _interrupt(args, after, delay, limit):
-    """Run ``gpu-envs *args``, send SIGINT ``delay`` s after stderr shows ``after``; ``(proc, out, err)``."""
-    proc = _start(*args)
+    out, err = Lines(proc.stdout), Lines(proc.stderr)
     try:
-        _wait_for(proc, after, limit=limit)
+        err.wait_for(after, within=limit)
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=limit)
+        proc.wait(timeout=limit)
+        return proc, out.text(within=30), err.text(within=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    return proc, out, err
+            proc.wait(timeout=30)
 
 
 @pytest.mark.slow
+@pytest.mark.sigint
 def test_ctrl_c_during_rollout_prints_the_summary_so_far_and_exits_130():
     proc, out, err = _interrupt(("rollout", "--num-envs", "16", "--steps", "100000000", "--device", "cpu"), "rolling out", 2.0, 120)
     assert proc.returncode == 130, err
@@ -126,6 +119,7 @@ def test_ctrl_c_during_rollout_prints_the_summary_so_far_and_exits_130():
 
 
 @pytest.mark.slow
+@pytest.mark.sigint
 def test_ctrl_c_during_bench_prints_the_finished_benchmarks_and_saves_them(tmp_path):
     path = tmp_path / "partial.json"
     args = ("bench", "--quick", "--only", "overhead,gymnasium", "--json", str(path))
@@ -147,3 +141,100 @@ def test_python_dash_m_gpu_envs_is_the_cli(monkeypatch, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--num-envs must be >= 1, got 0" in err
+
+
+# ------------------------------------------------------ ids whose library is missing or not imported
+
+
+def test_an_id_whose_library_is_missing_is_a_user_error_exit_2(capsys, monkeypatch):
+    from gymnasium.error import DependencyNotInstalled
+
+    import gpu_envs.cli.cmd_rollout as cmd_rollout
+
+    # what gymnasium raises for LunarLander-v3 without Box2D (whether or not Box2D is installed here)
+    def no_box2d(args):
+        raise DependencyNotInstalled('Box2D is not installed, run `pip install "gymnasium[box2d]"`')
+
+    monkeypatch.setattr(cmd_rollout, "make_env", no_box2d)
+    assert main(["rollout", "LunarLander-v3", "--steps", "2", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not installed" in err and "gymnasium[box2d]" in err
+    assert "unexpected error" not in err
+
+    def no_module(args):
+        raise ModuleNotFoundError("No module named 'mujoco'", name="mujoco")
+
+    monkeypatch.setattr(cmd_rollout, "make_env", no_module)
+    assert main(["rollout", "Ant-v5", "--steps", "2", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "'mujoco' is not installed" in err and "gymnasium[mujoco]" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_real_id_needing_box2d_exits_2_in_a_subprocess():
+    import importlib.util
+
+    if importlib.util.find_spec("Box2D") is not None:
+        pytest.skip("Box2D is installed here: LunarLander-v3 runs")
+    out = subprocess.run(
+        [sys.executable, "-m", "gpu_envs.cli", "rollout", "LunarLander-v3", "--steps", "2", "--device", "cpu"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "not installed" in out.stderr and "box2d" in out.stderr.lower() and "Traceback" not in out.stderr
+
+
+
+# ---------------------------------------------------------------------------- --record
+
+
+@pytest.mark.slow
+def test_rollout_record_writes_one_whole_episode_of_env_0(tmp_path, capsys):
+    av = pytest.importorskip("av")
+    out = tmp_path / "out.mp4"
+    assert main(["rollout", "CartPole-v1", "--num-envs", "2", "--steps", "80", "--device", "cpu", "--seed", "3", "--record", str(out)]) == 0
+    assert f"recorded 1 episode(s) of env 0: {out}" in capsys.readouterr().err
+    with av.open(str(out)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        assert container.streams.video[0].average_rate == 50  # gymnasium's CartPole render_fps
+    assert len(frames) >= 9 and frames[0].shape == (400, 600, 3)  # a random episode: 8+ steps, + the first frame
+    assert not list(tmp_path.glob("*.partial"))
+
+
+@pytest.mark.slow
+def test_rollout_record_every_m_names_each_episode(tmp_path, capsys):
+    pytest.importorskip("av")
+    out = tmp_path / "v.mp4"
+    assert main(["rollout", "--num-envs", "2", "--steps", "120", "--device", "cpu", "--record", str(out), "--record-every", "2"]) == 0
+    names = sorted(p.name for p in tmp_path.glob("*.mp4"))
+    assert names and all(re.fullmatch(r"v-episode\d+\.mp4", n) and int(n[9:-4]) % 2 == 0 for n in names), names
+    assert f"recorded {len(names)} episode(s)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--record", "out.avi"], "ending in .mp4"),
+        (["--record-every", "2"], "--record-every needs --record"),
+        (["--record", "/no/such/dir/out.mp4"], "does not exist"),
+    ],
+)
+def test_rollout_record_refuses_bad_arguments_before_running(argv, words, capsys):
+    assert main(["rollout", "--steps", "3", "--device", "cpu", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+def test_rollout_record_without_pyav_names_the_extra(monkeypatch, capsys, tmp_path):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_av(name, *args, **kwargs):
+        if name == "av":
+            raise ModuleNotFoundError("No module named 'av'", name="av")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_av)
+    assert main(["rollout", "--steps", "3", "--device", "cpu", "--record", str(tmp_path / "o.mp4")]) == 2
+    assert "pip install 'gpu-envs[video]'" in capsys.readouterr().err

@@ -1,9 +1,10 @@
-"""The training examples of torchrl, rsl_rl and skrl learn through their gpu_envs adapter.
+"""The training examples of torchrl, rsl_rl, skrl and rl_games learn through their gpu_envs adapter.
 
 Each example is that library's own training loop (torchrl's Collector + GAE +
-ClipPPOLoss, rsl_rl's OnPolicyRunner, skrl's PPO + SequentialTrainer) on a built-in
-env, with ``to_<library>(env)`` as the only gpu_envs line; a short run must end clearly
-above a random policy.
+ClipPPOLoss, rsl_rl's OnPolicyRunner, skrl's PPO + SequentialTrainer, rl_games' Runner)
+on a built-in env, with ``to_<library>(env)`` (and, for rsl_rl, skrl and rl_games,
+``bootstrap_from``: exact time-out targets) as the only gpu_envs lines; a short run must
+end clearly above a random policy.
 """
 
 from __future__ import annotations
@@ -39,3 +40,20 @@ def test_skrl_ppo_learns_cartpole(one_thread):
     result = load_example("train_skrl").main([])
     assert result["before"] < 35
     assert result["after"] > 2.5 * result["before"], result
+
+
+@pytest.mark.slow
+def test_rl_games_ppo_learns_pendulum(one_thread):
+    pytest.importorskip("rl_games")
+    result = load_example("train_rl_games").train(num_envs=128, epochs=40)
+    # a random policy's 200-step return is about -1200; a swung-up pendulum's about -150
+    assert result["returns"][0] < -900, result["returns"]
+    assert result["final"] > -400 and result["final"] > result["returns"][0] + 600, result
+
+
+@pytest.mark.slow
+def test_td3_with_the_replay_buffer_solves_pendulum(one_thread):
+    """64 envs, 3-step targets from gpu_envs.replay.ReplayBuffer; ~100k env steps (about 45 s of one CPU thread)."""
+    result = load_example("td3_pendulum").train(iterations=1600, log_every=0)
+    # a random policy's 200-step return is about -1200; a swung-up, balanced pendulum's about -150
+    assert result["final"] > -300, result

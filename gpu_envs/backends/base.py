@@ -2,7 +2,7 @@
 
 A backend is the ONLY layer that reads foreign types (numpy arrays, JAX arrays, info
 dicts, observation groups). It returns plain torch tensors on the target device in a
-:class:`RawStep`, and it never builds a TensorDict: that is :mod:`gpu_envs.core.env`'s job.
+:class:`RawStep`, and it never builds a TensorDict: that is :mod:`gpu_envs.core`'s job.
 
 Every backend behaves like a *same-step auto-resetting* vector env: when a row ends in
 ``step``, the backend resets it before returning, reports the post-reset observation in
@@ -10,76 +10,85 @@ Every backend behaves like a *same-step auto-resetting* vector env: when a row e
 Backends over envs that reset differently (gymnasium's NEXT_STEP or DISABLED modes, a
 single env) translate to this one shape, so the layers above have one path.
 
+What a backend can do is declared in class attributes, read once by the env (never
+found out by probing methods): ``trusted_outputs`` (its tensors are its own, in its
+specs' layout: checked on the first step only), ``final_obs_kind`` (which final
+observations it gives: :class:`~gpu_envs.contract.final_obs.FinalObsKind`) and
+``direct_transition`` (it can hand the env a function that steps straight into a
+:class:`RawStep`'s fields, see :meth:`Backend.transition`).
+
 Example (a minimal backend over something that already speaks torch)::
 
     class MyBackend(Backend):
+        final_obs_kind = FinalObsKind.SIMULATOR
+
         def reset(self, seed=None, mask=None):
             return {"observation": self.sim.reset(seed)}
+
         def step(self, action):
-            obs, rew, term, trunc, final = self.sim.step(action)
-            return RawStep({"observation": obs}, rew, term, trunc, {"observation": final})
+            obs, rew, term, trunc, final = self.sim.step(action)   # [N] flat values
+            reward, term, trunc, done = flag_columns(rew, term, trunc, (self.num_envs, 1))
+            return RawStep(obs={"observation": obs}, reward=reward, terminated=term, truncated=trunc,
+                           done=done, final_obs={"observation": final}, final_mask=done)
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
 from gpu_envs.contract.errors import RolloutError
+from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite, Spec
 
+__all__ = ["NO_INFO", "Backend", "RawStep"]
 
-@dataclass(slots=True)
-class RawStep:
-    """One vector step, as torch tensors on the target device.
+NO_INFO: ObsDict = {}  # the info entries of a step that has none (one constant, never written)
 
-    Two layouts, told apart by ``done``:
 
-    * flat (``done is None``): ``reward``, ``terminated``, ``truncated`` are ``[N]``;
-      :class:`~gpu_envs.core.env.BatchedEnv` views them as ``[N, 1]`` and ors the flags.
-    * TensorDict layout (``done`` given): ``reward``, ``terminated``, ``truncated`` and
-      ``done`` are already ``[N, 1]``, as they go into the TensorDict. Backends that
-      can produce them at no cost (the built-in envs, numpy, JAX) use it.
+class RawStep(NamedTuple):
+    """One vector step, as torch tensors on the target device: ONE shape for every backend.
 
-    The next observation of the transition comes either from ``next_obs`` (the backend
-    already has it for every row: the final observation where an episode ended, the
-    plain next observation elsewhere; nothing is swapped) or, when ``next_obs`` is
-    ``None``, from ``final_obs``/``final_mask`` merged by
-    :class:`~gpu_envs.contract.final_obs.FinalObsTransform` (placeholders where none is known).
+    Build it with keywords (``RawStep(obs=..., reward=..., ...)``). It is a tuple, so a
+    backend's direct transition (:meth:`Backend.transition`) can hand the same fields,
+    in this order, as a plain tuple.
 
     Every tensor is the backend's to give away: it is never written again after
-    ``step`` returns (a transition handed out stays as it was).
+    ``step`` returns (a transition handed out stays as it was; copy what the simulator
+    rewrites in place).
 
     Attributes:
-        obs: observation per key, ``[N, *shape]``; post-reset on rows that ended.
-        reward: ``[N]`` or ``[N, 1]`` (any float dtype; cast once to float32), or
-            ``[N, *shape]`` for a backend that declares a non-scalar ``reward_spec``
-            (multi-objective envs).
-        terminated: ``[N]`` or ``[N, 1]`` bool.
-        truncated: ``[N]`` or ``[N, 1]`` bool.
-        final_obs: the pre-reset observation per key for the FULL batch, trusted only on
-            rows that ended in this step (and where ``final_mask`` is True), or ``None``
-            when the env cannot give it (then placeholders are used).
-        final_mask: ``[N]`` bool, rows on which ``final_obs`` is valid; ``None`` means
-            every ended row.
-        info: extra numeric entries ``[N, ...]`` placed under ``("next", key)``.
-        done: ``terminated | truncated`` as ``[N, 1]`` bool, or ``None`` (flat layout).
-        next_obs: the transition's next observation per key for every row, or ``None``.
+        obs: observation per key, ``[N, *shape]``; post-reset on rows that ended (what
+            the next step acts on). Keys: ``"observation"`` for a lone observation, group
+            names otherwise; tuple keys for nested dicts.
+        reward: ``[N, 1]`` float32 (``[N, K]`` for a backend that declares a K-objective
+            ``reward_spec``).
+        terminated, truncated, done: ``[N, 1]`` bool, ``done == terminated | truncated``
+            (:func:`gpu_envs.backends.common.flag_columns` makes them from flat ``[N]`` values).
+        final_obs: the pre-reset observations, a dict like ``obs``, or ``None`` when the
+            simulator cannot give them (ended rows then get placeholders and
+            ``("next", "final_obs_missing")``).
+        final_mask: ``None``: ``final_obs`` is valid on EVERY row (each row's pre-reset
+            observation: the final one where an episode ended, the plain next one
+            elsewhere). A ``[N]`` or ``[N, 1]`` bool tensor: valid only on those rows
+            (pass ``done`` itself for "on the rows that ended"). The rule that turns
+            these into the transition is :mod:`gpu_envs.contract.final_obs`'s.
+        info: extra numeric entries ``[N, ...]`` placed under ``("next", key)``;
+            :data:`NO_INFO` when none.
     """
 
     obs: ObsDict
     reward: torch.Tensor
     terminated: torch.Tensor
     truncated: torch.Tensor
+    done: torch.Tensor
     final_obs: ObsDict | None = None
     final_mask: torch.Tensor | None = None
-    info: ObsDict = field(default_factory=dict)
-    done: torch.Tensor | None = None
-    next_obs: ObsDict | None = None
+    info: ObsDict = NO_INFO
 
 
 class Backend(ABC):
@@ -101,6 +110,13 @@ class Backend(ABC):
     # specs (the gymnasium and JAX backends, the built-in envs): BatchedEnv then checks the
     # outputs' metadata on the first step only, instead of on every step.
     trusted_outputs: bool = False
+    # Which final observations the backend gives: a FinalObsKind, or a tuple of them when it
+    # depends on the simulator's options (an instance may then narrow it to the one in force).
+    # docs/ARCHITECTURE.md's backend table lists them; every registered backend declares one.
+    final_obs_kind: FinalObsKind | tuple[FinalObsKind, ...] | None = None
+    # True when transition() may hand the env a function stepping the simulator straight
+    # into a RawStep's fields (no RawStep object, no backend call in between); see transition().
+    direct_transition: bool = False
     num_envs: int
     device: torch.device
     observation_spec: Composite
@@ -120,16 +136,15 @@ class Backend(ABC):
     def step(self, action: torch.Tensor) -> RawStep:
         """Step every row once, auto-resetting rows that end (same-step semantics)."""
 
-    def plain_transition(self) -> Callable[[torch.Tensor], tuple] | None:
-        """The function a step of this backend amounts to in the common case, or None.
+    def transition(self) -> Callable[[torch.Tensor], tuple] | None:
+        """For a backend with ``direct_transition``: ``action -> RawStep's fields`` (a plain tuple), or None.
 
-        A backend whose ``step`` is, from now on, exactly one call of an env's
-        ``step_transition`` (see :mod:`gpu_envs.backends.torch`) returning a single
-        ``"observation"`` tensor, a float32 reward and flags already ``[N, 1]``, with
-        outputs that need no per-step check, returns that function, and
-        :class:`~gpu_envs.core.env.BatchedEnv` then calls it directly after the first step
-        (:meth:`~gpu_envs.core.env.BatchedEnv._bind_fast_steps`). Every other backend keeps
-        this default: its steps go through :meth:`step` and a :class:`RawStep`.
+        The env asks once after its first step and after every full reset; while the
+        function is in force the env calls it INSTEAD of :meth:`step`, so it must do
+        exactly what ``step`` would, handing the same eight fields in :class:`RawStep`'s
+        order without building the object (the torch backend hands the built-in envs'
+        ``step_transition`` this way). ``None`` (the default, and whenever the backend is
+        in a state where ``step`` does more): the env calls :meth:`step`.
         """
         return None
 

@@ -9,7 +9,7 @@ family's adapter and nothing else):
 * :func:`env_device` -- an env object's own device, checked against the one asked for;
 * :func:`check_same_step` -- refuse an env that declares another auto-reset mode;
 * :func:`flag_columns` -- a flat ``[N]`` reward and flags as the ``[N, 1]`` columns of
-  a :class:`~gpu_envs.backends.base.RawStep`;
+  a :class:`~gpu_envs.backends.base.RawStep`; :data:`NO_INFO` -- a step's empty info;
 * :func:`claim_simulator` / :func:`release_simulator` / :func:`innermost` -- one
   ``BatchedEnv`` per simulator object.
 
@@ -21,14 +21,21 @@ Example::
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from gpu_envs.backends.base import Backend
-from gpu_envs.contract.errors import AutoresetModeError, DeviceMismatchError, InvalidArgumentError, NotAnEnvError
+from gpu_envs.backends.base import NO_INFO, Backend
+from gpu_envs.contract.errors import (
+    AutoresetModeError,
+    BackendError,
+    DeviceMismatchError,
+    InvalidArgumentError,
+    NotAnEnvError,
+)
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite, spec_from_gym
 from gpu_envs.utils.devices import resolve_device, same_device
@@ -44,9 +51,6 @@ __all__ = [
     "observation_spec_from_space",
     "release_simulator",
 ]
-
-NO_INFO: dict = {}  # the info entries of a step that has none (one constant, never written)
-
 
 def flatten_obs(obs: Any, default_key: str = "observation") -> ObsDict:
     """A tensor/array or (nested) dict of them -> flat dict keyed by str / tuple keys."""
@@ -113,21 +117,45 @@ def check_same_step(env: Any) -> None:
 
 
 def flag_columns(
-    reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, reward_shape: tuple[int, ...]
+    reward: Any,
+    terminated: Any,
+    truncated: Any,
+    reward_shape: tuple[int, ...],
+    describe: str = "the backend",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Flat ``[N]`` reward and flags as ``(reward, terminated, truncated, done)`` columns.
+    """Flat ``[N]`` reward and flags as ``(reward, terminated, truncated, done)`` columns of a RawStep.
 
     ``reward_shape`` is ``(N, 1)`` (or ``(N, K)`` for K objectives); flags become
     ``[N, 1]`` views and ``done = terminated | truncated``; a reward that is not float32
-    is cast once. Views only, no copy of the flags.
+    is cast once. Views only, no copy of the flags. Values that are not torch tensors of
+    ``N`` values each are a :class:`~gpu_envs.contract.errors.BackendError` naming them
+    (``describe`` names the backend).
     """
     n = reward_shape[0]
-    terminated = terminated.view(n, 1)
-    truncated = truncated.view(n, 1)
-    reward = reward.view(reward_shape)
+    try:
+        columns = (reward.view(reward_shape), terminated.view(n, 1), truncated.view(n, 1))
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        raise _bad_columns(describe, reward_shape, reward=reward, terminated=terminated, truncated=truncated) from None
+    reward, terminated, truncated = columns
     if reward.dtype != torch.float32:
         reward = reward.to(torch.float32)
     return reward, terminated, truncated, terminated | truncated
+
+
+def _bad_columns(describe: str, reward_shape: tuple[int, ...], **values: Any) -> BackendError:
+    """The error for the first of ``values`` that is not a tensor of the right number of values."""
+    n = reward_shape[0]
+    for name, value in values.items():
+        want = math.prod(reward_shape) if name == "reward" else n
+        if not isinstance(value, torch.Tensor):
+            return BackendError(
+                f"{describe} returned {name} as a {type(value).__module__}.{type(value).__name__}, not a torch.Tensor; "
+                f"expected {want} values. Return torch tensors (e.g. torch.as_tensor(x, device=...)), or wrap a "
+                "numpy env as a gymnasium VectorEnv."
+            )
+        if value.numel() != want:
+            return BackendError(f"{describe} returned {name} {tuple(value.shape)}; expected {want} values ([N] or [N, 1]).")
+    return BackendError(f"{describe} returned a reward or flags that cannot be viewed as [N, 1] columns.")
 
 
 # id(simulator) -> weak reference to the backend driving it. Two BatchedEnvs stepping one

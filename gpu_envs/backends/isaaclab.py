@@ -55,7 +55,13 @@ from typing import Any
 import torch
 
 from gpu_envs.backends.base import Backend, RawStep
-from gpu_envs.backends.common import NO_INFO, check_same_step, claim_simulator, flatten_obs, observation_spec_from_space
+from gpu_envs.backends.common import (
+    check_same_step,
+    claim_simulator,
+    flag_columns,
+    flatten_obs,
+    observation_spec_from_space,
+)
 from gpu_envs.backends.reuse import ReuseDetector
 from gpu_envs.contract.errors import (
     ClosedEnvError,
@@ -64,6 +70,7 @@ from gpu_envs.contract.errors import (
     ObservationError,
     ResetMaskError,
 )
+from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite, spec_from_gym
 from gpu_envs.utils.arguments import as_bool, as_int
@@ -153,6 +160,8 @@ class IsaacLabBackend(Backend):
     """
 
     name = "isaaclab"
+    # extras["final_obs"] with cfg.compute_final_obs, placeholders without (an instance knows which)
+    final_obs_kind = (FinalObsKind.SIMULATOR, FinalObsKind.PLACEHOLDER)
 
     def __init__(self, env: Any, device: torch.device | str | None = None, *, copy_obs: bool | None = None) -> None:
         base = env.unwrapped
@@ -176,6 +185,9 @@ class IsaacLabBackend(Backend):
         self.extras: dict = {}
         self._reuse = None if copy_obs is not None else ReuseDetector(self.describe(), refuse=False)
         self._last_obs: ObsDict | None = None  # served when a partial reset names no row
+        compute_final_obs = getattr(getattr(base, "cfg", None), "compute_final_obs", None)
+        if isinstance(compute_final_obs, bool):
+            self.final_obs_kind = FinalObsKind.SIMULATOR if compute_final_obs else FinalObsKind.PLACEHOLDER
         claim_simulator(base, self)
 
     # ------------------------------------------------------------------ setup
@@ -231,21 +243,29 @@ class IsaacLabBackend(Backend):
             obs = self._watch("step", obs)
         self._last_obs = obs
         final = extras.get("final_obs")
-        # Fresh on the rows that ended in this step, possibly stale elsewhere: the final-obs
-        # module only reads the ended rows (final_mask None).
+        # Fresh on the rows that ended in this step, possibly stale elsewhere: final_mask=done,
+        # so the final-observation rule reads the ended rows only.
         final = None if final is None else self._obs(final, False, "extras['final_obs']")
         # Isaac Lab writes reward, terminated and truncated into the same buffers on every
         # step: copy them (the two flags in one op), straight into the [N, 1] layout.
-        flags = torch.stack((terminated, truncated))
-        reward = reward.clone()
         n = self.num_envs
         try:
-            flags = flags.view(2, n, 1)
-            reward = reward.view(n, 1)
-        except RuntimeError:  # not N values each: the flat layout, which BatchedEnv checks and explains
-            return RawStep(obs, reward, flags[0], flags[1], final)
+            flags = torch.stack((terminated, truncated)).view(2, n, 1)
+            reward = reward.view(n, 1).to(torch.float32, copy=True)
+        except (AttributeError, RuntimeError, TypeError):  # not N values each: say which
+            flag_columns(reward, terminated, truncated, (n, 1), self.describe())
+            raise
         terminated, truncated = flags[0], flags[1]
-        return RawStep(obs, reward, terminated, truncated, final, None, NO_INFO, terminated | truncated)
+        done = terminated | truncated
+        return RawStep(
+            obs=obs,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            done=done,
+            final_obs=final,
+            final_mask=None if final is None else done,
+        )
 
     def _watch(self, call: str, obs: ObsDict) -> ObsDict:
         """While deciding whether the task rewrites its observations: copies out, storages remembered."""
@@ -309,6 +329,13 @@ class IsaacLabPlugin:
 
     def can_make(self, env_id: str) -> bool:
         return env_id.startswith("Isaac-") and env_id in self.env_ids()
+
+    def claims(self, env_id: str) -> bool:
+        """Isaac Lab tasks in gymnasium's registry are this backend's alone (``gpu_envs.registry.may_make``)."""
+        import gymnasium as gym
+
+        spec = gym.registry.get(env_id)
+        return spec is not None and is_isaaclab_spec(spec)
 
     def make(
         self,

@@ -46,6 +46,7 @@ import torch
 from gpu_envs.backends.gymnasium import GymnasiumBackend
 from gpu_envs.backends.inbound import InboundPlugin, check_options, from_package
 from gpu_envs.contract.errors import NotAnEnvError, ResetMaskError
+from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.utils.arguments import as_int
 
 __all__ = ["PLUGIN", "SB3Plugin", "SB3VecEnvBackend", "SB3VecEnvShim"]
@@ -121,6 +122,7 @@ class SB3VecEnvBackend(GymnasiumBackend):
 
     name = "sb3"
     supports_partial_reset = False
+    final_obs_kind = FinalObsKind.SIMULATOR  # an SB3 VecEnv resets in step and keeps infos[i]["terminal_observation"]
 
     def __init__(self, venv: Any, device: torch.device | str | None = None, **kwargs: Any) -> None:
         super().__init__(SB3VecEnvShim(venv), device, **kwargs)

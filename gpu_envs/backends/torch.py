@@ -46,22 +46,30 @@ wrapped, with no numpy and no host synchronisation::
   :mod:`gpu_envs.utils.arrays`). The framework is read once, from the first ``reset``.
 
 Optional fast path (what the built-in envs implement): an env that already holds its
-step's results in the TensorDict layout may also define::
+step's results in the contract's layout may also define::
 
-        def step_transition(self, action) -> (obs, reward, terminated, truncated, done, next_obs): ...
+        def step_transition(self, action) -> (obs, reward, terminated, truncated, done,
+                                              final_obs, final_mask, info): ...
 
-* ``obs`` as in ``step`` (post-reset on ended rows);
-* ``reward`` ``[N, 1]`` float, ``terminated``/``truncated``/``done`` ``[N, 1]`` bool,
+returning the eight fields of a :class:`~gpu_envs.backends.base.RawStep`, in its order
+and with its meaning:
+
+* ``obs``: a dict keyed like the observation spec (``{"observation": tensor}`` for a lone
+  observation; group names, tuple keys for nested groups), post-reset on ended rows;
+* ``reward`` ``[N, 1]`` float32, ``terminated``/``truncated``/``done`` ``[N, 1]`` bool,
   ``done == terminated | truncated``;
-* ``next_obs``: the observation each row reached BEFORE any auto-reset, for every row
-  (the true final observation where an episode ended, the plain next observation
-  elsewhere; same structure as ``obs``), or ``None`` if the env does not keep final
-  observations (ended rows then get placeholders).
+* ``final_obs``: a dict like ``obs`` with the observation each row reached BEFORE any
+  auto-reset, or ``None`` if the env does not keep final observations (ended rows then
+  get placeholders); ``final_mask``: ``None`` when ``final_obs`` is valid on every row
+  (the true final observation where an episode ended, the plain next one elsewhere),
+  else the ``[N]`` bool rows where it is;
+* ``info``: extra numeric entries ``[N, ...]`` (an empty dict when none).
 
-Nothing is swapped, reshaped or or-ed after it: the torch backend calls it instead of
-``step`` whenever it exists (torch envs only, not with ``copy_buffers=True``), and the
+Nothing is swapped, reshaped or or-ed after it: ``BatchedEnv`` calls it directly as its
+step (``Backend.transition``; torch envs only, not with ``copy_buffers=True``), and the
 plain ``step`` keeps its gymnasium shape for everyone else. Every returned tensor must
-be fresh (never written again by the env), as for ``step``. A subclass that overrides
+be fresh (never written again by the env), as for ``step``; a user env's outputs are
+checked against its specs on every step (metadata only). A subclass that overrides
 ``step`` (and not ``step_transition``) is stepped through its ``step``, so the override
 is never bypassed.
 
@@ -74,16 +82,17 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import MethodType
 from typing import Any
 
 import torch
 
-from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.backends.base import NO_INFO, Backend, RawStep
 from gpu_envs.backends.common import (
-    NO_INFO,
     check_same_step,
     claim_simulator,
     env_device,
+    flag_columns,
     flatten_obs,
     innermost,
     observation_spec_from_space,
@@ -96,6 +105,7 @@ from gpu_envs.contract.errors import (
     ObservationError,
     RolloutError,
 )
+from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite, Spec, spec_from_gym
 from gpu_envs.utils.arguments import as_bool, as_int, keywords_of
@@ -153,9 +163,23 @@ def final_obs_in(info: Mapping | None) -> tuple[str, Any, Any]:
 
 
 class TorchVectorBackend(Backend):
-    """Backend over any env following the torch vector env protocol (module docstring)."""
+    """Backend over any env following the torch vector env protocol (module docstring).
+
+    A step is one of three ways of calling the env, chosen when what decides it is known
+    (the framework at the first reset, reuse detection after the first calls), never per
+    step: the env's own ``step_transition`` (RawStep's fields already: the built-in
+    envs), :meth:`_step_vector` (its gymnasium-shaped ``step``) or :meth:`_step_foreign`
+    (an env speaking CuPy/JAX/Warp/numpy arrays, through DLPack); while reuse of output
+    buffers is being decided, :meth:`_step_deciding` wraps the chosen one. Each returns
+    RawStep's eight fields; ``step`` makes them a :class:`RawStep` and :meth:`transition`
+    hands the chosen one to the env to call directly (``direct_transition``): for the
+    built-in envs, their ``step_transition`` with nothing in between.
+    """
 
     name = "torch"
+    # info["final_obs"] (or ManiSkill3's final_observation) from the env when it keeps them, placeholders otherwise
+    final_obs_kind = (FinalObsKind.SIMULATOR, FinalObsKind.PLACEHOLDER)
+    direct_transition = True
 
     def __init__(
         self,
@@ -192,6 +216,7 @@ class TorchVectorBackend(Backend):
         self.action_spec = action_spec or spec_from_gym(env.single_action_space, device=self.device)
         self.info_spec = Composite({}, device=self.device)
         self.supports_partial_reset = bool(getattr(env, "supports_reset_mask", False))
+        self._reward_shape = (self.num_envs, 1)
         # copy_buffers None: detect in-place rewrites from the first calls, then copy if found
         self.copy_buffers = copy_buffers is True
         self._reuse = None if copy_buffers else ReuseDetector(self.describe(), refuse=copy_buffers is False)
@@ -210,8 +235,8 @@ class TorchVectorBackend(Backend):
         self.trusted_outputs = type(env) in BUILTIN_ENVS.values()
         if self.trusted_outputs:
             self._reuse = None
-        # step's one test: True while the framework is unknown or foreign, or reuse is still being decided
-        self._slow = True
+            self.final_obs_kind = FinalObsKind.SIMULATOR if env.expose_final_obs else FinalObsKind.PLACEHOLDER
+        self._choose_stepper()
 
     def describe(self) -> str:
         return f"torch({type(self.env).__name__})"
@@ -224,117 +249,54 @@ class TorchVectorBackend(Backend):
         obs, _info = self.env.reset(seed=seed, options=options)
         if self.framework is None:
             self.framework = framework_of(next(iter(flatten_obs(obs).values())))
+            self._choose_stepper()
         out = self._obs(self._tensors(obs))
         if self._reuse is not None:
             out = self._watch_reset(out)
-        self._slow = self.framework != "torch" or self._reuse is not None
         return out
 
+    # ------------------------------------------------------------------- step
     def step(self, action: torch.Tensor) -> RawStep:
-        if self._slow:
-            return self._step_slow(action)
-        if self._transition is not None:
-            out = self._transition(action)
-            try:
-                obs, reward, terminated, truncated, done, next_obs = out
-            except (TypeError, ValueError):
-                raise self._bad_output("step_transition", out, 6) from None
-            if self._single_tensor_obs and obs.__class__ is torch.Tensor:  # the common case, without the walk
-                obs = {"observation": obs}
-                next_obs = None if next_obs is None else {"observation": next_obs}
-            else:
-                obs = self._obs(obs)
-                next_obs = None if next_obs is None else self._obs(next_obs, "next_obs")
-            return RawStep(obs, reward, terminated, truncated, None, None, NO_INFO, done, next_obs)
+        fields = self._step_deciding(action) if self._reuse is not None else self._step_plain(action)
+        if fields.__class__ is not tuple or len(fields) != 8:
+            raise self._bad_output("step_transition", fields, 8)
+        return RawStep(*fields)
+
+    def transition(self) -> Callable[[torch.Tensor], tuple]:
+        """The way of stepping chosen now (class docstring): what :meth:`step` calls, handed to the env.
+
+        For the built-in envs, their own ``step_transition``. (The functions handed out
+        are made here, not kept: the backend holds no bound method of itself, so a
+        dropped env frees its simulator at once.)
+        """
+        if self._reuse is not None:
+            return MethodType(TorchVectorBackend._step_deciding, self)
+        plain = self._plain
+        return self._transition if plain is None else MethodType(plain, self)
+
+    def _choose_stepper(self) -> None:
+        """Fix the way of stepping the env that holds from now on (class docstring)."""
+        if self.framework not in (None, "torch"):
+            self._plain = TorchVectorBackend._step_foreign
+        elif self._transition is not None:
+            self._plain = None  # the env's step_transition: RawStep's fields, nothing to add
+        else:
+            self._plain = TorchVectorBackend._step_vector
+
+    def _step_plain(self, action: torch.Tensor) -> tuple:
+        plain = self._plain
+        return self._transition(action) if plain is None else plain(self, action)
+
+    def _step_vector(self, action: torch.Tensor) -> tuple:
+        """The env's gymnasium-shaped ``step``."""
         out = self.env.step(action)
         try:
             obs, reward, terminated, truncated, info = out
         except (TypeError, ValueError):
             raise self._bad_output("step", out, 5) from None
-        return self._raw_step(obs, reward, terminated, truncated, info)
+        return self._fields(obs, reward, terminated, truncated, info)
 
-    def plain_transition(self) -> Callable[[torch.Tensor], tuple] | None:
-        """The env's ``step_transition`` when a step is that call and nothing else (see ``Backend``).
-
-        That holds for the built-in envs (trusted outputs: fresh tensors in their specs'
-        layout, float32 rewards, no reuse detection) with one ``"observation"`` tensor, once
-        a reset fixed the framework as torch, unless a subclass overrides ``step``.
-        """
-        if (
-            self._slow
-            or self._transition is None
-            or not self.trusted_outputs
-            or not self._single_tensor_obs
-            or type(self).step is not TorchVectorBackend.step
-        ):
-            return None
-        return self._transition
-
-    def _step_slow(self, action: torch.Tensor) -> RawStep:
-        """A step of an env speaking another framework, or one of the first steps (reuse detection)."""
-        if self.framework != "torch":
-            raw = self._foreign_step(action)
-        else:
-            self._slow = False
-            try:
-                raw = self.step(action)
-            finally:
-                self._slow = True
-        if self._reuse is not None:
-            raw = self._watch_step(raw)
-        self._slow = self.framework != "torch" or self._reuse is not None
-        return raw
-
-    def _bad_output(self, call: str, out: Any, want: int) -> BackendError:
-        got = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"a {type(out).__name__}"
-        what = (
-            "(obs, reward, terminated, truncated, info), gymnasium >= 0.26's API"
-            if want == 5
-            else "(obs, reward, terminated, truncated, done, next_obs)"
-        )
-        return BackendError(
-            f"{type(self.env).__name__}.{call}() returned {got}; a torch vector env returns the {want} values "
-            f"{what}. An env written for gym < 0.26 returns 4 (obs, reward, done, info): split done into "
-            "terminated and truncated."
-        )
-
-    # ------------------------------------------------------- reused output buffers
-    def _watch_reset(self, obs: ObsDict) -> ObsDict:
-        """While deciding (first calls): remember the env's outputs, hand out copies."""
-        if self._reuse.reused("reset", list(obs.values())):
-            self._copy_from_now_on()
-        out = {key: _copy(value) for key, value in obs.items()}
-        self._decided()
-        return out
-
-    def _watch_step(self, raw: RawStep) -> RawStep:
-        extra = [*(raw.final_obs or {}).values(), *(raw.next_obs or {}).values()]
-        tensors = [*raw.obs.values(), *extra, raw.reward, raw.terminated, raw.truncated, raw.final_mask, raw.done]
-        if self._reuse.reused("step", tensors):
-            self._copy_from_now_on()
-        out = RawStep(
-            obs={key: _copy(value) for key, value in raw.obs.items()},
-            reward=_copy(raw.reward),
-            terminated=_copy(raw.terminated),
-            truncated=_copy(raw.truncated),
-            final_obs=None if raw.final_obs is None else {key: _copy(v) for key, v in raw.final_obs.items()},
-            final_mask=_copy(raw.final_mask),
-            info=raw.info,
-            done=_copy(raw.done),
-            next_obs=None if raw.next_obs is None else {key: _copy(v) for key, v in raw.next_obs.items()},
-        )
-        self._decided()
-        return out
-
-    def _copy_from_now_on(self) -> None:
-        self.copy_buffers = True
-        self._transition = None  # the fast path hands out the env's own tensors: take the copying one
-
-    def _decided(self) -> None:
-        if self.copy_buffers or not self._reuse.deciding:
-            self._reuse = None
-
-    def _foreign_step(self, action: torch.Tensor) -> RawStep:
+    def _step_foreign(self, action: torch.Tensor) -> tuple:
         """A step of an env that speaks CuPy/JAX/Warp/numpy arrays, through DLPack."""
         out = self.env.step(from_torch(action, self.framework))
         try:
@@ -346,7 +308,83 @@ class TorchVectorBackend(Backend):
         if final_mask is not None:
             info["_" + key] = to_torch(final_mask, self.device)
         tensors = (to_torch(x, self.device) for x in (reward, terminated, truncated))
-        return self._raw_step(self._tensors(obs), *tensors, info)
+        return self._fields(self._tensors(obs), *tensors, info)
+
+    def _step_deciding(self, action: torch.Tensor) -> tuple:
+        """One of the first steps (reuse detection): copies handed out; the plain way once decided."""
+        fields = self._step_plain(action)
+        if self._reuse is None:  # decided since the env took this function
+            return fields
+        if fields.__class__ is not tuple or len(fields) != 8:
+            raise self._bad_output("step_transition", fields, 8)
+        fields = self._watch_step(fields)
+        self._choose_stepper()
+        return fields
+
+    def _fields(self, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any) -> tuple:
+        """RawStep's fields from the gymnasium-shaped outputs (flat flags, final observations in info)."""
+        key, final, final_mask = final_obs_in(info)
+        if self.copy_buffers:
+            reward, terminated, truncated, final_mask = _copy(reward), _copy(terminated), _copy(truncated), _copy(final_mask)
+        reward, terminated, truncated, done = flag_columns(reward, terminated, truncated, self._reward_shape, self.describe())
+        final_obs = None if final is None else self._obs(final, f"info[{key!r}]")
+        if final_obs is not None and final_mask is None:
+            final_mask = done  # the protocol: the full batch, trusted only on rows that ended
+        return self._obs(obs), reward, terminated, truncated, done, final_obs, final_mask, NO_INFO
+
+    def _bad_output(self, call: str, out: Any, want: int) -> BackendError:
+        got = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"a {type(out).__name__}"
+        what = (
+            "(obs, reward, terminated, truncated, info), gymnasium >= 0.26's API"
+            if want == 5
+            else "(obs, reward, terminated, truncated, done, final_obs, final_mask, info): a RawStep's fields"
+        )
+        hint = (
+            " An env written for gym < 0.26 returns 4 (obs, reward, done, info): split done into terminated and truncated."
+            if want == 5
+            else " (The old six (obs, reward, terminated, truncated, done, next_obs) are final_obs=next_obs, "
+            "final_mask=None, info={}.)"
+        )
+        return BackendError(
+            f"{type(self.env).__name__}.{call}() returned {got}; a torch vector env returns the {want} values {what}.{hint}"
+        )
+
+    # ------------------------------------------------------- reused output buffers
+    def _watch_reset(self, obs: ObsDict) -> ObsDict:
+        """While deciding (first calls): remember the env's outputs, hand out copies."""
+        if self._reuse.reused("reset", list(obs.values())):
+            self._copy_from_now_on()
+        out = {key: _copy(value) for key, value in obs.items()}
+        self._decided()
+        return out
+
+    def _watch_step(self, fields: tuple) -> tuple:
+        obs, reward, terminated, truncated, done, final_obs, final_mask, info = fields
+        tensors = [*obs.values(), *(final_obs or {}).values(), reward, terminated, truncated, done, final_mask]
+        if self._reuse.reused("step", tensors):
+            self._copy_from_now_on()
+        # copies, the done mask kept as the same tensor where it stands for "the ended rows"
+        done_copy = _copy(done)
+        out = (
+            {key: _copy(value) for key, value in obs.items()},
+            _copy(reward),
+            _copy(terminated),
+            _copy(truncated),
+            done_copy,
+            None if final_obs is None else {key: _copy(v) for key, v in final_obs.items()},
+            done_copy if final_mask is done else _copy(final_mask),
+            info,
+        )
+        self._decided()
+        return out
+
+    def _copy_from_now_on(self) -> None:
+        self.copy_buffers = True
+        self._transition = None  # step_transition hands out the env's own tensors: take the copying step
+
+    def _decided(self) -> None:
+        if self.copy_buffers or not self._reuse.deciding:
+            self._reuse = None
 
     def _tensors(self, obs: Any) -> Any:
         """Observations (a tensor/array, or a dict of them) as torch tensors on the device."""
@@ -355,19 +393,6 @@ class TorchVectorBackend(Backend):
         if isinstance(obs, Mapping):
             return {key: self._tensors(value) for key, value in obs.items()}
         return to_torch(obs, self.device)
-
-    def _raw_step(self, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any) -> RawStep:
-        key, final, final_mask = final_obs_in(info)
-        if self.copy_buffers:
-            reward, terminated, truncated = reward.clone(), terminated.clone(), truncated.clone()
-        return RawStep(
-            obs=self._obs(obs),
-            reward=reward,
-            terminated=terminated,
-            truncated=truncated,
-            final_obs=None if final is None else self._obs(final, f"info[{key!r}]"),
-            final_mask=final_mask,
-        )
 
     def _obs(self, obs: Any, where: str = "observation") -> ObsDict:
         if self._single_tensor_obs and isinstance(obs, torch.Tensor) and not self.copy_buffers:

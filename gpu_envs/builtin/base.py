@@ -40,11 +40,13 @@ import gymnasium
 import torch
 
 from gpu_envs.builtin.counter_rng import CounterRNG
-from gpu_envs.contract.errors import ClosedEnvError, InvalidArgumentError, ResetMaskError, ResetNeededError
+from gpu_envs.contract.errors import ActionError, ClosedEnvError, InvalidArgumentError, ResetMaskError, ResetNeededError
+from gpu_envs.contract.keys import OBSERVATION
 from gpu_envs.utils.arguments import as_bool, as_int, as_seed
-from gpu_envs.utils.arrays import any_to_torch
 from gpu_envs.utils.devices import resolve_device
 from gpu_envs.utils.state_dicts import copy_into
+
+_NO_INFO: dict = {}  # step_transition's info entries: none (one constant, never written)
 
 
 class BatchedTorchEnv(gymnasium.vector.VectorEnv):
@@ -206,15 +208,22 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
 
     # ----------------------------------------------------------------- action
     def _as_action(self, action: Any) -> torch.Tensor:
-        """The action as a tensor on ``device``: gymnasium's conventions at the boundary.
+        """The action, a tensor on ``device`` (passed through: no copy, no sync).
 
-        A tensor already on ``device`` passes through (no copy, no sync); a numpy array
-        (``env.action_space.sample()``, a CleanRL ``action.cpu().numpy()``), a list or a
-        tensor on another device is copied once to ``device``.
+        Anything else is refused with the way in: gymnasium's conventions (numpy arrays
+        such as ``env.action_space.sample()``, lists, tensors elsewhere) are taken at the
+        gymnasium-facing boundary, ``gymnasium.make_vec("gpu_envs/<id>")``
+        (:mod:`gpu_envs.builtin.gymnasium_ids`), which converts them once.
         """
         if isinstance(action, torch.Tensor) and action.device == self.device:
             return action
-        return any_to_torch(action, self.device)
+        where = f"a tensor on {action.device}" if isinstance(action, torch.Tensor) else f"a {type(action).__module__}.{type(action).__name__}"
+        raise ActionError(
+            f"{type(self).__name__}.step takes the action as a torch.Tensor on {self.device}; got {where}. For "
+            f"gymnasium's conventions (numpy actions such as env.action_space.sample(), lists), build the env with "
+            f"gymnasium.make_vec('gpu_envs/<id>', num_envs=...) after `import gpu_envs`, which converts them; or "
+            f"convert it yourself: torch.as_tensor(action, device='{self.device}')."
+        )
 
     # ------------------------------------------------------------------ step
     def _state_columns(self) -> tuple[torch.Tensor, ...]:
@@ -254,8 +263,8 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
     def step(self, action: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         """gymnasium's ``(obs, reward [N], terminated [N], truncated [N], info)``.
 
-        ``action`` may be a tensor on ``device`` (used as is) or, as gymnasium's envs take
-        it, a numpy array (``env.action_space.sample()``) or a tensor elsewhere (copied).
+        ``action`` is a tensor on ``device`` (used as is); numpy actions are taken by the
+        gymnasium-facing env, ``gymnasium.make_vec("gpu_envs/<id>")``, which converts them.
 
         ``info`` is ``{"final_obs": pre-reset obs, "_final_obs": done [N]}`` when
         ``expose_final_obs``, else ``{}``; ``obs`` is post-reset on ended rows.
@@ -266,14 +275,25 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         return obs, reward, terminated, truncated, {"final_obs": final, "_final_obs": done}
 
     def step_transition(self, action: torch.Tensor) -> tuple:
-        """The same step in the TensorDict layout (:mod:`gpu_envs.backends.torch`'s fast path).
+        """The same step as the fields of a gpu_envs ``RawStep`` (:mod:`gpu_envs.backends.torch`'s fast path).
 
         Returns ``(obs, reward [N, 1], terminated [N, 1], truncated [N, 1], done [N, 1],
-        next_obs)``: ``next_obs`` is the pre-reset observation of every row (the final
-        one where an episode ended), or ``None`` without ``expose_final_obs``.
+        final_obs, final_mask, info)``: observations as ``{"observation": tensor}``;
+        ``final_obs`` is the pre-reset observation of every row (the final one where an
+        episode ended, the plain next one elsewhere: ``final_mask`` None), or ``None``
+        without ``expose_final_obs``; no info entries.
         """
         obs, reward, terminated, truncated, done, final = self._advance(action, True)
-        return obs, reward, terminated, truncated, done, final if self.expose_final_obs else None
+        return (
+            {OBSERVATION: obs},
+            reward,
+            terminated,
+            truncated,
+            done,
+            {OBSERVATION: final} if self.expose_final_obs else None,
+            None,
+            _NO_INFO,
+        )
 
     # -------------------------------------------------------------- lifecycle
     def _raise_not_ready(self) -> None:

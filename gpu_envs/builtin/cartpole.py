@@ -35,6 +35,7 @@ from gymnasium.vector.utils import batch_space
 
 from gpu_envs.builtin.base import BatchedTorchEnv
 from gpu_envs.builtin.draw_pool import DrawPool
+from gpu_envs.builtin.render import render_cartpole
 
 __all__ = ["CartPoleEnv"]
 
@@ -72,17 +73,19 @@ class CartPoleEnv(BatchedTorchEnv):
         obs, _ = env.reset()
         obs, rew, term, trunc, info = env.step(torch.ones(8, dtype=torch.long))
         final = torch.where((term | trunc)[:, None], info["final_obs"], obs)
-        env.step(env.action_space.sample())             # numpy actions work too (copied once)
 
     Gymnasium: ``gymnasium.make_vec("gpu_envs/CartPole-v1", num_envs=8)`` builds it
-    (after ``import gpu_envs``). torchrl: ``torchrl.envs.GymWrapper(CartPoleEnv(8))``
-    takes it as it is: batch size ``[8]``, the true final observations in ``("next",
+    (after ``import gpu_envs``) behind the gymnasium-facing boundary, whose ``step`` takes
+    numpy actions such as ``envs.action_space.sample()`` (converted once); the env's own
+    ``step`` takes tensors on its device. torchrl: ``torchrl.envs.GymWrapper`` takes that
+    gymnasium env as it is: batch size ``[8]``, the true final observations in ``("next",
     "observation")`` (torchrl's ``VecGymEnvTransform`` reads ``info["final_obs"]``) and
-    one-hot actions (torchrl's default for ``Discrete``). Pass
+    one-hot actions (torchrl's default for ``Discrete``), handed over as numpy. Pass
     ``categorical_action_encoding=True`` for integer actions as in gymnasium, and with it
-    ``convert_actions_to_numpy=False`` to hand the action tensor over without a numpy
-    round trip (on a GPU, the default copies each action to the host and back; a one-hot
-    tensor this env does not take). Faster still, an ``EnvBase`` over the gpu_envs env:
+    ``convert_actions_to_numpy=False`` to hand the action tensor to ``CartPoleEnv(8)``
+    itself, without a numpy round trip (on a GPU, the default copies each action to the
+    host and back; a one-hot tensor this env does not take). Faster still, an
+    ``EnvBase`` over the gpu_envs env:
     ``gpu_envs.interop.to_torchrl(gpu_envs.make("CartPole-v1", num_envs=8))``.
     """
 
@@ -146,6 +149,16 @@ class CartPoleEnv(BatchedTorchEnv):
         )
         self._bounds = bounds.expand(n, 4).contiguous()
         self._reward_shape = ((n,), (n, 1))  # [N], or [N, 1] in the TensorDict layout
+
+    render_fps = 50  # gymnasium's, for videos of render_observations
+
+    def render_observations(self, obs: torch.Tensor, height: int | None = None, width: int | None = None) -> torch.Tensor:
+        """RGB frames ``uint8 [K, H, W, 3]`` of observations ``[K, obs_dim]`` (any rows: final ones too).
+
+        Drawn as gymnasium draws this env, with torch ops on ``obs.device``; see
+        :mod:`gpu_envs.builtin.render`. The hook :class:`~gpu_envs.transforms.RecordEpisodes` uses.
+        """
+        return render_cartpole(obs, height, width)
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:

@@ -35,6 +35,7 @@ from gymnasium.vector.utils import batch_space
 
 from gpu_envs.builtin.base import BatchedTorchEnv
 from gpu_envs.builtin.draw_pool import DrawPool
+from gpu_envs.builtin.render import render_pendulum
 
 __all__ = ["PendulumEnv"]
 
@@ -68,15 +69,16 @@ class PendulumEnv(BatchedTorchEnv):
         env = PendulumEnv(num_envs=8, seed=1)
         obs, _ = env.reset()
         obs, rew, term, trunc, info = env.step(torch.zeros(8, 1))
-        env.step(env.action_space.sample())             # numpy actions work too (copied once)
 
     Gymnasium: ``gymnasium.make_vec("gpu_envs/Pendulum-v1", num_envs=8)`` builds it
-    (after ``import gpu_envs``). torchrl: ``torchrl.envs.GymWrapper(PendulumEnv(8))``
-    takes it as it is: batch size ``[8]``, ``[8, 1]`` torque actions and the true final
-    observations in ``("next", "observation")`` (torchrl's ``VecGymEnvTransform`` reads
-    ``info["final_obs"]``). Pass ``convert_actions_to_numpy=False`` to hand the action
-    tensor over without a numpy round trip (on a GPU, the default copies each action to
-    the host and back). Faster still, an ``EnvBase`` over the gpu_envs env:
+    (after ``import gpu_envs``) behind the gymnasium-facing boundary, whose ``step`` takes
+    numpy actions such as ``envs.action_space.sample()`` (converted once); the env's own
+    ``step`` takes tensors on its device. torchrl: ``torchrl.envs.GymWrapper(PendulumEnv(8),
+    convert_actions_to_numpy=False)`` takes the env as it is: batch size ``[8]``, ``[8, 1]``
+    torque actions and the true final observations in ``("next", "observation")``
+    (torchrl's ``VecGymEnvTransform`` reads ``info["final_obs"]``); with torchrl's default
+    numpy actions, wrap the gymnasium env above instead. Faster still, an ``EnvBase``
+    over the gpu_envs env:
     ``gpu_envs.interop.to_torchrl(gpu_envs.make("Pendulum-v1", num_envs=8))``.
     """
 
@@ -109,6 +111,16 @@ class PendulumEnv(BatchedTorchEnv):
         self._k_sin = 3 * self.g / (2 * self.l) * self.dt
         self._k_u = 3.0 / (self.m * self.l**2) * self.dt
         self._zero = torch.zeros((), dtype=f32, device=dev)
+
+    render_fps = 30  # gymnasium's, for videos of render_observations
+
+    def render_observations(self, obs: torch.Tensor, height: int | None = None, width: int | None = None) -> torch.Tensor:
+        """RGB frames ``uint8 [K, H, W, 3]`` of observations ``[K, obs_dim]`` (any rows: final ones too).
+
+        Drawn as gymnasium draws this env, with torch ops on ``obs.device``; see
+        :mod:`gpu_envs.builtin.render`. The hook :class:`~gpu_envs.transforms.RecordEpisodes` uses.
+        """
+        return render_pendulum(obs, height, width)
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:

@@ -12,8 +12,9 @@ Each subcommand lives in its own module (``cmd_rollout``, ``cmd_check``, ``cmd_b
 ``cmd_list``) with an ``add_parser(subparsers)`` and a ``run(args) -> exit code``.
 
 Exit codes and errors: a user error (a bad argument, an unknown env id, a missing
-library, an output path that cannot be written: any :class:`gpu_envs.GpuEnvsError` or
-argument-parsing error) is ONE line on stderr and exit status 2; an unexpected failure
+library, an output path that cannot be written: any :class:`gpu_envs.GpuEnvsError`,
+argument-parsing error, gymnasium ``DependencyNotInstalled`` or ``ModuleNotFoundError``)
+is ONE line on stderr and exit status 2; an unexpected failure
 is one line and exit status 1; ``--debug`` (before or after the subcommand) shows the
 traceback instead. Ctrl-C during ``rollout`` or ``bench`` prints what was measured so far
 and exits 130, as shells expect.
@@ -80,11 +81,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:
         if args.debug:
             raise
+        missing = _missing_library(err)
+        if missing:
+            print(f"gpu-envs: error: {missing}", file=sys.stderr)
+            return EXIT_USAGE
         print(
             f"gpu-envs: unexpected error: {type(err).__name__}: {_one_line(err)} (run again with --debug for the traceback)",
             file=sys.stderr,
         )
         return EXIT_ERROR
+
+
+def _missing_library(err: Exception) -> str | None:
+    """The one-line message of an error that says a library is not installed (a user error), else None.
+
+    ``make`` turns the missing packages it sees into ``MissingComponentError`` already;
+    this catches the rest: gymnasium's ``DependencyNotInstalled`` (an id whose entry
+    point needs Box2D or MuJoCo) and a ``ModuleNotFoundError`` from an env's own imports.
+    """
+    from gymnasium.error import DependencyNotInstalled
+
+    from gpu_envs.registry import install_hint
+
+    if isinstance(err, DependencyNotInstalled):
+        return f"a library this env needs is not installed: {_one_line(err)}"
+    if isinstance(err, ModuleNotFoundError) and err.name:
+        name = err.name.split(".")[0]
+        return f"the Python package {name!r} is not installed: {install_hint(name)}"
+    return None
 
 
 def _one_line(err: BaseException) -> str:

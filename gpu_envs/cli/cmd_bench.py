@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu_envs.cli.common import EXIT_INTERRUPTED
+from gpu_envs.cli.common import EXIT_INTERRUPTED, check_output_path
 
 NAMES = ("overhead", "gymnasium", "device", "rollout", "inbound", "interop")
 TIME_SUFFIXES = (("_us", 1e-6), ("_ms", 1e-3), ("_s", 1.0))
@@ -95,32 +95,6 @@ def benchmarks_dir() -> Path:
 
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
-
-
-def check_output_path(path: str | None, option: str, suffixes: tuple[str, ...] = ()) -> None:
-    """Refuse an output path that cannot be written, before any benchmark runs."""
-    from gpu_envs.contract.errors import InvalidArgumentError
-
-    if path is None:
-        return
-    target = Path(path)
-    parent = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise InvalidArgumentError(f"{option} {path} is a directory; give a file name, e.g. {option} {target / 'bench'}{suffixes[0] if suffixes else '.json'}.")
-    if suffixes and target.suffix.lower() not in suffixes:
-        raise InvalidArgumentError(f"{option} {path}: the picture's type comes from its suffix; use one of {', '.join(suffixes)}.")
-    if not parent.is_dir():
-        raise InvalidArgumentError(f"{option} {path}: the folder {parent} does not exist; create it first.")
-    # a real write, not os.access (which says yes to root, and knows nothing of /proc or a
-    # read-only filesystem); a file that was not there is removed again
-    existed = target.exists()
-    try:
-        with open(target, "ab"):
-            pass
-    except OSError as err:
-        raise InvalidArgumentError(f"{option} {path} cannot be written ({err.strerror}); choose another path.") from None
-    if not existed:
-        target.unlink()
 
 
 def check_plotting() -> None:

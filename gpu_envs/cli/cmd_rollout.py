@@ -14,6 +14,12 @@ the end and rank 0 alone shows the progress bar and prints the job's global summ
 Ctrl-C stops the rollout: the summary of the chunks completed so far is printed and
 the exit status is 130 (under torchrun, each interrupted rank prints its own shard's:
 the collectives that merge them would need every rank).
+
+``--record out.mp4`` films env 0's first whole episode (first frame to the true final
+one) with :class:`~gpu_envs.transforms.RecordEpisodes`: the built-in envs' torch
+renderer, or an env's image observation. It needs the video extra
+(``pip install 'gpu-envs[video]'``); ``--record-every M`` films episodes 0, M, 2M, ...
+of env 0 instead, as ``out-episode{e}.mp4``.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import time
 
 import torch
 
-from gpu_envs.cli.common import EXIT_INTERRUPTED, add_env_arguments, make_env
+from gpu_envs.cli.common import EXIT_INTERRUPTED, add_env_arguments, check_output_path, make_env
 
 CHUNK = 32  # steps per collect() call: one progress update per chunk
 
@@ -40,6 +46,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ),
     )
     add_env_arguments(parser, num_envs=64, steps=1000, env_required=False)
+    parser.add_argument(
+        "--record",
+        metavar="OUT.mp4",
+        default=None,
+        help="film env 0's first whole episode into this mp4 (needs: pip install 'gpu-envs[video]')",
+    )
+    parser.add_argument(
+        "--record-every",
+        type=int,
+        metavar="M",
+        default=None,
+        help="with --record: film episodes 0, M, 2M, ... of env 0 (files OUT-episode{e}.mp4)",
+    )
     parser.add_argument(
         "--distributed",
         action="store_true",
@@ -60,8 +79,12 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     stats = EpisodeStats()
     interrupted = False
+    check_record_args(args)
+    recorder = None
     try:
-        with TransformedEnv(make_env(args), stats) as env:
+        base = make_env(args)
+        recorder = _recorder(args, base)
+        with TransformedEnv(base, stats, *([recorder] if recorder else [])) as env:
             main = env.rank == 0
             env.reset()
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -111,6 +134,52 @@ def run(args: argparse.Namespace) -> int:
             table.add_row("mean episode length", "n/a" if summary.episodes == 0 else f"{summary.mean_length:.1f}")
         if main or interrupted:
             console.print(table)
+        if recorder is not None:
+            videos, recorder = recorder.close(), None
+            _report_videos(videos, args, file=sys.stderr)
     finally:
+        if recorder is not None:  # an error or Ctrl-C before the end: no half-written video left
+            recorder.close()
         distributed.shutdown()
     return EXIT_INTERRUPTED if interrupted else 0
+
+
+def check_record_args(args: argparse.Namespace) -> None:
+    """Refuse a bad ``--record``/``--record-every`` before anything is built."""
+    from gpu_envs.contract.errors import InvalidArgumentError
+
+    if args.record is None:
+        if args.record_every is not None:
+            raise InvalidArgumentError("--record-every needs --record OUT.mp4.")
+        return
+    if not args.record.endswith(".mp4"):
+        raise InvalidArgumentError(f"--record {args.record}: the video is an mp4; give a path ending in .mp4.")
+    if args.record_every is not None and args.record_every < 1:
+        raise InvalidArgumentError(f"--record-every must be >= 1, got {args.record_every}.")
+    check_output_path(args.record, "--record", (".mp4",))
+    from gpu_envs.utils.video import require_av
+
+    require_av()
+
+
+def _recorder(args: argparse.Namespace, env: object) -> object | None:
+    """The RecordEpisodes of ``--record`` (rank 0 only, under torchrun)."""
+    if args.record is None or getattr(env, "rank", 0) != 0:
+        return None
+    from gpu_envs.transforms import RecordEpisodes
+
+    if args.record_every is None:
+        return RecordEpisodes.for_env(env, args.record, rows=[0], max_videos=1)
+    path = args.record[: -len(".mp4")] + "-episode{episode}.mp4"
+    return RecordEpisodes.for_env(env, path, rows=[0], every=args.record_every)
+
+
+def _report_videos(videos: list, args: argparse.Namespace, file: object) -> None:
+    if videos:
+        shown = ", ".join(str(v) for v in videos[:5]) + (f" (+{len(videos) - 5} more)" if len(videos) > 5 else "")
+        print(f"recorded {len(videos)} episode(s) of env 0: {shown}", file=file)
+    else:
+        print(
+            f"no episode of env 0 ended within {args.steps} steps: nothing recorded (run more --steps)",
+            file=file,
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 DEFAULT_ENV = "CartPole-v1"
@@ -29,13 +30,25 @@ def add_env_arguments(parser: argparse.ArgumentParser, *, num_envs: int, steps: 
 
 
 def make_env(args: argparse.Namespace) -> Any:
-    """``gpu_envs.make`` from the parsed arguments, refusing ``--steps < 1`` first."""
+    """``gpu_envs.make`` from the parsed arguments, refusing ``--steps < 1`` first.
+
+    An id that a package registers on import (``MiniGrid-...``, ``mo-...``, ``ALE/...``:
+    :data:`gpu_envs.factory.REGISTERING_PACKAGES`) gets that package imported first when
+    it is installed, as a script's ``import minigrid`` would; a shell user cannot.
+    """
+    import importlib
+    import importlib.util
+
     import gpu_envs
+    from gpu_envs.factory import registering_package
 
     if args.steps < 1:
         raise gpu_envs.InvalidArgumentError(f"--steps must be >= 1, got {args.steps}.")
     if args.num_envs < 1:
         raise gpu_envs.InvalidArgumentError(f"--num-envs must be >= 1, got {args.num_envs}.")
+    known = registering_package(args.env_id)
+    if known is not None and importlib.util.find_spec(known[0]) is not None:
+        importlib.import_module(known[0])
     return gpu_envs.make(
         args.env_id,
         num_envs=args.num_envs,
@@ -45,3 +58,28 @@ def make_env(args: argparse.Namespace) -> Any:
         distributed=getattr(args, "distributed", False),
     )
 
+
+def check_output_path(path: str | None, option: str, suffixes: tuple[str, ...] = ()) -> None:
+    """Refuse an output path that cannot be written, before any benchmark runs."""
+    from gpu_envs.contract.errors import InvalidArgumentError
+
+    if path is None:
+        return
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise InvalidArgumentError(f"{option} {path} is a directory; give a file name, e.g. {option} {target / 'bench'}{suffixes[0] if suffixes else '.json'}.")
+    if suffixes and target.suffix.lower() not in suffixes:
+        raise InvalidArgumentError(f"{option} {path}: the picture's type comes from its suffix; use one of {', '.join(suffixes)}.")
+    if not parent.is_dir():
+        raise InvalidArgumentError(f"{option} {path}: the folder {parent} does not exist; create it first.")
+    # a real write, not os.access (which says yes to root, and knows nothing of /proc or a
+    # read-only filesystem); a file that was not there is removed again
+    existed = target.exists()
+    try:
+        with open(target, "ab"):
+            pass
+    except OSError as err:
+        raise InvalidArgumentError(f"{option} {path} cannot be written ({err.strerror}); choose another path.") from None
+    if not existed:
+        target.unlink()

@@ -1,36 +1,85 @@
-"""True final observations for auto-resetting envs, on the device, without branching.
+"""The final-observation rule, in one place: a torch form and a numpy form of the same rule.
 
 An auto-resetting vector env (Isaac Lab, gymnasium SAME_STEP, the built-in envs) returns
 the *post-reset* observation on rows whose episode just ended. A learner needs the
 *final* observation of the episode in the transition (to bootstrap truncated episodes)
-and the post-reset one as the start of the next step. :class:`FinalObsTransform` does
-what torchrl's ``VecGymEnvTransform`` does, with ``torch.where`` masks only:
+and the post-reset one as the start of the next step. A backend hands both in its
+:class:`~gpu_envs.backends.base.RawStep` (``obs``: post-reset; ``final_obs`` with
+``final_mask``: the pre-reset observations, where it has them), and THE RULE makes the
+transition's ``("next", key)`` and ``("next", "final_obs_missing")`` from them:
 
-* ``("next", key)`` = final observation on ended rows where the env gave one, the env's
-  observation elsewhere;
-* where the env gave none (Isaac Lab without ``compute_final_obs``), ended rows get a
+* ``final_mask`` None: ``final_obs`` is valid on every row (each row's pre-reset
+  observation: the final one where an episode ended, the plain next one elsewhere), and
+  it IS the next observation; nothing is missing;
+* ``final_mask`` a ``[N]`` / ``[N, 1]`` bool tensor: ``final_obs`` is valid on those rows
+  only. Ended rows where it is valid take it; ended rows where it is not get the
   placeholder (``missing_obs_value``: NaN for floats, 0 for integers by default) and
-  ``("next", "final_obs_missing")`` is True on exactly those rows;
-* the post-reset observation is cached (:attr:`root_obs`) and served as the root of the
-  next step, so no sub-env is reset twice or stepped more than once.
+  ``final_obs_missing`` is True on exactly those rows; rows that did not end keep ``obs``;
+* ``final_obs`` None (the simulator keeps nothing: Isaac Lab without
+  ``compute_final_obs``): every ended row gets the placeholder and is missing.
+
+Forms of the rule:
+
+* torch (:class:`FinalObsRule`, what :class:`~gpu_envs.core.env.BatchedEnv` runs on
+  every step): ``torch.where`` masks only, no host sync, planned once per key; the ONE
+  placeholder fill of the library is :meth:`FinalObsRule.filler`'s;
+* numpy (:func:`final_obs_numpy`): what a CPU backend does before anything becomes a
+  tensor (the gymnasium backend's same-step swap and NEXT_STEP handling, and so the Ray
+  workers, which run it): the final observations an env gives per ended row written
+  into fresh copies of the observations, and the ``final_mask`` for the rows it did not
+  give (whose placeholders the torch form fills).
+
+Each backend declares which kind of final observation it gives (:class:`FinalObsKind`,
+the ``final_obs_kind`` attribute of every backend; ``docs/ARCHITECTURE.md`` has the
+table).
 
 Example::
 
-    fo = FinalObsTransform(env.observation_spec)
-    next_obs, missing = fo(raw.obs, done, raw.final_obs, raw.final_mask)
-    fo.root_obs  # observations to act on next
+    rule = FinalObsRule(env.single_observation_spec, num_envs)
+    next_obs, missing = rule(raw.obs, raw.done, raw.final_obs, raw.final_mask)
 """
 
 from __future__ import annotations
 
+import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 
 from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite
+
+__all__ = [
+    "ROW_VIEW_MIN_ENVS",
+    "FinalObsKind",
+    "FinalObsRule",
+    "FinalObsTransform",
+    "check_placeholder",
+    "final_obs_numpy",
+]
+
+
+class FinalObsKind(str, enum.Enum):
+    """Which final observations a backend gives (``Backend.final_obs_kind``; the docs table's column).
+
+    The values are the phrases of ``docs/ARCHITECTURE.md``, so a backend may also declare
+    the phrase itself.
+    """
+
+    #: the simulator keeps the final observation and hands it over (gymnasium SAME_STEP
+    #: ``final_obs``, Isaac Lab with ``compute_final_obs``, the built-in envs)
+    SIMULATOR = "exact from the simulator"
+    #: the simulator is run without its own auto-reset, or its next-step reset is turned
+    #: into a same-step one: ended rows are reset inside the same ``step`` by gpu_envs
+    SAME_STEP = "exact by same-step handling in gpu_envs"
+    #: the simulator resets inside ``step`` and keeps nothing: placeholders, and
+    #: ``("next", "final_obs_missing")`` True on those rows
+    PLACEHOLDER = "placeholder + final_obs_missing"
+
 
 # torch's CPU `where` is slow when a [N, 1] mask broadcasts over short rows (a per-row
 # inner loop of a few elements). For large batches, rows of 2, 4, 8 or 16 bytes are
@@ -38,6 +87,7 @@ from gpu_envs.contract.specs import Composite
 # moves bits, so the result is bit-exact for any dtype.
 _ROW_DTYPES = {2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.complex128}
 ROW_VIEW_MIN_ENVS = 256
+_OBJECT = np.dtype(object)
 
 
 def _row_dtype(shape: torch.Size, dtype: torch.dtype, num_envs: int, device: torch.device) -> torch.dtype | None:
@@ -130,17 +180,18 @@ class _KeyPlan:
         return torch.where(mask.view(self.mask_shape), a, b)
 
 
-class FinalObsTransform:
-    """Swap in final observations on ended rows and cache the post-reset ones.
+class FinalObsRule:
+    """The rule's torch form (module docstring): ``(next_obs, final_obs_missing)`` from a step's observations.
 
     Args:
-        observation_spec: Composite whose leaves are the observation keys.
+        observation_spec: Composite whose leaves are the observation keys (one env's).
         num_envs: batch size ``N``.
         missing_obs_value: placeholder for ended rows without a final observation; a
             number, or ``None`` for NaN (floats) / 0 (integers) / False (bool).
 
     How each key is masked (plain ``where`` or whole-row views, the placeholder tensors)
-    is planned once here, so a step runs one ``where`` per key and nothing else.
+    is planned once here, so a step runs at most one ``where`` per key and nothing else.
+    The results are fresh tensors or the backend's own (given away, never written).
     """
 
     def __init__(
@@ -152,7 +203,6 @@ class FinalObsTransform:
         self.keys = list(observation_spec.keys(include_nested=True, leaves_only=True))
         self.num_envs = num_envs
         self.missing_obs_value = missing_obs_value
-        self.root_obs: ObsDict = {}
         self._plans: dict = {}
         device = next((observation_spec[k].device for k in self.keys), None)
         # "no placeholder anywhere": one constant, never written (outputs are read-only)
@@ -164,9 +214,15 @@ class FinalObsTransform:
             self._plans[key] = _KeyPlan(leaf.shape, leaf.dtype, leaf.device, num_envs, value)
         self._fills = [(key, plan.fill) for key, plan in self._plans.items()]
         self._wheres = [(key, plan.where) for key, plan in self._plans.items()]
+        # one observation key (most envs): no comprehension over keys on the way
+        self._lone = self.keys[0] if len(self.keys) == 1 else None
+        self._lone_fill = self._plans[self._lone].fill if self._lone is not None else None
 
     def filler(self, key: object) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-        """``fill(mask, x)``: ``x`` (observation ``key``) with the placeholder on rows where ``mask`` ``[N, 1]`` is True."""
+        """``fill(mask, x)``: ``x`` (observation ``key``) with the placeholder on rows where ``mask`` ``[N, 1]`` is True.
+
+        The library's one placeholder fill (the numpy form leaves placeholders to it).
+        """
         return self._plans[key].fill
 
     def __call__(
@@ -176,17 +232,124 @@ class FinalObsTransform:
         final_obs: ObsDict | None,
         final_mask: torch.Tensor | None,
     ) -> tuple[ObsDict, torch.Tensor]:
-        """Return ``(next_obs, final_obs_missing)`` and cache ``obs`` as the next root.
+        """``(next_obs, final_obs_missing)`` of one step (the rule of the module docstring).
 
-        ``done`` is the ``[N, 1]`` bool done flag of this step; ``final_mask`` is ``[N]``.
+        ``obs``: the post-reset observations; ``done``: the step's ``[N, 1]`` bool flag;
+        ``final_obs``/``final_mask``: as in :class:`~gpu_envs.backends.base.RawStep`.
+        A ``final_mask`` that IS ``done`` (valid on exactly the ended rows) takes one
+        ``where`` per key, as the general case would compute it, without its extra ops.
         """
-        self.root_obs = obs
         if final_obs is None:  # nothing to swap in: placeholders on every ended row
+            lone = self._lone
+            if lone is not None:
+                return {lone: self._lone_fill(done, obs[lone])}, done
             return {k: fill(done, obs[k]) for k, fill in self._fills}, done
-        if final_mask is None:  # a final observation for every ended row
+        if final_mask is None:  # valid on every row: it is the next observation
+            return final_obs, self.none_missing
+        if final_mask is done:  # valid on exactly the ended rows
             return {k: where(done, final_obs[k], obs[k]) for k, where in self._wheres}, self.none_missing
         plans = self._plans
         valid = done & final_mask.view(done.shape)
         missing = done ^ valid
         next_obs = {k: plan.where(valid, final_obs[k], plan.fill(missing, obs[k])) for k, plan in plans.items()}
         return next_obs, missing
+
+
+class FinalObsTransform(FinalObsRule):
+    """The rule as torchrl's ``VecGymEnvTransform``-style module: it also caches the next root.
+
+    ``fo(obs, done, final_obs, final_mask)`` returns what :class:`FinalObsRule` returns
+    and keeps ``obs`` (the post-reset observations) as :attr:`root_obs`, the input of the
+    next step. (:class:`~gpu_envs.core.env.BatchedEnv` keeps its root in its step path
+    and runs the rule itself.)
+
+    Example::
+
+        fo = FinalObsTransform(env.single_observation_spec, env.num_envs)
+        next_obs, missing = fo(raw.obs, raw.done, raw.final_obs, raw.final_mask)
+        fo.root_obs  # observations to act on next
+    """
+
+    def __init__(
+        self,
+        observation_spec: Composite,
+        num_envs: int,
+        missing_obs_value: float | int | None = None,
+    ) -> None:
+        super().__init__(observation_spec, num_envs, missing_obs_value)
+        self.root_obs: ObsDict = {}
+
+    def __call__(
+        self,
+        obs: ObsDict,
+        done: torch.Tensor,
+        final_obs: ObsDict | None,
+        final_mask: torch.Tensor | None,
+    ) -> tuple[ObsDict, torch.Tensor]:
+        self.root_obs = obs
+        return super().__call__(obs, done, final_obs, final_mask)
+
+
+# -------------------------------------------------------------------- numpy form
+def final_obs_numpy(
+    obs: Sequence[np.ndarray],
+    done: np.ndarray,
+    final: Any,
+    rows: np.ndarray | None = None,
+    *,
+    read_row: Callable[[Any], Sequence[np.ndarray]] | None = None,
+    dtypes: Sequence[np.dtype] | None = None,
+    every_end: bool = False,
+) -> tuple[list[np.ndarray], np.ndarray | None]:
+    """The rule's numpy form: a :class:`~gpu_envs.backends.base.RawStep`'s ``final_obs`` and ``final_mask``.
+
+    Args:
+        obs: the step's observation leaves ``[N, ...]`` (post-reset on ended rows).
+        done: ``[N]`` bool, the rows that ended.
+        final: the final observations the env gives: leaves ``[N, ...]`` (valid on
+            ``rows``), or gymnasium's per-row object array (``info["final_obs"]``: one
+            observation per ended row, ``None`` elsewhere) read with ``read_row``; or
+            ``None`` when ``obs`` itself holds the final observation on every row (a
+            NEXT_STEP or DISABLED env's step, before its ended rows are reset).
+        rows: ``[N]`` bool, the rows on which ``final`` holds one (the env's own mask);
+            ``None``: every ended row (an object array: the rows whose entry is not None).
+        read_row: an object array entry -> its leaves (one per observation key); ``None``
+            for a lone leaf (the entry is the observation itself).
+        dtypes: the leaves' dtypes (default: ``obs``'s).
+        every_end: the env is known to give a final observation for exactly the ended
+            rows (gymnasium's own vector envs): ``rows`` is taken as it is, and no mask
+            is made.
+
+    Returns:
+        ``(final_obs, final_mask)``: fresh leaves holding the final observation on every
+        ended row that has one and ``obs`` elsewhere, and ``None`` when that is every
+        ended row (then they are the transition's next observations, valid on every row),
+        else the ``[N]`` rows that have one (the torch form puts the placeholder on the
+        other ended rows).
+    """
+    dtypes = [leaf.dtype for leaf in obs] if dtypes is None else dtypes
+    out = [leaf.copy() if leaf.dtype is dtype else np.array(leaf, dtype) for leaf, dtype in zip(obs, dtypes, strict=True)]
+    if final is None:  # the observations are the final ones: fresh copies, valid on every row
+        return out, None
+    if rows is not None and rows.__class__ is not np.ndarray:
+        rows = np.asarray(rows, bool)
+    if final.__class__ is np.ndarray and final.dtype is _OBJECT:  # one entry per row, None where absent
+        if rows is None:
+            rows = np.fromiter((entry is not None for entry in final), bool, len(final))
+        index = (rows if every_end else rows & done).nonzero()[0].tolist()  # a loop over the ended rows only
+        if read_row is None:  # a lone leaf: the entry is the observation itself
+            (dst,) = out
+            for i in index:
+                dst[i] = final[i]
+        else:
+            for i in index:
+                for dst, leaf in zip(out, read_row(final[i]), strict=True):
+                    dst[i] = leaf
+    else:
+        take = done if rows is None else rows & done
+        for dst, src in zip(out, final, strict=True):
+            dst[take] = src[take]
+    if rows is None or every_end:
+        return out, None
+    rows = rows & done
+    return out, None if (rows == done).all() else rows

@@ -29,6 +29,7 @@ __all__ = [
     "REWARD",
     "TRANSITION_KEYS",
     "ObsDict",
+    "transition_keys",
 ]
 
 ObsDict = dict[Any, torch.Tensor]
@@ -41,15 +42,30 @@ DONE_KEYS = ("done", "terminated", "truncated")  # done = terminated | truncated
 FINAL_OBS_MISSING = "final_obs_missing"  # bool [N, 1]: a placeholder stands in for the final observation
 RESET = "_reset"  # bool [N] or [N, 1] in reset(td=...): the rows to reset
 
-# Every key of a transition of an env with one "observation" and no info entries: root
-# entries, the action, then "next". The order is the fused random-action collection's
-# buffer layout (gpu_envs.rollout.loop).
-TRANSITION_KEYS = (
-    OBSERVATION,
-    *DONE_KEYS,
-    ACTION,
-    (NEXT, OBSERVATION),
-    (NEXT, REWARD),
-    *((NEXT, key) for key in DONE_KEYS),
-    (NEXT, FINAL_OBS_MISSING),
-)
+
+
+def transition_keys(obs_keys: Any) -> tuple:
+    """Every key of a transition of an env with these observation keys and no info entries.
+
+    Root observations and flags, the action, then ``"next"``'s entries, in the order the
+    step path hands a transition's tensors to a buffer (``StepPath.values``); nested
+    observation keys are tuples, under ``"next"`` too.
+
+    Example::
+
+        transition_keys(["observation"]) == TRANSITION_KEYS
+    """
+    obs_keys = list(obs_keys)
+    return (
+        *obs_keys,
+        *DONE_KEYS,
+        ACTION,
+        *((NEXT, *key) if isinstance(key, tuple) else (NEXT, key) for key in obs_keys),
+        (NEXT, REWARD),
+        *((NEXT, key) for key in DONE_KEYS),
+        (NEXT, FINAL_OBS_MISSING),
+    )
+
+
+# The transition keys of an env with one "observation" and no info entries (the built-in envs).
+TRANSITION_KEYS = transition_keys([OBSERVATION])

@@ -8,7 +8,12 @@ Each function takes any :class:`~gpu_envs.BatchedEnv` (every backend, a
 * :func:`to_sb3` -> a Stable-Baselines3 ``VecEnv``;
 * :func:`to_torchrl` -> a torchrl ``EnvBase``;
 * :func:`to_rsl_rl` -> an rsl_rl ``VecEnv``;
-* :func:`to_skrl` -> an skrl env wrapper.
+* :func:`to_skrl` -> an skrl env wrapper;
+* :func:`to_rl_games` -> an rl_games vec env, registered for its ``Runner``.
+
+rsl_rl, skrl and rl_games approximate the value target of a time-out; their adapters'
+``bootstrap_from(runner_or_agent)`` makes it exact, ``r + gamma * V(s_T)`` from the true
+final observation (see :mod:`gpu_envs.interop.time_outs`).
 
 One module per library (``gpu_envs/interop/<library>.py``), imported only when its
 function is first used, so a library that is not installed costs nothing until then;
@@ -38,6 +43,7 @@ CONSUMERS = {
     "to_torchrl": "torchrl",
     "to_rsl_rl": "rsl_rl",
     "to_skrl": "skrl",
+    "to_rl_games": "rl_games",
 }
 
 __all__ = sorted(CONSUMERS)

@@ -19,7 +19,7 @@ from types import ModuleType
 from gpu_envs.contract.errors import MissingComponentError
 
 
-def require(module: str, *, package: str, extra: str, consumer: str) -> ModuleType:
+def require(module: str, *, package: str, extra: str, consumer: str, note: str = "") -> ModuleType:
     """Import ``module`` (of the pip package ``package``), or explain how to install it.
 
     Args:
@@ -27,11 +27,12 @@ def require(module: str, *, package: str, extra: str, consumer: str) -> ModuleTy
         package: the pip name of the library, e.g. ``"stable-baselines3"``.
         extra: the gpu-envs extra that installs it, e.g. ``"sb3"``.
         consumer: the gpu_envs function that needs it, e.g. ``"to_sb3"``.
+        note: a sentence added to the advice (how to install a package whose metadata needs care).
     """
     try:
         return importlib.import_module(module)
     except ImportError as err:
         raise MissingComponentError(
             f"gpu_envs.interop.{consumer} needs {package}, which could not be imported ({err}). "
-            f'Install it with: pip install "gpu-envs[{extra}]" (or pip install {package}).'
+            f'Install it with: pip install "gpu-envs[{extra}]" (or pip install {package}).{note}'
         ) from err

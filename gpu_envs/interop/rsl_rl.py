@@ -22,6 +22,19 @@ rsl_rl's ``OnPolicyRunner`` (the PPO Isaac Lab users train with) reads:
 * ``num_envs``, ``num_actions``, ``device``, ``cfg`` (Isaac Lab's env cfg, else a dict
   describing the env), ``get_observations()``, ``reset()``.
 
+Time-outs. By default rsl_rl bootstraps a truncated step with ``gamma * V(s_t)``, the
+value of the state the action was taken in (``PPO.process_env_step``), not of the state
+the episode reached. One extra line after building the runner makes the targets exact::
+
+    vec_env.bootstrap_from(runner)
+
+Then each truncated row's stored reward is ``r + gamma * V(s_T)``, with ``s_T`` the true
+final observation evaluated by the runner's own critic (its observation normalisation
+and, for a recurrent critic, its hidden state included) at collection time, and
+rsl_rl's own approximation is switched off for those rows; the returns (GAE) follow.
+Rows whose final observation the backend could not give (``final_obs_missing``) keep
+rsl_rl's approximation. Supported: rsl-rl-lib 5.x with its ``PPO`` algorithm.
+
 rsl_rl's policies are Gaussian: an env with discrete actions is refused with an error
 that names a continuous env instead.
 
@@ -31,7 +44,9 @@ Example::
     from gpu_envs.interop import to_rsl_rl
 
     vec_env = to_rsl_rl(gpu_envs.make("Pendulum-v1", num_envs=512))
-    OnPolicyRunner(vec_env, train_cfg, device="cpu").learn(100)
+    runner = OnPolicyRunner(vec_env, train_cfg, device="cpu")
+    vec_env.bootstrap_from(runner)                 # optional: exact time-out targets
+    runner.learn(100)
 """
 
 from __future__ import annotations
@@ -47,8 +62,12 @@ from gpu_envs.contract.specs import Box, Composite
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
 from gpu_envs.interop.conversions import require_env, reshaped_action_tensor
 from gpu_envs.interop.libraries import require
+from gpu_envs.interop.time_outs import bootstrap_rows, final_observation, require_version
 
 rsl_rl_env = require("rsl_rl.env", package="rsl-rl-lib", extra="rsl_rl", consumer="to_rsl_rl")
+
+# rsl_rl's PPO.process_env_step (read from rsl-rl-lib 5.5.1) is what bootstrap_from wraps
+SUPPORTED_RSL_RL = ">=5.0,<6"
 
 __all__ = ["RslRlVecEnv", "to_rsl_rl"]
 
@@ -75,6 +94,7 @@ class _EpisodeClock:
         else:
             self.attr, self.limit = None, None
             self.own = torch.zeros(env.num_envs, dtype=torch.int64, device=env.device)
+        self.bound: int | None = None  # the episode length writes must stay below (set by the adapter)
         self._zero = torch.zeros((), dtype=torch.int64, device=env.device)
         self._warned = False
 
@@ -90,6 +110,7 @@ class _EpisodeClock:
                 f"got {tuple(value.shape)}."
             )
         value = value.to(current.dtype)
+        self._check_range(value)
         if self.attr is None:
             self.own = value
             if not self._warned:
@@ -101,6 +122,22 @@ class _EpisodeClock:
                 )
         else:
             setattr(self.sim, self.attr, value)
+
+    def _check_range(self, value: torch.Tensor) -> None:
+        """Refuse step counts below 0 or at/after the time limit (one host sync: a write is rare).
+
+        A negative count would let an episode run past its limit (-100 on a 200-step
+        limit: 300 steps); rsl_rl itself writes ``randint(0, max_episode_length)``.
+        """
+        low, high = (int(x) for x in torch.aminmax(value))
+        limit = self.bound
+        if low < 0 or (limit is not None and high >= limit):
+            allowed = "0 or more" if limit is None else f"in [0, {limit - 1}] (max_episode_length = {limit})"
+            raise InvalidArgumentError(
+                f"episode_length_buf values must be {allowed}: each is the number of steps an episode has run; "
+                f"got values from {low} to {high}. rsl_rl's init_at_random_ep_len writes "
+                "torch.randint_like(buf, high=max_episode_length); clamp your own values into that range."
+            )
 
     def advance(self, done: torch.Tensor) -> None:
         """After a step: count it, restarting ended rows (only for the clock kept here)."""
@@ -127,6 +164,10 @@ class RslRlVecEnv(rsl_rl_env.VecEnv):
         self._groups = _group_names(env.single_observation_spec)
         self._clock = _EpisodeClock(env)
         self._max_episode_length = _max_length(self._clock.limit, max_episode_length)
+        self._clock.bound = self._max_episode_length
+        self._bootstrap: _ExactBootstrap | None = None  # set by bootstrap_from
+        self.final_observations: TensorDict | None = None  # s_T of the last step, while bootstrapping
+        self.exact_time_outs: torch.Tensor | None = None  # [N] bool: rows bootstrapped from s_T
         cfg = getattr(self._clock.sim, "cfg", None)
         self.cfg = {"env": repr(env), "num_envs": self.num_envs} if cfg is None else cfg
         self._obs = self._observations(env.reset())
@@ -171,7 +212,16 @@ class RslRlVecEnv(rsl_rl_env.VecEnv):
         done = nxt.get("done").view(self.num_envs)
         self._clock.advance(done)
         self._obs = self._observations(root)
-        extras: dict[str, Any] = {"time_outs": nxt.get("truncated").view(self.num_envs)}
+        if self._bootstrap is None:
+            time_outs = nxt.get("truncated").view(self.num_envs)
+        else:  # exact rows get r + gamma V(s_T) from the hook; rsl_rl's V(s_t) only where s_T is missing
+            self.exact_time_outs, time_outs = bootstrap_rows(nxt, self.num_envs)
+            self.final_observations = TensorDict(
+                {name: final_observation(nxt, root, key) for name, key in self._groups.items()},
+                batch_size=[self.num_envs],
+                device=self.device,
+            )
+        extras: dict[str, Any] = {"time_outs": time_outs}
         log = getattr(getattr(self.env, "backend", None), "episode_log", None)
         if log:
             extras["log"] = log
@@ -180,11 +230,77 @@ class RslRlVecEnv(rsl_rl_env.VecEnv):
     def close(self) -> None:
         self.env.close()
 
+    # ------------------------------------------------------------------ exact time-outs
+    def bootstrap_from(self, runner: Any) -> None:
+        """Bootstrap truncated steps from V(true final observation) with ``runner``'s own critic.
+
+        ``runner`` is the ``OnPolicyRunner`` built on this env (rsl-rl-lib 5.x, ``PPO``).
+        Its algorithm's ``process_env_step`` is wrapped (on this runner only): before
+        rsl_rl records a step, ``gamma * V(s_T)`` is added to the reward of every
+        truncated row whose final observation is known, and those rows are left out of
+        the ``time_outs`` rsl_rl bootstraps itself. The episode statistics rsl_rl logs
+        keep the plain rewards. Calling it again for the same runner changes nothing.
+
+        Example::
+
+            runner = OnPolicyRunner(vec_env, train_cfg, device="cuda")
+            vec_env.bootstrap_from(runner)
+            runner.learn(1500)
+        """
+        require_version("rsl-rl-lib", SUPPORTED_RSL_RL, "to_rsl_rl(...).bootstrap_from")
+        alg = getattr(runner, "alg", None)
+        if getattr(runner, "env", None) is not self or alg is None:
+            raise InvalidArgumentError(
+                f"bootstrap_from takes the rsl_rl OnPolicyRunner built on this env, got {type(runner).__name__}. "
+                "Build it first: runner = OnPolicyRunner(vec_env, train_cfg, ...); vec_env.bootstrap_from(runner)."
+            )
+        from rsl_rl.algorithms import PPO
+
+        if not isinstance(alg, PPO):
+            raise InvalidArgumentError(
+                f"bootstrap_from needs rsl_rl's PPO (an algorithm with a critic); this runner's is "
+                f"{type(alg).__name__}. Distillation learns no value function: train it without bootstrap_from."
+            )
+        if isinstance(alg.process_env_step, _ExactBootstrap):
+            if alg.process_env_step.vec is not self:
+                raise InvalidArgumentError("this runner already bootstraps from another env adapter.")
+            self._bootstrap = alg.process_env_step
+            return
+        self._bootstrap = _ExactBootstrap(self, alg)
+        alg.process_env_step = self._bootstrap
+
     # ------------------------------------------------------------------ helpers
     def _observations(self, root: TensorDictBase) -> TensorDict:
         self._root = root
         obs = {name: root.get(key) for name, key in self._groups.items()}
         return TensorDict(obs, batch_size=[self.num_envs], device=self.device)
+
+
+class _ExactBootstrap:
+    """Stands in for ``alg.process_env_step``: adds ``gamma * V(s_T)`` on exact time-out rows, then calls it.
+
+    ``alg.transition`` already holds V(s_t) (``alg.act`` ran); the critic is evaluated on
+    the env's true final observations with its hidden state saved and restored, as
+    ``PPO.compute_returns`` does for the last step's values.
+    """
+
+    def __init__(self, vec: RslRlVecEnv, alg: Any) -> None:
+        self.vec = vec
+        self.alg = alg
+        self.original = alg.process_env_step
+
+    def __call__(self, obs: TensorDict, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
+        alg, vec = self.alg, self.vec
+        if vec.final_observations is None:  # a step of another env, or none yet: nothing to add
+            return self.original(obs, rewards, dones, extras)
+        device = rewards.device
+        critic = alg.critic
+        hidden = critic.get_hidden_state()
+        values = critic(vec.final_observations.to(device)).detach().reshape(rewards.shape)
+        critic.reset(hidden_state=hidden)
+        bonus = torch.where(vec.exact_time_outs.to(device), alg.gamma * values, torch.zeros_like(values))
+        vec.final_observations = None
+        return self.original(obs, rewards + bonus, dones, extras)
 
 
 def _group_names(spec: Composite) -> dict[str, str]:

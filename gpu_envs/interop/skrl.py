@@ -22,6 +22,25 @@ vectorised, auto-resetting envs:
   afterwards returns the current observations: the episodes keep running, as skrl
   expects from an auto-resetting vector env.
 
+Time-outs: skrl's trainers pass that same post-reset observation to
+``agent.record_transition`` as ``next_observations``, so on a truncated step skrl's
+on-policy agents bootstrap from V(first observation of the next episode)
+(``time_limit_bootstrap=True``) or run the advantage on into the next episode (the
+default), and its off-policy agents (SAC, TD3, DDPG, DQN, DDQN) store the post-reset
+observation as the transition's next one, so their targets use Q(next episode's start).
+One extra line after building the agent makes them exact::
+
+    env.bootstrap_from(agent)
+
+Then ``record_transition`` receives the TRUE final observation (and state) on rows
+whose episode ended, and on-policy agents get ``time_limit_bootstrap = True``: each
+truncated row's stored reward is ``r + gamma * V(s_T)`` with the agent's own value model
+and preprocessors, and the GAE stops there. What the trainer acts on next is unchanged
+(the post-reset observations). Rows whose final observation the backend could not give
+(``final_obs_missing``) keep the post-reset one, as without the line. Supported: skrl 2.x
+(torch) PPO, A2C, RPO, TRPO, AMP, SAC, TD3, DDPG, DQN, DDQN; the recurrent variants are
+refused.
+
 Example::
 
     from skrl.trainers.torch import SequentialTrainer
@@ -30,28 +49,35 @@ Example::
     env = to_skrl(gpu_envs.make("CartPole-v1", num_envs=64))
     agent = PPO(models=..., memory=RandomMemory(memory_size=32, num_envs=env.num_envs),
                 observation_space=env.observation_space, action_space=env.action_space, device=env.device)
+    env.bootstrap_from(agent)                      # optional: exact time-out targets
     SequentialTrainer(cfg=SequentialTrainerCfg(timesteps=10_000), env=env, agents=agent).train()
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import gymnasium
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
+from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.specs import Composite
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
 from gpu_envs.interop.conversions import require_env, reshaped_action_tensor
 from gpu_envs.interop.libraries import require
+from gpu_envs.interop.time_outs import final_observation, require_version
 
 skrl_wrappers = require("skrl.envs.wrappers.torch", package="skrl", extra="skrl", consumer="to_skrl")
 skrl_spaces = require("skrl.utils.spaces.torch", package="skrl", extra="skrl", consumer="to_skrl")
 
 __all__ = ["SkrlEnv", "to_skrl"]
 
-
+# skrl's record_transition of these agents (read from skrl 2.1.1) is what bootstrap_from feeds
+SUPPORTED_SKRL = ">=2.0,<3"
+ON_POLICY = ("PPO", "A2C", "RPO", "TRPO", "AMP")  # bootstrap time-outs from next_observations
+OFF_POLICY = ("SAC", "TD3", "DDPG", "DQN", "DDQN")  # store next_observations for their targets
 
 def _observation_layout(spec: Composite) -> tuple[Any, gymnasium.Space, Any, gymnasium.Space | None]:
     """``(observation key(s), observation space, state key, state space)`` as skrl sees the groups."""
@@ -79,6 +105,9 @@ class SkrlEnv(skrl_wrappers.Wrapper):
         self._root: TensorDictBase | None = None
         self._observations: torch.Tensor | None = None
         self._states: torch.Tensor | None = None
+        self._bootstrap = False  # set by bootstrap_from
+        self.final_observations: torch.Tensor | None = None  # the true next observations of the last step
+        self.final_states: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ spaces
     @property
@@ -116,6 +145,8 @@ class SkrlEnv(skrl_wrappers.Wrapper):
         td, root = self.env.step_and_maybe_reset(td)
         self._read(root)
         nxt = td.get("next")
+        if self._bootstrap:
+            self._read_final(nxt, root)
         infos: dict[str, Any] = {}
         log = getattr(getattr(self.env, "backend", None), "episode_log", None)
         if log:
@@ -135,7 +166,48 @@ class SkrlEnv(skrl_wrappers.Wrapper):
     def close(self) -> None:
         self.env.close()
 
+    # ------------------------------------------------------------------ exact time-outs
+    def bootstrap_from(self, agent: Any) -> None:
+        """Give ``agent`` the true final observation of every ended episode (module doc).
+
+        ``agent`` is an skrl 2.x torch agent built for this env: PPO, A2C, RPO, TRPO or AMP
+        (``cfg.time_limit_bootstrap`` is switched on: truncated rows then store
+        ``r + gamma * V(s_T)``) or SAC, TD3, DDPG, DQN, DDQN (their stored next observation
+        becomes ``s_T``). Its ``record_transition`` is wrapped on this agent only; calling
+        this again for the same agent changes nothing.
+
+        Example::
+
+            agent = PPO(models=..., memory=..., cfg=cfg, ...)
+            env.bootstrap_from(agent)
+            SequentialTrainer(cfg=trainer_cfg, env=env, agents=agent).train()
+        """
+        require_version("skrl", SUPPORTED_SKRL, "to_skrl(...).bootstrap_from")
+        kind = _agent_kind(agent)
+        record = agent.record_transition
+        if isinstance(record, _FinalObservations):
+            if record.vec is not self:
+                raise InvalidArgumentError("this agent already takes its final observations from another env adapter.")
+        else:
+            agent.record_transition = _FinalObservations(self, record)
+        if kind == "on-policy":
+            agent.cfg.time_limit_bootstrap = True
+        self._bootstrap = True
+
     # ------------------------------------------------------------------ helpers
+    def _read_final(self, nxt: TensorDictBase, root: TensorDictBase) -> None:
+        """The true next observations (and states) of this step, flattened as skrl reads them."""
+        final = TensorDict({key: final_observation(nxt, root, key) for key in self._leaves()}, batch_size=[self._n])
+        self.final_observations = self._flat(self._observation_space, self._obs_key, final)
+        if self._state_key is not None:
+            self.final_states = self._flat(self._state_space, self._state_key, final)
+
+    def _leaves(self) -> list[Any]:
+        keys = [self._obs_key] if not isinstance(self._obs_key, tuple) else list(self._obs_key)
+        if self._state_key is not None:
+            keys.append(self._state_key)
+        return list(dict.fromkeys(keys))
+
     def _read(self, root: TensorDictBase) -> None:
         self._root = root
         self._observations = self._flat(self._observation_space, self._obs_key, root)
@@ -146,6 +218,36 @@ class SkrlEnv(skrl_wrappers.Wrapper):
     def _flat(space: gymnasium.Space, key: Any, root: TensorDictBase) -> torch.Tensor:
         value = {k: root.get(k) for k in key} if isinstance(key, tuple) else root.get(key)
         return skrl_spaces.flatten_tensorized_space(skrl_spaces.tensorize_space(space, value))
+
+
+class _FinalObservations:
+    """Stands in for ``agent.record_transition``: the step's true next observations replace the post-reset ones."""
+
+    def __init__(self, vec: SkrlEnv, original: Any) -> None:
+        self.vec = vec
+        self.original = original
+
+    def __call__(self, **kwargs: Any) -> Any:
+        vec = self.vec
+        if vec.final_observations is not None:
+            kwargs["next_observations"] = vec.final_observations
+            if vec.final_states is not None:
+                kwargs["next_states"] = vec.final_states
+            vec.final_observations = vec.final_states = None
+        return self.original(**kwargs)
+
+
+def _agent_kind(agent: Any) -> str:
+    """``"on-policy"`` or ``"off-policy"`` for the skrl agents bootstrap_from supports, else a clear error."""
+    for kind, names in (("on-policy", ON_POLICY), ("off-policy", OFF_POLICY)):
+        for name in names:
+            cls = getattr(importlib.import_module(f"skrl.agents.torch.{name.lower()}"), name)
+            if isinstance(agent, cls):
+                return kind
+    raise InvalidArgumentError(
+        f"bootstrap_from supports skrl's {', '.join(ON_POLICY + OFF_POLICY)} agents (torch); got "
+        f"{type(agent).__name__}. Recurrent agents keep their own time-out handling: train them without bootstrap_from."
+    )
 
 
 def to_skrl(env: Any) -> SkrlEnv:

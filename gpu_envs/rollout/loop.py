@@ -85,27 +85,29 @@ def make_step(env: Any, policy: Policy | None) -> Callable[[TensorDictBase], tup
 def fused_writer(env: Any, buffer: RolloutBuffer) -> Callable[[int], None] | None:
     """``t -> None``: one random-action step written straight into column ``t``, or None.
 
-    An env on its fast path (a ``BatchedEnv`` over a built-in env, see
-    :mod:`gpu_envs.core.fast_steps`) offers ``_transition_stepper(keys)``: a function stepping
-    it as ``step_and_maybe_reset`` does and returning the transition's tensors for the
-    buffer's keys, with no TensorDict built. With random actions nothing else reads or
-    writes a transition, so a step is then one draw, that call and one
-    ``torch._foreach_copy_`` -- the same draws from ``env.generator`` and the same values
-    as :func:`make_step`'s step. The buffer must be bound (its layout checked against this
-    env's transitions, which the collection's first step does); an env without the hook
-    (a ``TransformedEnv``: the name is private, so not forwarded) gets None.
+    A ``BatchedEnv`` offers ``_transition_values(keys)``: its step path's
+    :meth:`~gpu_envs.core.step_path.StepPath.values`, the step ``step_and_maybe_reset``
+    makes (same guard, action check, backend advance and final-observation rule),
+    returning the transition's tensors for the buffer's keys instead of TensorDicts.
+    With random actions nothing else reads or writes a transition, so a step is then
+    one draw, that call and one ``torch._foreach_copy_`` -- the same draws from
+    ``env.generator`` and the same values as :func:`make_step`'s step. The buffer must
+    be bound (its layout checked against this env's transitions, which the
+    collection's first step does); an env without the hook (a ``TransformedEnv``: the
+    name is private, so not forwarded) or whose transitions hold more than the path
+    makes (info entries) gets None.
     """
-    stepper_for = getattr(env, "_transition_stepper", None)
-    if stepper_for is None or not buffer.bound:
+    values_for = getattr(env, "_transition_values", None)
+    if values_for is None or not buffer.bound:
         return None
-    stepper = stepper_for(buffer.keys)
-    if stepper is None:
+    values = values_for(buffer.keys)
+    if values is None:
         return None
     sample = env.action_spec.sampler(generator=env.generator)
     columns = buffer._columns
 
     def write(t: int) -> None:
-        torch._foreach_copy_(columns[t], stepper(sample()))
+        torch._foreach_copy_(columns[t], values(sample()))
 
     return write
 

@@ -24,6 +24,12 @@ The return is the sum of the rewards this transform sees: put ``EpisodeStats`` f
 A ``reset`` interrupts the current episodes of the reset rows: they are dropped, not
 counted.
 
+``EpisodeStats(rows=...)`` counts the finished episodes of those rows only in its
+aggregate (``summary()``, ``episodes``...), e.g. the training rows next to
+:class:`~gpu_envs.transforms.EvalRows`' evaluation rows; ``emit=False`` leaves the
+per-step ``("next", "episode_*")`` entries out (a second statistics transform on the
+same env would overwrite the first one's).
+
 Example::
 
     stats = EpisodeStats()
@@ -37,15 +43,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
+from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.specs import Box
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
 from gpu_envs.transforms.base import EnvSpecs, Transform
+from gpu_envs.utils.arguments import as_bool
 
-__all__ = ["EpisodeStats", "EpisodeSummary", "completed_episodes"]
+__all__ = ["EpisodeStats", "EpisodeSummary", "completed_episodes", "row_mask"]
 
 RETURN_KEY = ("next", "episode_return")
 LENGTH_KEY = ("next", "episode_length")
@@ -80,8 +89,37 @@ def completed_episodes(td: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, 
     return count, torch.where(has, ret / safe, nan), torch.where(has, length / safe, nan)
 
 
+def row_mask(rows: Any, num_envs: int, what: str) -> torch.Tensor:
+    """A ``[num_envs]`` bool mask (CPU) from row indices or a bool mask, refusing anything else."""
+    if isinstance(rows, torch.Tensor) and rows.dtype == torch.bool:
+        if rows.numel() != num_envs:
+            raise InvalidArgumentError(f"{what}: a bool mask of rows must have {num_envs} entries, got {rows.numel()}.")
+        return rows.detach().reshape(num_envs).cpu()
+    try:
+        indices = [int(i) for i in (rows.tolist() if isinstance(rows, torch.Tensor) else rows)]
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{what}: rows must be row indices or a bool mask, got {rows!r}.") from None
+    if any(isinstance(i, bool) for i in (rows if isinstance(rows, (list, tuple)) else [])):
+        raise InvalidArgumentError(f"{what}: rows must be row indices (ints), got {rows!r}.")
+    bad = [i for i in indices if not 0 <= i < num_envs]
+    if bad or len(set(indices)) != len(indices):
+        raise InvalidArgumentError(
+            f"{what}: rows must be distinct indices in [0, {num_envs}), got {indices}"
+            + (f" ({bad} out of range)." if bad else " (repeated).")
+        )
+    mask = torch.zeros(num_envs, dtype=torch.bool)
+    mask[indices] = True
+    return mask
+
+
 class EpisodeStats(Transform):
     """Track per-env episode return and length; emit them on the rows whose episode ended.
+
+    Args:
+        rows: the rows whose finished episodes the aggregate counts (row indices or a
+            bool mask of ``num_envs``); ``None`` (default): every row.
+        emit: write ``("next", "episode_return")`` and ``("next", "episode_length")`` on
+            every step (default); ``False`` keeps only the aggregate.
 
     Attributes (device scalars, updated in place, read without a sync):
         episodes: int64, episodes finished since creation (or :meth:`clear`).
@@ -89,10 +127,17 @@ class EpisodeStats(Transform):
         total_length: int64, sum of their lengths.
     """
 
+    def __init__(self, rows: Any = None, *, emit: bool = True) -> None:
+        super().__init__()
+        self.rows = rows
+        self.emit = as_bool(emit, "emit")
+
     def setup(self, specs: EnvSpecs) -> EnvSpecs:
         require_scalar_reward(specs.reward_spec.shape, "EpisodeStats")
         specs = super().setup(specs)
         n, dev = specs.num_envs, specs.device
+        # rows counted in the aggregate: None (all) or a [N, 1] bool mask
+        self._counted = None if self.rows is None else row_mask(self.rows, n, "EpisodeStats(rows=...)").to(dev).view(n, 1)
         self._return = torch.zeros(n, 1, dtype=torch.float32, device=dev)
         self._length = torch.zeros(n, 1, dtype=torch.int64, device=dev)
         # shape (1,), not (): torch.compile (2.13, CPU) drops in-place updates of 0-d float64 tensors
@@ -101,6 +146,8 @@ class EpisodeStats(Transform):
         self._total_length = torch.zeros(1, dtype=torch.int64, device=dev)
         # the aggregate right after the last sync (count, return, length): what is global already
         self._synced = torch.zeros(3, dtype=torch.float64, device=dev)
+        if not self.emit:
+            return specs
         info = specs.info_spec.to(dev)
         info["episode_return"] = Box(-math.inf, math.inf, (1,), torch.float32, device=dev)
         info["episode_length"] = Box(0, math.inf, (1,), torch.int64, device=dev)
@@ -112,13 +159,15 @@ class EpisodeStats(Transform):
         self._length.add_(1)
         ret = torch.where(done, self._return, 0.0)
         length = torch.where(done, self._length, 0)
-        self._episodes.add_(done.sum())
-        self._total_return.add_(ret.sum(dtype=torch.float64))
-        self._total_length.add_(length.sum())
+        counted = done if self._counted is None else done & self._counted
+        self._episodes.add_(counted.sum())
+        self._total_return.add_(torch.where(counted, ret, 0.0).sum(dtype=torch.float64))
+        self._total_length.add_(torch.where(counted, length, 0).sum())
         self._return.masked_fill_(done, 0.0)
         self._length.masked_fill_(done, 0)
-        td.set(RETURN_KEY, ret)
-        td.set(LENGTH_KEY, length)
+        if self.emit:
+            td.set(RETURN_KEY, ret)
+            td.set(LENGTH_KEY, length)
         return td
 
     def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:

@@ -33,11 +33,12 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.contract.errors import ActionError, InterruptedStepError, InvalidArgumentError, ResetNeededError
+from gpu_envs.contract.errors import ActionError, InvalidArgumentError, ResetNeededError
 from gpu_envs.contract.protocols import require_env_api
 from gpu_envs.contract.specs.env_specs import BatchedSpecs
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.utils.arguments import check_td
+from gpu_envs.utils.call_guard import CallGuard
 from gpu_envs.utils.state_dicts import check_state, check_values, copy_into, prefixed, under
 
 
@@ -78,9 +79,9 @@ class TransformedEnv(BatchedSpecs):
         self._inverting = [t for t in reversed(self.transforms) if type(t).inv is not Transform.inv]
         self._all_rows = torch.ones(env.num_envs, 1, dtype=torch.bool, device=env.device)
         self._needs_reset = True
-        # the call in progress; still set after one that did not finish (an exception or Ctrl-C
+        # the call in progress; still marked after one that did not finish (an exception or Ctrl-C
         # escaped it): the transforms' state may then disagree with the env's, until a full reset
-        self._pending: str | None = None
+        self._guard = CallGuard("this TransformedEnv")
 
     # ------------------------------------------------------------- properties
     @property
@@ -103,7 +104,7 @@ class TransformedEnv(BatchedSpecs):
     @property
     def interrupted(self) -> str | None:
         """The call that did not finish (``"step"``...), here or in the env below; ``None`` when consistent."""
-        return self._pending or getattr(self.env, "interrupted", None)
+        return self._guard.pending or getattr(self.env, "interrupted", None)
 
     @property
     def generator(self) -> torch.Generator:
@@ -123,25 +124,27 @@ class TransformedEnv(BatchedSpecs):
         After an interrupted call, every row is reset (a mask is not enough to make the
         transforms' state consistent again).
         """
-        full = self._needs_reset or self._pending is not None
-        previous, self._pending = self._pending, "reset"
+        guard = self._guard
+        full = self._needs_reset or guard.pending is not None
+        previous = guard.pending
+        guard.start("reset")
         try:
             root = self.env.reset(seed=seed, td=None if full else td)
         except BaseException:
             if not getattr(self.env, "interrupted", None):  # refused before the env moved: nothing changed
-                self._pending = previous
+                guard.pending = previous
             raise
         mask = None if full or td is None else td.get("_reset", None)
         mask = self._all_rows if mask is None else mask.view(self.num_envs, 1)
         for t in self.transforms:
             root = t.reset(root, mask)
         self._needs_reset = False
-        self._pending = None
+        guard.finish()
         return root
 
     def root(self) -> TensorDictBase:
         """The current root TensorDict, through every transform's ``root``."""
-        if self._pending is not None:
+        if self._guard.pending is not None:
             self._refuse("root")
         root = self.env.root()
         for t in self.transforms:
@@ -150,33 +153,33 @@ class TransformedEnv(BatchedSpecs):
 
     def step(self, td: TensorDictBase) -> TensorDictBase:
         """Step with ``td["action"]`` (rewritten by the action transforms); returns ``td``."""
-        if self._needs_reset or self._pending is not None:
+        if self._needs_reset or self._guard.pending is not None:
             self._refuse("step")
         out = self._inner_call("step", self.env.step, self._inverse(td, "step"))
         td = self._forward(td, out)
-        self._pending = None
+        self._guard.finish()
         return td
 
     def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         """Step, then return ``(td, td_root)`` with both passed through the transforms."""
-        if self._needs_reset or self._pending is not None:
+        if self._needs_reset or self._guard.pending is not None:
             self._refuse("step_and_maybe_reset")
         inner = self._inverse(td, "step_and_maybe_reset")
         out, root = self._inner_call("step_and_maybe_reset", self.env.step_and_maybe_reset, inner)
         td = self._forward(td, out)
         for t in self.transforms:
             root = t.root(root)
-        self._pending = None
+        self._guard.finish()
         return td, root
 
     def _inner_call(self, call: str, fn: Callable[[TensorDictBase], Any], inner: TensorDictBase) -> Any:
         """``fn(inner)`` with ``call`` pending: left pending (refusing later calls) only if the env was interrupted."""
-        self._pending = call
+        self._guard.start(call)
         try:
             return fn(inner)
         except BaseException:
             if not getattr(self.env, "interrupted", None):  # refused before the env moved: nothing changed
-                self._pending = None
+                self._guard.finish()
             raise
 
     def rollout(self, steps: int, policy: Callable | None = None, *, reset: bool = True) -> TensorDictBase:
@@ -211,12 +214,8 @@ class TransformedEnv(BatchedSpecs):
 
     # --------------------------------------------------------------- helpers
     def _refuse(self, call: str) -> None:
-        if self._pending is not None:
-            raise InterruptedStepError(
-                f"interrupted mid-step: call env.reset(). This TransformedEnv's last {self._pending}() did not finish "
-                f"(an exception or Ctrl-C escaped it), so its transforms' state may disagree with the env's; {call}() "
-                "is refused until a reset."
-            )
+        if self._guard.pending is not None:
+            self._guard.refuse(call, "its transforms' state may disagree with the env's")
         raise ResetNeededError(f"{call}() was called before reset() on this TransformedEnv: call env.reset() first.")
 
     def _inverse(self, td: TensorDictBase, call: str) -> TensorDictBase:

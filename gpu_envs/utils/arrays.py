@@ -57,6 +57,7 @@ __all__ = [
 ]
 
 FRAMEWORKS = ("torch", "jax", "cupy", "warp", "numpy")
+_from_numpy = torch.from_numpy
 
 # DLPack device types (dlpack.h, DLDeviceType) -> torch device type.
 _DLPACK_DEVICE_TYPES = {1: "cpu", 2: "cuda", 3: "cpu", 10: "cuda", 13: "cuda"}
@@ -223,6 +224,8 @@ class HostStaging:
         self.fields = [(tuple(shape), dtype) for shape, dtype in fields]
         self._np_dtypes = [_numpy_dtype(dtype) for _, dtype in self.fields]
         self.packed = self.device.type != "cpu" if packed is None else bool(packed)
+        self._rows = [shape[0] if shape else 0 for shape, _ in self.fields]
+        self._copy_all = [False] * len(self.fields)
         self.host: torch.Tensor | None = None
         if self.packed:
             self._build_packed()
@@ -256,16 +259,15 @@ class HostStaging:
         caller gives away: on the CPU it is shared (``from_numpy``) instead of copied.
         """
         if not self.packed:
-            if owned is None:
-                owned = [False] * len(values)
-            return [
-                None
-                if value is None
-                else torch.from_numpy(
-                    value if give and not isinstance(value, RowBlocks) else _fresh(value, np_dtype, shape[0] if shape else 0)
-                )
-                for value, np_dtype, give, (shape, _) in zip(values, self._np_dtypes, owned, self.fields, strict=True)
-            ]
+            out: list[torch.Tensor | None] = []
+            for value, np_dtype, give, rows in zip(values, self._np_dtypes, owned or self._copy_all, self._rows, strict=True):
+                if value is None:
+                    out.append(None)
+                elif give and value.__class__ is not RowBlocks:
+                    out.append(_from_numpy(value))
+                else:
+                    out.append(_from_numpy(_fresh(value, np_dtype, rows)))
+            return out
         if self._event is not None:
             self._event.synchronize()  # the previous transfer has finished reading the buffer
         for value, view in zip(values, self._views, strict=True):

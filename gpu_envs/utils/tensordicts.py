@@ -26,7 +26,17 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["DIRECT", "DIRECT_VERSIONS", "direct_supported", "entries", "get_entry", "new_td", "set_entry"]
+__all__ = [
+    "DIRECT",
+    "DIRECT_VERSIONS",
+    "direct_supported",
+    "entries",
+    "get_entry",
+    "nest",
+    "new_flat_td",
+    "new_td",
+    "set_entry",
+]
 
 # Versions whose TensorDict instance is exactly {_tensordict (a plain dict of str keys),
 # _batch_size, _device, _td_dim_names} and whose _set_str(key, value, validated=True,
@@ -66,6 +76,12 @@ def _direct(data: dict, batch_size: torch.Size, device: torch.device) -> TensorD
     return td
 
 
+def _direct_flat(data: dict, batch_size: torch.Size, device: torch.device) -> TensorDict:
+    td = _new(TensorDict)
+    td.__dict__ = {"_tensordict": data, "_batch_size": batch_size, "_device": device, "_td_dim_names": None}
+    return td
+
+
 def _public(data: dict, batch_size: torch.Size, device: torch.device) -> TensorDict:
     return TensorDict(data, batch_size=batch_size, device=device)
 
@@ -77,6 +93,25 @@ def new_td(data: dict, batch_size: torch.Size, device: torch.device) -> TensorDi
     dims ``batch_size`` and live on ``device`` -- nothing is checked on the direct path.
     """
     return _direct(data, batch_size, device) if DIRECT else _public(data, batch_size, device)
+
+
+def new_flat_td(data: dict, batch_size: torch.Size, device: torch.device) -> TensorDict:
+    """:func:`new_td` for ``data`` whose values are all tensors (no nested dict): no walk over the entries."""
+    return _direct_flat(data, batch_size, device) if DIRECT else _public(data, batch_size, device)
+
+
+def nest(flat: dict) -> dict:
+    """A flat dict with tuple keys (``("group", "x")``) as nested plain dicts, the layout :func:`new_td` takes."""
+    nested: dict = {}
+    for key, value in flat.items():
+        if isinstance(key, tuple):
+            node = nested
+            for part in key[:-1]:
+                node = node.setdefault(part, {})
+            node[key[-1]] = value
+        else:
+            nested[key] = value
+    return nested
 
 
 def get_entry(td: TensorDictBase, key: str) -> Any:

@@ -38,8 +38,12 @@ Data path per step: the action tensor becomes numpy once (the tensor's own memor
 the CPU, one copy into a pinned buffer from CUDA). Each result is copied once: for a
 CUDA target into ONE reused packed staging buffer (pinned) that crosses in one
 non-blocking copy, for a CPU target into a fresh array shared by ``torch.from_numpy``
-(:class:`gpu_envs.utils.arrays.HostStaging`). No Python loop over sub-envs, except over the
-rows that ended, to collect their final observations from gymnasium's object array.
+(:class:`gpu_envs.utils.arrays.HostStaging`, the fields named once by a
+:class:`~gpu_envs.backends.layout.StepLayout`). No Python loop over sub-envs, except over
+the rows that ended, to collect their final observations from gymnasium's object array
+(the final-observation rule's numpy form,
+:func:`~gpu_envs.contract.final_obs.final_obs_numpy`, which also copies a NEXT_STEP
+env's step observations before the masked reset rewrites them).
 
 Info: numeric entries become ``("next", key)`` tensors with specs discovered from the
 first step's info (:mod:`.info`); ``env.info_spec`` lists them after that step.
@@ -88,19 +92,20 @@ from gpu_envs.backends.gymnasium.spaces import ActionCodec, ObsLayout
 from gpu_envs.backends.gymnasium.vector import autoreset_mode, check_next_step, episode_statistics
 from gpu_envs.backends.gymnasium.workers import DEFAULT_STEP_TIMEOUT, AsyncCalls, shutdown_async
 from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
+from gpu_envs.backends.layout import StepLayout
 from gpu_envs.contract.errors import (
     BackendError,
     ClosedEnvError,
     GpuEnvsError,
-    InterruptedStepError,
     InvalidArgumentError,
     NotAnEnvError,
-    StepTimeoutError,
 )
+from gpu_envs.contract.final_obs import FinalObsKind, final_obs_numpy
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite, Spec
 from gpu_envs.utils.arguments import as_bool, as_int, optional_seconds
 from gpu_envs.utils.arrays import HostStaging
+from gpu_envs.utils.call_guard import CallGuard
 from gpu_envs.utils.devices import normalize_device, resolve_device
 
 __all__ = ["GymnasiumBackend", "wrap_single"]
@@ -132,6 +137,9 @@ class GymnasiumBackend(Backend):
     name = "gymnasium"
     supports_partial_reset = True
     trusted_outputs = True  # every tensor comes out of its own staging, laid out from the specs
+    # SAME_STEP: gymnasium's info["final_obs"]; NEXT_STEP, DISABLED and single envs: the ended rows are
+    # reset through reset_mask inside the same step (an instance says which of the two)
+    final_obs_kind = (FinalObsKind.SIMULATOR, FinalObsKind.SAME_STEP)
     # Staging mode: None picks by device (packed buffer + one transfer off the CPU); tests
     # set True to run the packed path on the CPU.
     staging_packed: bool | None = None
@@ -173,6 +181,7 @@ class GymnasiumBackend(Backend):
         if self.mode == AutoresetMode.NEXT_STEP and not single:
             check_next_step(env)
         self._same_step = self.mode == AutoresetMode.SAME_STEP
+        self.final_obs_kind = FinalObsKind.SIMULATOR if self._same_step else FinalObsKind.SAME_STEP
         self._single = single
         self._async = base if isinstance(base, gym.vector.AsyncVectorEnv) else None
         # gymnasium's own vector envs give a final observation for exactly the ended rows
@@ -198,14 +207,17 @@ class GymnasiumBackend(Backend):
         ]
         self._reset_stage = HostStaging(self._obs_fields, self.device, self.staging_packed)
         self._stage: HostStaging | None = None  # built at the first step, once the info fields are known
-        self._final_scratch = [  # final observations of a vector env that withholds some
-            np.zeros(shape, dtype) for (shape, _), dtype in zip(self._obs_fields, self._layout.dtypes, strict=True)
-        ]
+        self._step_layout: StepLayout | None = None
+        # how the rule's numpy form reads one row of gymnasium's per-row final observations
+        self._read_row = None if self._layout.single_leaf else self._layout.read
+        self._dtypes = self._layout.dtypes
         self._info_keys: list = []
         self._last_obs: ObsDict | None = None
         self._closed = False
         self._broken: str | None = None  # why the env cannot be used any more
-        self._stale = False  # a step failed half-way: only a full reset helps
+        # a call that did not finish (an exception, Ctrl-C, a timeout): the sub-envs may be half-stepped,
+        # and only a full reset helps
+        self._guard = CallGuard("this gymnasium env")
         claim_simulator(innermost(base.envs[0]) if single else innermost(env), self)
         # last: it takes over the AsyncVectorEnv's reset/step/close (timeouts, recovery)
         self._calls = None if self._async is None else AsyncCalls(self._async, step_timeout, self.describe)
@@ -226,12 +238,10 @@ class GymnasiumBackend(Backend):
             raise BackendError(f"{self.describe()} cannot be used any more: {self._broken} Build a new env.")
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, a failure of the env as a BackendError (the caller's guard stays marked)."""
         try:
             return fn(*args, **kwargs)
-        except (StepTimeoutError, InterruptedStepError):
-            self._stale = True  # a full reset drains or restarts the workers
-            raise
-        except GpuEnvsError:
+        except GpuEnvsError:  # a timeout or an interrupted async call: a full reset drains or restarts the workers
             raise
         except Exception as err:
             raise self._failure(what, err) from err
@@ -239,7 +249,6 @@ class GymnasiumBackend(Backend):
     def _failure(self, what: str, err: BaseException) -> BackendError:
         message = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         if self._async is None:
-            self._stale = True
             return BackendError(
                 f"{self.describe()} raised in {what}: {message}. The sub-envs may be half-stepped: call env.reset() "
                 "before stepping again."
@@ -258,7 +267,8 @@ class GymnasiumBackend(Backend):
         """After an interrupted call: drain or restart async workers; the full reset that follows does the rest."""
         if self._calls is not None and not self._closed and self._broken is None:
             self._calls.recover()
-        self._stale = True
+        if self._guard.pending is None:
+            self._guard.start("reset")  # until the full reset that follows completes
 
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
         self.check_usable()
@@ -267,144 +277,87 @@ class GymnasiumBackend(Backend):
             rows = mask.detach().to("cpu", torch.bool).numpy().reshape(self.num_envs)
             if not rows.any() and self._last_obs is not None:
                 return self._last_obs
-            if self._stale and not rows.all():
-                raise InterruptedStepError(
-                    f"interrupted mid-step: call env.reset() (every env): a call of {self.describe()} did not finish."
-                )
+            if not rows.all():
+                self._guard.check("a partial reset")  # a half-stepped env needs every row reset
             options = {"reset_mask": rows.copy()} if not rows.all() else None
         if seed is not None:
             seed = int(seed) + self.env_index_offset
+        self._guard.start("reset")
         obs, _info = self._call("reset", self.env.reset, seed=seed, options=options)
-        self._stale = False
+        self._guard.finish()
         self._last_obs = dict(zip(self._keys, self._reset_stage.publish(self._layout.read(obs)), strict=True))
         return self._last_obs
 
     # ------------------------------------------------------------------- step
     def step(self, action: torch.Tensor) -> RawStep:
-        if self._closed or self._broken is not None or self._stale:
+        guard = self._guard
+        if self._closed or self._broken is not None or guard.pending is not None:
             self.check_usable()
-            raise InterruptedStepError(
-                f"interrupted mid-step: call env.reset(). A call of {self.describe()} did not finish, so its sub-envs "
-                "may be half-stepped."
-            )
-        obs, reward, terminated, truncated, info = self._call("step", self.env.step, self._codec.to_numpy(action))
+            guard.refuse("step", f"the sub-envs of {self.describe()} may be half-stepped")
+        guard.pending = "step"  # guard.start("step"): left marked if the env raises (no try in the way)
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(self._codec.to_numpy(action))
+        except GpuEnvsError:  # a timeout or an interrupted async call: a full reset drains or restarts the workers
+            raise
+        except Exception as err:
+            raise self._failure("step", err) from err
         if self._stage is None:
             self._build_step_stage(info)
-        n, k = self.num_envs, len(self._keys)
+        n = self.num_envs
         leaves = self._layout.read(obs)
         done = np.logical_or(terminated, truncated)  # a fresh array
-        next_leaves: list | None = None  # the transition's next observations; None: the same as `leaves`
-        final, final_mask = None, None
+        final, final_mask = None, None  # None: the step's observations are the final ones (no row ended)
         if self._same_step:
-            if "final_obs" in info:
-                if self._final_for_every_end:
-                    next_leaves = self._swap_in_final(info["final_obs"], info.get("_final_obs"), leaves, done)
-                else:
-                    final, final_mask = self._same_step_final(info, terminated, truncated)
-        elif done.any():  # the step's observation IS the final one; reset the ended rows
-            next_leaves = [np.array(leaf, dtype) for leaf, dtype in zip(leaves, self._layout.dtypes, strict=True)]
+            if "final_obs" in info:  # the env's final observations of the ended rows: the rule's numpy form
+                final, final_mask = final_obs_numpy(
+                    leaves,
+                    done,
+                    info["final_obs"],
+                    info.get("_final_obs"),
+                    read_row=self._read_row,
+                    dtypes=self._dtypes,
+                    every_end=self._final_for_every_end,
+                )
+        elif done.any():  # the step's observation IS the final one; reset the ended rows (same step)
+            final, _ = final_obs_numpy(leaves, done, None, dtypes=self._dtypes)  # copies, before the reset rewrites them
             obs, _ = self._call("reset", self.env.reset, options={"reset_mask": done})
             leaves = self._layout.read(obs)
-        values = [*leaves, reward.reshape(self._reward_shape), terminated.reshape(n, 1), truncated.reshape(n, 1)]
-        values.append(done.reshape(n, 1))
-        values += next_leaves if next_leaves is not None else self._no_obs
-        values.append(final_mask)
-        values += final if final is not None else self._no_obs
-        if self._info_keys:
-            values += self._info.read(info, self._same_step, terminated, truncated)
-        elif info:
-            self._info.warn_new_keys(info)  # warns about dropped entries once
-        out = self._stage.publish(values, owned=self._owned)
-        root = dict(zip(self._keys, out[:k], strict=True))
-        if final is not None:  # a vector env that withholds some final observations: merged (with placeholders) above
-            next_obs = None
-        else:
-            next_obs = root if next_leaves is None else dict(zip(self._keys, out[k + 4 : 2 * k + 4], strict=True))
-        return RawStep(
-            obs=root,
-            reward=out[k],
-            terminated=out[k + 1],
-            truncated=out[k + 2],
-            final_obs=None if final is None else dict(zip(self._keys, out[2 * k + 5 : 3 * k + 5], strict=True)),
-            final_mask=out[2 * k + 4],
-            info=dict(zip(self._info_keys, out[3 * k + 5 :], strict=True)) if self._info_keys else {},
-            done=out[k + 3],
-            next_obs=next_obs,
+        values = self._step_layout.pack(
+            leaves,
+            reward.reshape(self._reward_shape),
+            terminated.reshape(n, 1),
+            truncated.reshape(n, 1),
+            done.reshape(n, 1),
+            final,
+            final_mask,
+            self._info.read(info, self._same_step, terminated, truncated) if self._info_keys else (),
         )
-
-    def _swap_in_final(self, final: Any, rows: Any, leaves: list, done: np.ndarray) -> list:
-        """Fresh copies of ``leaves`` with the final observation on the rows that ended.
-
-        gymnasium's own vector envs give ``info["final_obs"]`` (an object array, one
-        observation per ended row) for exactly the ended rows, so the swap is a copy plus
-        one row write per ended row, done in numpy before anything becomes a tensor.
-        """
-        out = [np.array(leaf, dtype) for leaf, dtype in zip(leaves, self._layout.dtypes, strict=True)]
-        if not (isinstance(final, np.ndarray) and final.dtype == object):  # already batched by the env
-            mask = done if rows is None else np.asarray(rows, bool) & done
-            for dst, src in zip(out, self._layout.read(final), strict=True):
-                dst[mask] = src[mask]
-            return out
-        if rows is None:
-            rows = np.fromiter((o is not None for o in final), bool, len(final))
-        if self._layout.single_leaf:
-            dst = out[0]
-            for i in np.flatnonzero(rows).tolist():
-                dst[i] = final[i]
-        else:
-            for i in np.flatnonzero(rows).tolist():
-                for dst, leaf in zip(out, self._layout.read(final[i]), strict=True):
-                    dst[i] = leaf
-        return out
-
-    def _same_step_final(self, info: dict, terminated: np.ndarray, truncated: np.ndarray) -> tuple[list | None, Any]:
-        """The final observations of ``info["final_obs"]`` (ended rows only) and a validity mask.
-
-        The mask is ``None`` when every ended row has one (gymnasium's own vector envs).
-        """
-        final = info["final_obs"]
-        rows = info.get("_final_obs")
-        mask = None
-        if not self._final_for_every_end:
-            done = np.logical_or(terminated, truncated)
-            rows = done if rows is None else np.asarray(rows, bool) & done
-            mask = None if np.array_equal(rows, done) else rows
-        if not (isinstance(final, np.ndarray) and final.dtype == object):  # already batched by the env
-            return self._layout.read(final), mask
-        if rows is None:  # no mask from the env: the rows that have one
-            rows = np.fromiter((o is not None for o in final), bool, len(final))
-        index = np.flatnonzero(rows).tolist()
-        if not index:
-            return None, None
-        # only the ended rows are read (a loop over them is what np.stack would do, minus its overhead)
-        if self._layout.single_leaf:
-            dst = self._final_scratch[0]
-            for i in index:
-                dst[i] = final[i]
-        else:
-            for i in index:
-                for dst, leaf in zip(self._final_scratch, self._layout.read(final[i]), strict=True):
-                    dst[i] = leaf
-        return self._final_scratch, mask
+        if not self._info_keys and info:
+            self._info.warn_new_keys(info)  # warns about dropped entries once
+        raw = self._step_layout.unpack(self._stage.publish(values, owned=self._owned), obs_are_final=final is None)
+        guard.pending = None  # guard.finish()
+        return raw
 
     def _build_step_stage(self, info: dict) -> None:
-        n, k = self.num_envs, len(self._keys)
+        n = self.num_envs
         info_fields = self._info.discover(info or {})
         # root obs, reward and flags in the TensorDict layout ([N, 1], a vector reward [N, *shape]),
-        # next obs, final-obs mask [N], final obs, info
+        # final obs, final-obs mask [N], info
         self._reward_shape = (n, 1) if self.reward_spec is None else (n, *self.reward_spec.shape)
-        flags = [(self._reward_shape, torch.float32), ((n, 1), torch.bool), ((n, 1), torch.bool), ((n, 1), torch.bool)]
-        mask = [((n,), torch.bool)]
-        fields = self._obs_fields + flags + self._obs_fields + mask + self._obs_fields + list(info_fields.values())
-        self._stage = HostStaging(fields, self.device, self.staging_packed)
+        self._step_layout = StepLayout(
+            dict(zip(self._keys, self._obs_fields, strict=True)),
+            n,
+            reward_shape=self._reward_shape,
+            final_mask=(n,),
+            info=info_fields,
+        )
+        self._stage = HostStaging(self._step_layout.fields, self.device, self.staging_packed)
         self._info_keys = list(info_fields)
-        self._no_obs = [None] * k
         # fresh arrays in the fields' dtypes, given away: shared, not copied, on the CPU. Besides
-        # the ones this backend makes (done, next obs), gymnasium's own vector envs return
+        # the ones this backend makes (done, final obs and mask), gymnasium's own vector envs return
         # fresh terminated/truncated arrays (np.copy) each step.
-        fresh_flags = self._final_for_every_end
-        flags_owned = [False, fresh_flags, fresh_flags, True]
-        self._owned = [False] * k + flags_owned + [True] * k + [False] * (k + 1 + len(info_fields))
+        k, fresh_flags = len(self._keys), self._final_for_every_end
+        self._owned = [False] * k + [False, fresh_flags, fresh_flags, True] + [True] * (k + 1) + [False] * len(info_fields)
 
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:

@@ -139,6 +139,7 @@ class InfoReader:
         self.paths: list[tuple[str, ...]] = []
         self._warned: set[tuple[str, ...]] = set()
         self._seen: set[tuple] = set()  # info key sets already checked for dropped entries
+        self._last_keys: frozenset | None = None  # the last call's top-level keys (the usual step: the same)
         self._scratch: list[np.ndarray] = []
 
     def discover(self, info: Mapping) -> dict[Any, tuple[tuple[int, ...], torch.dtype]]:
@@ -193,6 +194,10 @@ class InfoReader:
 
     def warn_new_keys(self, info: Mapping) -> None:
         """Warn about entries that are not kept, once per new key set of ``info`` (cheap otherwise)."""
+        keys = info.keys()
+        if keys == self._last_keys and not any(v.__class__ is dict and v for v in info.values()):
+            return  # the key set of the last call, nothing nested: seen already
+        self._last_keys = frozenset(keys)
         signature = _signature(info)
         if signature not in self._seen:  # a new key set: look for entries to warn about (rare)
             if len(self._seen) > 64:

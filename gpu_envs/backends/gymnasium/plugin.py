@@ -107,17 +107,9 @@ class GymnasiumPlugin:
         return sorted(gym.registry.keys())
 
     def can_make(self, env_id: str) -> bool:
-        """Ids in gymnasium's registry, except Isaac Lab tasks and functional JAX envs.
-
-        Those belong to the isaaclab and jax backends: stepped as plain gymnasium envs,
-        their transitions would be wrong (or they would not build at all).
-        """
-        from gpu_envs.backends.isaaclab import is_isaaclab_spec
-        from gpu_envs.backends.jax import is_functional_jax_id
-
-        if env_id not in gym.registry or is_functional_jax_id(env_id):
-            return False
-        return not is_isaaclab_spec(gym.registry[env_id])
+        """Ids in gymnasium's registry (the registry keeps the ids other backends own from it:
+        Isaac Lab tasks, functional JAX envs; see :func:`gpu_envs.registry.may_make`)."""
+        return env_id in gym.registry
 
     def make(
         self,

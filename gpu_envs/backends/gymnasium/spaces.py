@@ -146,9 +146,15 @@ class ActionCodec:
         if device.type != "cpu":
             self._host = torch.empty(host_shape, dtype=host_dtype, pin_memory=device.type == "cuda")
             self._host_np = self._host.numpy()
+        self._plain = not self.one_hot and self._host is None  # a CPU tensor as it is: one test per step
 
     def to_numpy(self, action: torch.Tensor) -> np.ndarray:
         """The batched numpy action for ``action`` (already checked by BatchedEnv)."""
+        if self._plain:
+            try:
+                return action.numpy()  # shares the tensor's memory; gymnasium only reads it
+            except RuntimeError:  # requires grad
+                return action.detach().numpy()
         if self.one_hot:
             action = action.detach().to(torch.int64).argmax(-1)
             if self._start:

@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from gpu_envs.backends.gymnasium.internals import private
 from gpu_envs.contract.errors import AutoresetModeError
 from gpu_envs.contract.specs import Box
 
@@ -68,7 +69,7 @@ def episode_statistics(env: gym.vector.VectorEnv) -> dict:
     node, found = env, {}
     while isinstance(node, gym.vector.VectorWrapper):
         if isinstance(node, gym.wrappers.vector.RecordEpisodeStatistics):
-            key = node._stats_key
+            key = private(node, "_stats_key")  # the info key it adds (gymnasium names it privately)
             found[(key, "r")] = Box(-np.inf, np.inf, (), torch.float64)
             found[(key, "l")] = Box(-np.inf, np.inf, (), torch.int64)
             found[(key, "t")] = Box(-np.inf, np.inf, (), torch.float64)

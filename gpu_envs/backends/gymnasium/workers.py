@@ -48,9 +48,12 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.vector.async_vector_env import AsyncState, _async_worker
+from gymnasium.vector import async_vector_env
+from gymnasium.vector.async_vector_env import AsyncState
 
+from gpu_envs.backends.gymnasium.internals import private
 from gpu_envs.contract.errors import BackendError, InterruptedStepError, StepTimeoutError
+from gpu_envs.utils.call_guard import CallGuard
 
 __all__ = ["DEFAULT_STEP_TIMEOUT", "AsyncCalls", "AsyncState", "guarded_worker", "is_guarded", "shutdown_async"]
 
@@ -93,7 +96,8 @@ def _guarded(
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid, pdeathsig)
-    _async_worker(index, env_fn, pipe, parent_pipe, shared_memory, error_queue, autoreset_mode, semaphore)
+    worker = private(async_vector_env, "_async_worker")  # gymnasium's own worker loop
+    worker(index, env_fn, pipe, parent_pipe, shared_memory, error_queue, autoreset_mode, semaphore)
 
 
 def guarded_worker() -> Callable:
@@ -151,6 +155,11 @@ def shutdown_async(env: gym.vector.AsyncVectorEnv) -> None:
     env.closed = True
 
 
+def _state(env: gym.vector.AsyncVectorEnv) -> AsyncState:
+    """Which call gymnasium has in flight (its private ``AsyncVectorEnv._state``, read through :func:`private`)."""
+    return private(env, "_state")
+
+
 # ------------------------------------------------------------------------ calls
 class AsyncCalls:
     """Timed, interruption-aware ``reset``/``step`` for one ``AsyncVectorEnv`` (module docstring).
@@ -166,7 +175,8 @@ class AsyncCalls:
         self.step_timeout = step_timeout
         self.describe = describe
         self.phase: str | None = None  # "send" / "wait" / "read" while a call is in flight
-        self.call: str | None = None
+        # the call in flight, still marked after one that was interrupted (drained or restarted by recover)
+        self.guard = CallGuard(describe)
         self.stopped: str | None = None  # why the workers were stopped (a restart brings them back)
         self._poll: Any = None  # select.poll over the pipes below, reused by every call
         self._polled: list | None = None
@@ -186,7 +196,7 @@ class AsyncCalls:
 
     # ------------------------------------------------------------------ calls
     def step(self, actions: Any) -> Any:
-        if self.phase is not None or self.stopped is not None:
+        if self.guard.pending is not None or self.stopped is not None:
             self._refuse("step")
         return self._run("step", self.env.step_async, (actions,), self.env.step_wait)
 
@@ -199,17 +209,19 @@ class AsyncCalls:
 
     def _run(self, call: str, send: Callable, args: tuple, read: Callable) -> Any:
         """``send(*args)``, wait for every answer (``step_timeout``), ``read()``; the phase recorded all along."""
-        self.call, self.phase = call, "send"
+        self.guard.start(call)
+        self.phase = "send"
         send(*args)
         self.phase = "wait"
         self._await_answers()
         self.phase = "read"
         out = read()
         self.phase = None
+        self.guard.finish()
         return out
 
     def _refuse(self, what: str) -> None:
-        why = self.stopped or f"its last {self.call}() was interrupted before every worker had answered"
+        why = self.stopped or f"its last {self.guard.pending}() was interrupted before every worker had answered"
         raise InterruptedStepError(
             f"interrupted mid-step: call env.reset() (every env). {self.describe()} cannot run {what}: {why}; a "
             "reset drains the answers in flight or restarts the workers."
@@ -218,7 +230,7 @@ class AsyncCalls:
     @property
     def pending(self) -> bool:
         """True if a call did not finish (interrupted), or the workers were stopped."""
-        return self.phase is not None or self.stopped is not None or self.env._state != AsyncState.DEFAULT
+        return self.guard.pending is not None or self.stopped is not None or _state(self.env) != AsyncState.DEFAULT
 
     def _await_answers(self) -> None:
         """Wait until every worker has answered, at most ``step_timeout`` seconds in all.
@@ -266,7 +278,7 @@ class AsyncCalls:
         return self._poll, self._fds
 
     def _time_out(self) -> None:
-        env, call = self.env, self.call
+        env, call = self.env, self.guard.pending
         silent = []
         for index, (pipe, process) in enumerate(zip(env.parent_pipes, env.processes, strict=True)):
             if pipe is not None and not pipe.poll(0):
@@ -285,29 +297,33 @@ class AsyncCalls:
         """Stop every worker now; :meth:`recover` restarts them."""
         shutdown_async(self.env)
         self.phase = None
+        self.guard.finish()
         self.stopped = why
 
     def recover(self) -> None:
         """After an interrupted call or a timeout: drain the answers in flight, or restart the workers."""
-        state = self.env._state
+        state = _state(self.env)
         waiting = state in (AsyncState.WAITING_STEP, AsyncState.WAITING_RESET)
         if self.stopped is None:
             if self.phase is None and state == AsyncState.DEFAULT:
+                self.guard.finish()
                 return
             # gymnasium marks the call pending only once every command was sent, and clears it only
             # after every answer was read: in between, nothing was read and the answers can be drained
             if waiting and self.phase in (None, "send", "wait") and self._drain():
                 self.phase = None
+                self.guard.finish()
                 return
             if self.phase == "read" and state == AsyncState.DEFAULT:  # every answer was read
                 self.phase = None
+                self.guard.finish()
                 return
         self.restart()
 
     def _drain(self) -> bool:
         """Read the answers of the call in flight (every command was sent, none read)."""
         env = self.env
-        wait = env.step_wait if env._state == AsyncState.WAITING_STEP else env.reset_wait
+        wait = env.step_wait if _state(env) == AsyncState.WAITING_STEP else env.reset_wait
         try:
             wait(timeout=_DRAIN_TIMEOUT)
         except Exception:  # a sub-env failed or did not answer: start afresh
@@ -344,6 +360,7 @@ class AsyncCalls:
                 f"{self.describe()}: restarting its worker processes failed ({type(err).__name__}: {err}). Build a new env."
             ) from err
         self.phase = None
+        self.guard.finish()
         self.stopped = None
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
@@ -355,7 +372,7 @@ class AsyncCalls:
             shutdown_async(env)
             return
         if self.pending:
-            waiting = env._state in (AsyncState.WAITING_STEP, AsyncState.WAITING_RESET)
+            waiting = _state(env) in (AsyncState.WAITING_STEP, AsyncState.WAITING_RESET)
             if self.stopped is not None or not (waiting and self.phase in (None, "send", "wait") and self._drain()):
                 shutdown_async(env)
                 return

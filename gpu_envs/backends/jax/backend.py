@@ -30,7 +30,9 @@ import torch
 from gpu_envs.backends.base import Backend, RawStep
 from gpu_envs.backends.common import observation_spec_from_space
 from gpu_envs.backends.jax.pack import PackedLayout
+from gpu_envs.backends.layout import StepLayout
 from gpu_envs.contract.errors import DeviceMismatchError, ObservationError
+from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Binary, Box, Composite, numpy_dtype, spec_from_gym, torch_dtype
 from gpu_envs.utils.arguments import as_bool, as_seed
@@ -117,6 +119,10 @@ class JaxBackend(Backend):
 
     name = "jax"
     trusted_outputs = True  # every tensor is a view of its own jitted step's packed output
+    # a core of gymnasium's functional envs steps without auto-reset and resets ended rows in the same
+    # jitted call; gymnax's own step resets and keeps the final observation (a core says which: its
+    # final_obs_kind attribute)
+    final_obs_kind = (FinalObsKind.SAME_STEP, FinalObsKind.SIMULATOR)
 
     def __init__(self, core: Any, device: torch.device | str | None = None, *, seed: int | None = None, expose_info: bool = True) -> None:
         prepare_jax()
@@ -127,6 +133,7 @@ class JaxBackend(Backend):
         seed = as_seed(seed)
         expose_info = as_bool(expose_info, "expose_info")
         self.core = core
+        self.final_obs_kind = FinalObsKind(getattr(core, "final_obs_kind", FinalObsKind.SAME_STEP))
         self.num_envs = core.num_envs
         if device is None:
             self._jax_device = jax.devices()[0]
@@ -185,6 +192,14 @@ class JaxBackend(Backend):
                     self._info_keys.append(key)
                     info_specs[key] = _leaf_spec(leaf.shape[1:], leaf.dtype, self.device)
         self.info_spec = Composite(_nest(info_specs), device=self.device)
+        n = self.num_envs
+        # the step's outputs in RawStep's order, named once (observations, reward, flags [N, 1],
+        # final observations, info): packed inside jit, found again by name on the torch side
+        self._step_layout = StepLayout(
+            {key: ((n, *self.observation_spec[key].shape), self.observation_spec[key].dtype) for key in self._obs_keys},
+            n,
+            info={key: ((n, *spec.shape), spec.dtype) for key, spec in info_specs.items()},
+        )
         _, leaves = jax.eval_shape(self._leaves_impl, carry, action)
         self._layout = PackedLayout(leaves)
 
@@ -208,15 +223,20 @@ class JaxBackend(Backend):
 
         carry, out = self.core.step(carry, action)
         info = _flatten(out.info, "info")
-        leaves = (
-            *self._obs_leaves(out.obs),
-            *self._obs_leaves(out.final_obs),
-            jnp.asarray(out.reward, jnp.float32),
-            jnp.asarray(out.terminated, bool),
-            jnp.asarray(out.truncated, bool),
-            *(info[k] for k in self._info_keys),
+        n = self.num_envs
+        terminated = jnp.asarray(out.terminated, bool).reshape(n, 1)
+        truncated = jnp.asarray(out.truncated, bool).reshape(n, 1)
+        leaves = self._step_layout.pack(
+            self._obs_leaves(out.obs),
+            jnp.asarray(out.reward, jnp.float32).reshape(n, 1),
+            terminated,
+            truncated,
+            terminated | truncated,
+            self._obs_leaves(out.final_obs),  # each row's pre-reset observation: valid on every row
+            None,
+            [info[k] for k in self._info_keys],
         )
-        return carry, leaves
+        return carry, tuple(leaves)
 
     # ----------------------------------------------------------------- host side
     def _keys_for(self, seed: int | None) -> Any:
@@ -251,17 +271,7 @@ class JaxBackend(Backend):
     def step(self, action: torch.Tensor) -> RawStep:
         self._carry, packed = self._step(self._carry, jax_argument(action))
         read = self._read
-        t = self._layout.unpack([read(buffer) for buffer in packed])
-        k = len(self._obs_keys)
-        keys = self._obs_keys
-        return RawStep(
-            obs=dict(zip(keys, t[:k], strict=True)),
-            reward=t[2 * k],
-            terminated=t[2 * k + 1],
-            truncated=t[2 * k + 2],
-            final_obs=dict(zip(keys, t[k : 2 * k], strict=True)),
-            info=dict(zip(self._info_keys, t[2 * k + 3 :], strict=True)),
-        )
+        return self._step_layout.unpack(self._layout.unpack([read(buffer) for buffer in packed]))
 
     def _to_obs(self, leaves: tuple) -> ObsDict:
         return {key: self._read(x) for key, x in zip(self._obs_keys, leaves, strict=True)}

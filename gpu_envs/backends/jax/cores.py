@@ -32,6 +32,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from gpu_envs.contract.final_obs import FinalObsKind
+
 _INFO_RESERVED = ("final_observation", "terminated", "truncated")
 
 
@@ -89,6 +91,8 @@ class FuncEnvCore:
     truncates, reset to 0 on reset). So no step is lost, none is fake, and the reward is
     the true one of the step that ended the episode.
     """
+
+    final_obs_kind = FinalObsKind.SAME_STEP  # the env's own auto-reset is not used: ended rows reset here
 
     def __init__(self, vector_env: Any) -> None:
         self.env = vector_env
@@ -155,6 +159,8 @@ class GymnaxCore:
     returns...) are passed on. Keys follow ``GymnaxToGymWrapper``: ``key, sub =
     split(key)`` once per reset and per step.
     """
+
+    final_obs_kind = FinalObsKind.SIMULATOR  # gymnax's own same-step reset keeps info["final_observation"]
 
     def __init__(self, env: Any, params: Any, num_envs: int) -> None:
         from gymnax.environments.spaces import gymnax_space_to_gym_space

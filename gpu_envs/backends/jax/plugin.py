@@ -21,6 +21,7 @@ import torch
 
 from gpu_envs.backends.base import Backend
 from gpu_envs.backends.jax.backend import JaxBackend, prepare_jax
+from gpu_envs.backends.jax.brax import BRAX_PREFIX, PLAYGROUND_PREFIX, brax_env_ids, is_brax_family, is_brax_id, refusal
 from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError
 from gpu_envs.utils.arguments import as_int
 
@@ -58,6 +59,8 @@ def _unwrapped(obj: Any) -> Any:
 def looks_like_jax_env(obj: Any) -> bool:
     """True for the objects this backend wraps (or refuses with a specific fix)."""
     if _is_gymnax_env(obj) or _is_gymnax_pair(obj):
+        return True
+    if is_brax_family(obj) or refusal(obj) is not None:  # Brax / Playground (see .brax)
         return True
     if _has_class(obj, _GYMNAX_GYM) or _has_class(obj, _GYMNAX_GYM_VECTOR):
         return True
@@ -119,6 +122,16 @@ def wrap_jax(obj: Any, device: torch.device | None = None, *, num_envs: Any = No
     prepare_jax()
     from gpu_envs.backends.jax.cores import FuncEnvCore, GymnaxCore
 
+    message = refusal(obj)
+    if message is not None:
+        raise NotAnEnvError(message)
+    if is_brax_family(obj):
+        from gpu_envs.backends.jax.brax import CORE_OPTIONS, make_brax_core
+
+        core_kw = {k: kwargs.pop(k) for k in CORE_OPTIONS if k in kwargs}
+        if env_params is not None:
+            raise InvalidArgumentError("env_params applies to gymnax envs; configure Brax/Playground envs when building them.")
+        return JaxBackend(make_brax_core(obj, num_envs, **core_kw), device, **kwargs)
     if _is_gymnax_pair(obj):
         env, params = obj
         core = GymnaxCore(env, _gymnax_params(env, params, env_params), _check_num_envs(num_envs if num_envs is not None else 1))
@@ -175,20 +188,31 @@ class JaxPlugin:
         import gymnasium as gym
 
         ids = [i for i, spec in gym.registry.items() if spec.vector_entry_point is not None and is_functional_jax_id(i)]
-        return sorted(ids) + [GYMNAX_PREFIX + i for i in self._gymnax_ids()]
+        return sorted(ids) + [GYMNAX_PREFIX + i for i in self._gymnax_ids()] + brax_env_ids()
 
     def can_make(self, env_id: str) -> bool:
         import gymnasium as gym
 
         if env_id.startswith(GYMNAX_PREFIX):
             return env_id[len(GYMNAX_PREFIX) :] in self._gymnax_ids()
+        if env_id.startswith((BRAX_PREFIX, PLAYGROUND_PREFIX)):
+            return is_brax_id(env_id)
         if env_id in gym.registry:
             return is_functional_jax_id(env_id)
         return env_id in self._gymnax_ids()
 
+    def claims(self, env_id: str) -> bool:
+        """gymnasium's functional JAX envs are this backend's alone (``gpu_envs.registry.may_make``)."""
+        return is_functional_jax_id(env_id)
+
     def make(self, env_id: str, num_envs: int, device: torch.device, **kwargs: Any) -> Backend:
         prepare_jax()
         backend_kw = {k: kwargs.pop(k) for k in ("seed", "expose_info") if k in kwargs}
+        if env_id.startswith((BRAX_PREFIX, PLAYGROUND_PREFIX)):
+            from gpu_envs.backends.jax.brax import make_brax_env
+
+            env, core_options = make_brax_env(env_id, kwargs)
+            return wrap_jax(env, device, num_envs=num_envs, **core_options, **backend_kw)
         gymnax_id = env_id[len(GYMNAX_PREFIX) :] if env_id.startswith(GYMNAX_PREFIX) else None
         if gymnax_id is None and not is_functional_jax_id(env_id):
             gymnax_id = env_id

@@ -8,7 +8,8 @@ Per step the driver
    the true final observations and info entries read by the gymnasium backend inside
    the worker (:mod:`.worker`);
 3. writes each worker's arrays straight into their rows of ONE staging buffer
-   (:class:`gpu_envs.utils.arrays.HostStaging` with :class:`~gpu_envs.utils.arrays.RowBlocks`) and
+   (:class:`gpu_envs.utils.arrays.HostStaging` with :class:`~gpu_envs.utils.arrays.RowBlocks`,
+   the fields named by a :class:`~gpu_envs.backends.layout.StepLayout`) and
    moves it with one transfer (a fresh array per field on a CPU target).
 
 Rows are in worker order: worker ``w`` steps rows ``[start_w, stop_w)``, so global env
@@ -38,18 +39,20 @@ import torch
 
 from gpu_envs.backends.base import Backend, RawStep
 from gpu_envs.backends.gymnasium.info import InfoSpec
+from gpu_envs.backends.layout import StepLayout
 from gpu_envs.backends.ray import cluster
 from gpu_envs.backends.ray.worker import StepResult
 from gpu_envs.contract.errors import (
     BackendError,
     ClosedEnvError,
-    InterruptedStepError,
     InvalidArgumentError,
     StepTimeoutError,
 )
+from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite, numpy_dtype
 from gpu_envs.utils.arrays import HostStaging, RowBlocks
+from gpu_envs.utils.call_guard import CallGuard
 from gpu_envs.utils.devices import default_device, normalize_device
 
 DEFAULT_STEP_TIMEOUT = 60.0  # seconds a step/reset may take before the workers are declared hung
@@ -119,6 +122,9 @@ class RayBackend(Backend):
 
     name = "ray"
     supports_partial_reset = True
+    trusted_outputs = True  # every tensor comes out of its own staging, laid out from the specs
+    # each worker runs the gymnasium backend (SAME_STEP SyncVectorEnvs by make, any mode by wrap_ray)
+    final_obs_kind = (FinalObsKind.SIMULATOR, FinalObsKind.SAME_STEP)
     # None: packed staging buffer + one transfer off the CPU; tests set True to run that path on the CPU
     staging_packed: bool | None = None
 
@@ -135,7 +141,9 @@ class RayBackend(Backend):
         self.num_envs = n = int(sum(sizes))
         self._closed = False
         self._broken: str | None = None
-        self._stale = False
+        # a step or reset that did not finish (a failing worker, Ctrl-C): the other workers stepped,
+        # and only a full reset makes the batch consistent again
+        self._guard = CallGuard("this Ray env")
         self._owned = cluster.connect(options.address, options.ray_init_kwargs)
         try:
             self.workers, facts = cluster.start_workers(
@@ -223,8 +231,7 @@ class RayBackend(Backend):
                 cluster.stop_workers(self.workers, graceful=False)  # hung or lost: nothing to keep
                 error = StepTimeoutError if pending else BackendError  # a timeout is a BackendError too
                 raise error(f"{self.describe()} failed: {' '.join(failures)} Every worker was stopped; build a new env.")
-            self._stale = True
-            raise BackendError(
+            raise BackendError(  # the caller's guard stays marked: the batch is half-stepped
                 f"{self.describe()}: " + "\n".join(failures) + "\nThe other workers stepped: call env.reset() before stepping again."
             )
         return answers
@@ -237,8 +244,8 @@ class RayBackend(Backend):
             calls = [(w, w.actor.reset.remote(seed, None)) for w in self.workers]
         else:
             rows = mask.detach().to("cpu", torch.bool).numpy().reshape(self.num_envs)
-            if self._stale and not rows.all():
-                raise BackendError(f"a step of {self.describe()} failed half-way; reset every env with env.reset().")
+            if not rows.all():
+                self._guard.check("a partial reset")  # a half-stepped batch needs every row reset
             calls = [
                 (w, w.actor.reset.remote(seed, None if rows.all() else rows[w.start : w.stop]))
                 for w in self.workers
@@ -246,10 +253,11 @@ class RayBackend(Backend):
             ]
             if not calls and self._last_obs[0]:
                 return self._publish_obs()
-        for (w, _), obs in zip(calls, self._gather("reset", calls), strict=True):
+        self._guard.start("reset")
+        answers = self._gather("reset", calls)
+        for (w, _), obs in zip(calls, answers, strict=True):
             self._last_obs[w.index] = obs
-        if mask is None or rows.all():
-            self._stale = False
+        self._guard.finish()
         return self._publish_obs()
 
     def _publish_obs(self) -> ObsDict:
@@ -258,12 +266,10 @@ class RayBackend(Backend):
 
     # ------------------------------------------------------------------- step
     def step(self, action: torch.Tensor) -> RawStep:
-        if self._closed or self._broken is not None or self._stale:
+        if self._closed or self._broken is not None or self._guard.pending is not None:
             self.check_usable()
-            raise InterruptedStepError(
-                f"interrupted mid-step: call env.reset(). A step of {self.describe()} did not finish, so its workers "
-                "may be half-stepped."
-            )
+            self._guard.refuse("step", f"the workers of {self.describe()} may be half-stepped")
+        self._guard.start("step")
         if self._action_host is None:
             host = action.detach().numpy()
         else:
@@ -274,55 +280,41 @@ class RayBackend(Backend):
         if self._stage is None:
             self._build_step_stage()
         for w, r in zip(self.workers, results, strict=True):
-            self._last_obs[w.index] = r[0]
+            self._last_obs[w.index] = r.obs
         k = len(self._keys)
-        second, final_mask, as_next = self._transition_obs(results)
-        workers = list(zip(self.workers, results, strict=True))
-        values = [RowBlocks(r[0][i] for r in results) for i in range(k)]
-        values += [RowBlocks(r[j] for r in results) for j in (1, 2, 3)]
-        values += [final_mask, *second]
-        values += [RowBlocks(self._info_rows(w, r[7], key) for w, r in workers) for key in self._info_keys]
-        out = self._stage.publish(values)
-        other = None if second[0] is None else dict(zip(self._keys, out[k + 4 : 2 * k + 4], strict=True))
-        return RawStep(
-            obs=dict(zip(self._keys, out[:k], strict=True)),
-            reward=out[k],
-            terminated=out[k + 1],
-            truncated=out[k + 2],
-            next_obs=other if as_next else None,
-            final_obs=None if as_next else other,
-            final_mask=None if as_next else out[k + 3],
-            info=dict(zip(self._info_keys, out[2 * k + 4 :], strict=True)),
+        final, final_mask = self._final_blocks(results)
+        layout = self._step_layout
+        values = layout.pack(
+            [RowBlocks(r.obs[i] for r in results) for i in range(k)],
+            RowBlocks(r.reward for r in results),
+            RowBlocks(r.terminated for r in results),
+            RowBlocks(r.truncated for r in results),
+            RowBlocks(r.done for r in results),
+            final,
+            final_mask,
+            [RowBlocks(self._info_rows(w, r.info, key) for w, r in zip(self.workers, results, strict=True)) for key in self._info_keys],
         )
+        raw = layout.unpack(self._stage.publish(values), obs_are_final=final is None)
+        self._guard.finish()
+        return raw
 
-    def _transition_obs(self, results: list[StepResult]) -> tuple[list, RowBlocks | None, bool]:
-        """The second observation of the transition: ``(blocks per key, final mask, is it next_obs)``.
+    def _final_blocks(self, results: list[StepResult]) -> tuple[list | None, RowBlocks | None]:
+        """The batch's final observations and mask from the workers' (the gymnasium backends' RawSteps).
 
-        Every worker with its rows' next observations (gymnasium's own vector envs, always
-        here): the batch's ``next_obs``, nothing to merge. Otherwise final observations for
-        the env to merge: a worker's next obs (valid where a row ended), its final obs and
-        mask, or (no row ended there) its obs as filler, masked out.
+        ``(None, None)`` when every worker's observations are its final ones (no row
+        ended anywhere); else one block per worker -- its final observations, or its
+        observations where they are the final ones -- and a mask only where some worker
+        gave one (a vector env that withholds final observations).
         """
+        if all(r.final_obs is None for r in results):
+            return None, None
         k = len(self._keys)
-        if all(r[4] is not None for r in results):
-            return [RowBlocks(r[4][i] for r in results) for i in range(k)], None, True
-        if all(r[4] is None and r[5] is None for r in results):
-            return [None] * k, None, False
-        blocks, masks, exact = [], [], True
-        for r in results:
-            done = np.logical_or(r[2], r[3])
-            if r[4] is not None:
-                blocks.append(r[4])
-                masks.append(done)
-            elif r[5] is not None:
-                blocks.append(r[5])
-                masks.append(done if r[6] is None else np.asarray(r[6], bool) & done)
-                exact = exact and r[6] is None
-            else:
-                blocks.append(r[0])
-                masks.append(np.zeros_like(done))
-                exact = exact and not done.any()
-        return [RowBlocks(b[i] for b in blocks) for i in range(k)], None if exact else RowBlocks(masks), False
+        blocks = [r.obs if r.final_obs is None else r.final_obs for r in results]
+        final = [RowBlocks(b[i] for b in blocks) for i in range(k)]
+        if all(r.final_mask is None for r in results):
+            return final, None
+        masks = [np.ones(len(r.done), bool) if r.final_mask is None else r.final_mask for r in results]
+        return final, RowBlocks(masks)
 
     def _info_rows(self, w: cluster.Worker, info: dict, key: Any) -> np.ndarray:
         value = info.get(key)
@@ -350,11 +342,16 @@ class RayBackend(Backend):
                 self.info_spec[key] = leaf
                 self._info_keys.append(key)
         n = self.num_envs
-        reward_shape = () if self.reward_spec is None else tuple(self.reward_spec.shape)
-        flags = [((n, *reward_shape), torch.float32), ((n,), torch.bool), ((n,), torch.bool), ((n,), torch.bool)]
-        info = [((n, *self.info_spec[key].shape), self.info_spec[key].dtype) for key in self._info_keys]
-        # obs, reward, terminated, truncated, final-obs mask, next (or final) obs, info: one buffer
-        self._stage = HostStaging(self._obs_fields + flags + self._obs_fields + info, self.device, self.staging_packed)
+        reward_shape = (n, 1) if self.reward_spec is None else (n, *self.reward_spec.shape)
+        # obs, reward, flags, final obs, final-obs mask, info (RawStep's fields): one buffer
+        self._step_layout = StepLayout(
+            dict(zip(self._keys, self._obs_fields, strict=True)),
+            n,
+            reward_shape=reward_shape,
+            final_mask=(n,),
+            info={key: ((n, *self.info_spec[key].shape), self.info_spec[key].dtype) for key in self._info_keys},
+        )
+        self._stage = HostStaging(self._step_layout.fields, self.device, self.staging_packed)
 
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:

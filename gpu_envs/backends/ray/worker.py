@@ -24,7 +24,7 @@ import os
 import socket
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -34,10 +34,23 @@ from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
 from gpu_envs.backends.gymnasium import GymnasiumBackend
 from gpu_envs.utils.arrays import to_torch
 
-# One step of a worker: obs leaves, reward, terminated, truncated, next obs leaves (every
-# row's next observation, when the backend has them), final obs leaves (or None),
-# final-obs validity mask (None: every ended row), info {key: array}.
-StepResult = tuple[list, np.ndarray, np.ndarray, np.ndarray, "list | None", "list | None", "np.ndarray | None", dict]
+
+class StepResult(NamedTuple):
+    """One step of a worker's rows: its gymnasium backend's RawStep as numpy arrays, field by field.
+
+    ``final_obs`` is ``None`` when the observations themselves are the final ones (no
+    row ended: nothing is sent twice); ``final_mask`` ``None``: ``final_obs`` is valid on
+    every row (see :class:`~gpu_envs.backends.base.RawStep`).
+    """
+
+    obs: list[np.ndarray]  # leaves in the backend's key order, [rows, ...]
+    reward: np.ndarray  # [rows, 1] ([rows, K]: K objectives)
+    terminated: np.ndarray  # [rows, 1] bool
+    truncated: np.ndarray  # [rows, 1] bool
+    done: np.ndarray  # [rows, 1] bool
+    final_obs: list[np.ndarray] | None
+    final_mask: np.ndarray | None  # [rows] bool
+    info: dict[Any, np.ndarray]
 
 
 class WorkerFailure(Exception):
@@ -104,17 +117,16 @@ class EnvWorker:
 
     def step(self, action: np.ndarray) -> StepResult:
         raw = self._guard(self.backend.step, to_torch(action))  # shares Ray's read-only buffer
-        rows = self.backend.num_envs
-        reward_shape = () if self.backend.reward_spec is None else tuple(self.backend.reward_spec.shape)
-        return (  # flat [rows] flags and [rows, *reward shape] rewards, whichever layout the backend chose
-            _numpy([raw.obs[key] for key in self.keys]),
-            raw.reward.numpy().reshape(rows, *reward_shape),
-            raw.terminated.numpy().reshape(rows),
-            raw.truncated.numpy().reshape(rows),
-            None if raw.next_obs is None else _numpy([raw.next_obs[key] for key in self.keys]),
-            None if raw.final_obs is None else _numpy([raw.final_obs[key] for key in self.keys]),
-            None if raw.final_mask is None else raw.final_mask.numpy(),
-            {key: value.numpy() for key, value in raw.info.items()},
+        final = raw.final_obs
+        return StepResult(
+            obs=_numpy([raw.obs[key] for key in self.keys]),
+            reward=raw.reward.numpy(),
+            terminated=raw.terminated.numpy(),
+            truncated=raw.truncated.numpy(),
+            done=raw.done.numpy(),
+            final_obs=None if final is None or final is raw.obs else _numpy([final[key] for key in self.keys]),
+            final_mask=None if raw.final_mask is None else raw.final_mask.numpy().reshape(-1),
+            info={key: value.numpy() for key, value in raw.info.items()},
         )
 
     def pid(self) -> int:

@@ -1,0 +1,326 @@
+"""The one step path: how :class:`~gpu_envs.core.env.BatchedEnv` turns an action into a transition.
+
+Every step of every backend, in every collection (``env.step``,
+``step_and_maybe_reset``, ``rollout``, ``collect`` eager, compiled or CUDA-graph
+captured, and ``collect``'s random-action writes straight into a buffer), runs
+:class:`StepPath`, in this order::
+
+    td["action"] --1 guard----------> refused after a call that did not finish (CallGuard)
+                 --2 action check---> metadata (type, shape, dtype, device); values where bound
+                 --3 backend advance> backend.step(action): ONE RawStep shape (or the backend's
+                                      direct transition: the same eight fields as a plain tuple)
+                 --4 final-obs rule-> FinalObsRule(obs, done, final_obs, final_mask)
+                                      -> next observations, final_obs_missing
+                 --5 TensorDict build> td["next"]; the next root from the cached post-reset obs
+
+The path owns what a step reads and writes besides the simulator: the cached root
+observations (:attr:`StepPath.root_obs`), the guard (:attr:`StepPath.guard`) and the
+``done`` of the last step (:attr:`StepPath.last_done`, for masked resets).
+
+What differs between backends and moments is decided once, in :meth:`StepPath.bind`
+(after construction, after the first step, after a full reset, when ``validate``
+changes), never per step:
+
+* the backend advance: the first step goes through :class:`FirstStep` (the backend's
+  ``step``, validated field by field by :class:`~gpu_envs.core.checks.StepChecks`, then
+  :meth:`~StepPath.bind` again); later steps call the backend's direct transition
+  where it declares one (``Backend.direct_transition``), else its ``step``; a backend
+  that hands on tensors it did not make (``trusted_outputs`` False) gets its outputs'
+  metadata compared on every step (:class:`WatchedAdvance`);
+* the action value check: none, or ``StepChecks.action_values`` (Discrete ranges on
+  the first step; every range with ``validate``);
+* the TensorDict build: flat keys (one dict, built without re-validation) or nested
+  ones (tuple keys become sub-TensorDicts).
+
+:meth:`StepPath.values` is the same path ending in the transition's tensors instead of
+TensorDicts (keys :func:`~gpu_envs.contract.keys.transition_keys`), for random-action
+collections that copy them straight into their buffer; ``tests/test_step_path.py``
+proves every variant equal, key by key.
+
+Example::
+
+    path = StepPath(backend, rule, checks, batch_size, device)
+    td, root = path.step_and_reset(td)
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Any, NoReturn
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+import gpu_envs.utils.tensordicts as tds
+from gpu_envs.backends.base import Backend
+from gpu_envs.contract.errors import ClosedEnvError, ResetNeededError
+from gpu_envs.contract.final_obs import FinalObsRule
+from gpu_envs.contract.keys import transition_keys
+from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete
+from gpu_envs.core.checks import StepChecks
+from gpu_envs.utils.arguments import STEP_CALLS, check_td
+from gpu_envs.utils.call_guard import CallGuard
+from gpu_envs.utils.tensordicts import get_entry, nest, set_entry
+
+__all__ = ["CLOSED", "NEVER_RESET", "FirstStep", "StepPath", "WatchedAdvance"]
+
+# why the guard is held when no call was interrupted (the env's reasons to refuse every call)
+NEVER_RESET = "never reset"
+CLOSED = "closed"
+
+Advance = Callable[[torch.Tensor], tuple]
+
+
+class WatchedAdvance:
+    """A backend advance whose outputs' metadata are compared with the specs on every step.
+
+    For backends that hand on tensors someone else made (a user's torch env, Isaac Lab):
+    a shape or dtype that changes after the first step is an error naming it, never a
+    silent broadcast. No value is read (no host sync).
+    """
+
+    __slots__ = ("advance", "check")
+
+    def __init__(self, advance: Advance, check: Callable[[tuple], None]) -> None:
+        self.advance = advance
+        self.check = check
+
+    def __call__(self, action: torch.Tensor) -> tuple:
+        raw = self.advance(action)
+        self.check(raw)
+        return raw
+
+
+class FirstStep:
+    """The first step's advance: the backend's ``step``, checked field by field; then the path's later parts.
+
+    ``done`` is a weak reference to the path's method that binds them (the part holds no
+    strong reference back to its path: a dropped env is freed at once, with its simulator).
+    """
+
+    __slots__ = ("backend", "checks", "done")
+
+    def __init__(self, backend: Backend, checks: StepChecks, done: weakref.WeakMethod) -> None:
+        self.backend = backend
+        self.checks = checks
+        self.done = done
+
+    def __call__(self, action: torch.Tensor) -> tuple:
+        raw = self.backend.step(action)
+        self.checks.raw_step(raw)
+        bind = self.done()
+        if bind is not None:
+            bind()
+        return raw
+
+
+class StepPath:
+    """The step of one env, from action to transition (see the module docstring).
+
+    Args:
+        backend: the env's backend.
+        rule: the final-observation rule (torch form) of the env's observations.
+        checks: the env's action and output checks.
+        batch_size, device: the env's.
+
+    Attributes:
+        root_obs: the observations the next step acts on (post-reset on ended rows).
+        guard: refuses calls after one that did not finish, until a full reset.
+        last_done: ``[N, 1]`` rows reset by the backend in the last ``step`` (a masked
+            reset serves their cached observations instead of resetting them again).
+        validate: check action values on every step (one host sync each).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        rule: FinalObsRule,
+        checks: StepChecks,
+        batch_size: torch.Size,
+        device: torch.device,
+    ) -> None:
+        self.backend = backend
+        self.rule = rule
+        self.checks = checks
+        self.batch_size = batch_size
+        self.device = device
+        self.guard = CallGuard("this env")
+        self.guard.hold(NEVER_RESET)  # refused until the first reset
+        self.false = torch.zeros(batch_size.numel(), 1, dtype=torch.bool, device=device)
+        # the flags of every root: one constant, never written (outputs are read-only)
+        self.root_flags = {"done": self.false, "terminated": self.false, "truncated": self.false}
+        self.root_obs: dict = {}
+        self.last_done = self.false
+        self.validate = False
+        self.first = True  # the first step is validated (first_step), then the parts are bound again
+        self.keys = list(checks.obs_meta)
+        self._lone = self.keys[0] if len(self.keys) == 1 else None
+        spec = checks.action_spec
+        self._discrete = isinstance(spec, (Discrete, MultiDiscrete, Binary))
+        self._box = isinstance(spec, Box)
+        self.bind()
+
+    # ------------------------------------------------------------------- parts
+    def bind(self) -> None:
+        """Choose the parts of the path (module docstring); called whenever what they depend on changes."""
+        backend, checks = self.backend, self.checks
+        if self.first:
+            self.advance: Advance = FirstStep(backend, checks, weakref.WeakMethod(self.first_step_done))
+        else:
+            direct = backend.transition() if backend.direct_transition else None
+            advance = backend.step if direct is None else direct
+            self.advance = advance if backend.trusted_outputs else WatchedAdvance(advance, checks.outputs)
+        values = (self._discrete and (self.validate or self.first)) or (self._box and self.validate)
+        self.check_values: Callable[[torch.Tensor], None] | None = checks.action_values if values else None
+        info_spec = getattr(backend, "info_spec", None)
+        info_keys = [] if info_spec is None else list(info_spec.keys(include_nested=True, leaves_only=True))
+        nested = any(isinstance(key, tuple) for key in [*self.keys, *info_keys])
+        # flat keys: one plain dict per TensorDict; nested keys: sub-dicts, made sub-TensorDicts
+        self.entries: Callable[[dict], dict] = nest if nested else dict
+        self.new_td: Callable[..., TensorDict] = tds.new_td if nested else tds.new_flat_td
+        self._direct_td = tds.DIRECT  # read the action from a TensorDict's own dict (tensordicts.py knows it)
+
+    def first_step_done(self) -> None:
+        """The first step was validated (:class:`FirstStep`): bind the later steps' parts."""
+        self.first = False
+        self.bind()
+
+    def refuse(self, call: str) -> NoReturn:
+        """Why ``call`` cannot run: the env was closed or never reset, its backend died, or a call was interrupted."""
+        guard = self.guard
+        if guard.held and guard.pending == CLOSED:
+            raise ClosedEnvError("this env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap().")
+        if guard.held and guard.pending == NEVER_RESET:
+            raise ResetNeededError(f"{call}() was called before reset(): call env.reset() first.")
+        self.backend.check_usable()  # a backend that knows it is dead says why
+        guard.refuse(call)
+
+    # ------------------------------------------------------------------- steps
+    def action_of(self, td: TensorDictBase) -> torch.Tensor:
+        """``td["action"]``, checked (metadata; values where bound), before anything moves."""
+        if self._direct_td and td.__class__ is TensorDict:
+            action = td._tensordict.get("action")
+        else:
+            check_td(td, STEP_CALLS)  # a dict, None, a (td, root) tuple: refused before anything moves
+            action = get_entry(td, "action")
+        checks = self.checks
+        if (
+            action.__class__ is not torch.Tensor
+            or action.shape != checks.action_shape
+            or action.dtype != checks.action_dtype
+            or action.device != self.device
+        ):
+            checks.action(action)  # raises, unless a tensor subclass with the right metadata
+        check_values = self.check_values
+        if check_values is not None:
+            check_values(action)
+        return action
+
+    def step(self, td: TensorDictBase) -> torch.Tensor:
+        """Step with ``td["action"]``: sets ``td["next"]``, caches the next root; returns ``done`` ``[N, 1]``.
+
+        The guard is marked around the backend call (two attribute writes): an
+        exception escaping it leaves the env refusing calls until a full reset.
+        """
+        guard = self.guard
+        if guard.pending is not None:
+            self.refuse("step")
+        action = self.action_of(td)
+        guard.pending = "step"
+        obs, reward, terminated, truncated, done, final_obs, final_mask, info = self.advance(action)
+        next_obs, missing = self.rule(obs, done, final_obs, final_mask)
+        self.root_obs = obs
+        data = self.entries(next_obs)
+        data["reward"] = reward
+        data["done"] = done
+        data["terminated"] = terminated
+        data["truncated"] = truncated
+        data["final_obs_missing"] = missing
+        if info:
+            data.update(self.entries(info))
+        set_entry(td, "next", self.new_td(data, self.batch_size, self.device))
+        self.last_done = done
+        guard.pending = None
+        return done
+
+    def step_and_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
+        """:meth:`step`, then ``(td, next root)``: the post-reset observations where rows ended."""
+        self.step(td)
+        self.last_done = self.false
+        data = self.entries(self.root_obs)
+        data.update(self.root_flags)
+        return td, self.new_td(data, self.batch_size, self.device)
+
+    def root(self) -> TensorDict:
+        """The current root TensorDict: what the next step acts on."""
+        if self.guard.pending is not None:
+            self.refuse("root")
+        data = self.entries(self.root_obs)
+        data.update(self.root_flags)
+        return self.new_td(data, self.batch_size, self.device)
+
+    # ---------------------------------------------------- straight into a buffer
+    def values(self, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The same step as :meth:`step_and_reset`, returning the transition's tensors instead of TensorDicts.
+
+        In the order of ``transition_keys(self.keys)``: root observations, the root's
+        flags, the action, next observations, reward, the step's flags and
+        ``final_obs_missing`` (see :meth:`values_in` for a buffer's own order).
+        """
+        guard = self.guard
+        if guard.pending is not None:
+            self.refuse("step")
+        checks = self.checks
+        if (
+            action.__class__ is not torch.Tensor
+            or action.shape != checks.action_shape
+            or action.dtype != checks.action_dtype
+            or action.device != self.device
+        ):
+            checks.action(action)
+        if self.check_values is not None:
+            self.check_values(action)
+        previous = self.root_obs
+        guard.pending = "step"
+        obs, reward, terminated, truncated, done, final_obs, final_mask, _ = self.advance(action)
+        next_obs, missing = self.rule(obs, done, final_obs, final_mask)
+        self.root_obs = obs
+        self.last_done = false = self.false
+        guard.pending = None
+        lone = self._lone
+        if lone is not None:
+            return previous[lone], false, false, false, action, next_obs[lone], reward, done, terminated, truncated, missing
+        keys = self.keys
+        return (
+            *(previous[k] for k in keys),
+            false,
+            false,
+            false,
+            action,
+            *(next_obs[k] for k in keys),
+            reward,
+            done,
+            terminated,
+            truncated,
+            missing,
+        )
+
+    def values_in(self, keys: list) -> Callable[[torch.Tensor], Any] | None:
+        """``action -> the transition's tensors for keys`` (a buffer's layout, any order), or None.
+
+        None unless ``keys`` are exactly this path's transition keys and the backend
+        adds no info entries (a buffer laid out for more -- a policy's outputs, info --
+        is written from TensorDicts), or before the first step.
+        """
+        own = transition_keys(self.keys)
+        info = getattr(self.backend, "info_spec", None)
+        has_info = info is not None and len(list(info.keys())) > 0
+        if self.first or has_info or len(keys) != len(own) or set(keys) != set(own):
+            return None
+        if tuple(keys) == own:
+            return self.values
+        pick = itemgetter(*(own.index(key) for key in keys))
+        values = self.values
+        return lambda action: pick(values(action))

@@ -1,0 +1,304 @@
+"""``Quarantine``: a row whose observation or reward is not finite is ended, reset and counted; the run goes on.
+
+A training run of thousands of envs for days meets the odd NaN: a simulator blowing up
+on one robot, a NaN torque from a policy on one row. Unchecked, it flows into the
+rollout and a NaN in one row poisons the whole batch's loss. ``Quarantine(env)`` wraps an
+env (it has the env's API, as a :class:`~gpu_envs.transforms.TransformedEnv` does) and on
+every step, on the device and without a host sync:
+
+* finds the rows whose next observation (any floating-point key) or reward holds a NaN
+  or an infinity (a missing final observation's placeholder does not count);
+* ends them: ``("next", "terminated")`` and ``("next", "done")`` set,
+  ``("next", "truncated")`` cleared, ``("next", "quarantined")`` set (bool ``[N, 1]``,
+  False elsewhere), and their transition made finite: ``("next", obs)`` is the
+  observation the row acted on and the reward 0, so nothing non-finite reaches the
+  learner (mask the rows with ``("next", "quarantined")`` to leave them out entirely);
+* resets them in the env below (a masked reset, in the same call), so the next step's
+  input is a fresh episode;
+* counts them and keeps, per row, the last quarantine's record for inspection: the last
+  good observation (the one acted on), the action, the non-finite next observation and
+  reward, and the step it happened at (:meth:`Quarantine.records`).
+
+``raise_after=K`` stops the run once K rows in all were quarantined, with
+:class:`QuarantineLimitError`; never by a per-step sync, but where the host waits anyway:
+a full ``reset()``, :meth:`Quarantine.check` (which also returns the count) or
+:meth:`Quarantine.records`. Put statistics transforms above it
+(``TransformedEnv(Quarantine(env), EpisodeStats())``) so a quarantined row counts as an
+ended episode there.
+
+Needs an env that can reset single rows (built-in envs, torch vector envs with
+``supports_reset_mask``, gymnasium, JAX, Isaac Lab with ``env_ids`` resets); other
+backends are refused when it is built.
+
+Example::
+
+    env = Quarantine(gpu_envs.make("Pendulum-v1", num_envs=4096, device="cuda"), raise_after=100)
+    stats = EpisodeStats()
+    env = TransformedEnv(env, stats)
+    traj = collect(env, policy, steps=64)      # quarantined rows: traj["next", "quarantined"]
+    print(env.env.check())                      # rows quarantined so far (one sync)
+    print(env.env.records())                    # what each quarantined row last saw
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from gpu_envs.contract.errors import BackendError, InvalidArgumentError
+from gpu_envs.contract.specs import Binary
+from gpu_envs.transforms.base import EnvSpecs, Transform
+from gpu_envs.transforms.transformed_env import TransformedEnv
+
+__all__ = ["QUARANTINED_KEY", "Quarantine", "QuarantineLimitError"]
+
+QUARANTINED_KEY = ("next", "quarantined")
+
+
+class QuarantineLimitError(BackendError):
+    """More rows produced non-finite observations or rewards than ``Quarantine(raise_after=...)`` allows."""
+
+
+def _finite_rows(value: torch.Tensor) -> torch.Tensor:
+    """``[N, 1]`` bool: True where every entry of the row is finite."""
+    return torch.isfinite(value).reshape(value.shape[0], -1).all(dim=1, keepdim=True)
+
+
+class QuarantineMarks(Transform):
+    """The per-step part of :class:`Quarantine`: finds, ends, counts and records the non-finite rows.
+
+    Sync-free: ``torch.where`` and in-place updates of tensors allocated in ``setup``.
+    After each ``step`` :attr:`to_reset` holds the rows the env below has not reset
+    itself (quarantined, not ended there), which :class:`Quarantine` resets.
+    """
+
+    def setup(self, specs: EnvSpecs) -> EnvSpecs:
+        specs = super().setup(specs)
+        n, dev = specs.num_envs, specs.device
+        self.obs_keys = [key for key, _ in specs.observation_spec.items(include_nested=True, leaves_only=True)]
+        self.float_keys = [
+            key
+            for key, spec in specs.observation_spec.items(include_nested=True, leaves_only=True)
+            if spec.dtype.is_floating_point
+        ]
+        self.reward_is_float = specs.reward_spec.dtype.is_floating_point
+        obs = specs.observation_spec.zero((n,))
+        action = specs.action_spec.zero((n,))
+        if not isinstance(action, torch.Tensor):
+            raise InvalidArgumentError(
+                f"Quarantine needs a single-tensor action, got a {type(action).__name__} action spec "
+                f"({specs.action_spec!r})."
+            )
+        # the record of each row's last quarantine
+        self.last_good = {key: obs.get(key) for key in self.obs_keys}
+        self.bad_obs = {key: obs.get(key).clone() for key in self.obs_keys}
+        self.action = action
+        self.bad_reward = specs.reward_spec.zero((n,))
+        self.at_step = torch.full((n,), -1, dtype=torch.int64, device=dev)
+        self.per_row = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.total = torch.zeros(1, dtype=torch.int64, device=dev)
+        self.steps = torch.zeros(1, dtype=torch.int64, device=dev)
+        self.to_reset = torch.zeros(n, 1, dtype=torch.bool, device=dev)
+        info = specs.info_spec.to(dev)
+        info["quarantined"] = Binary(1, device=dev)
+        return specs.replace(info_spec=info)
+
+    def step(self, td: TensorDictBase) -> TensorDictBase:
+        nxt = td.get("next")
+        finite = torch.ones_like(self.to_reset)
+        if self.float_keys:
+            missing = nxt.get("final_obs_missing", None)  # placeholders (NaN) stand in for a final obs
+            obs_ok = finite
+            for key in self.float_keys:
+                obs_ok = obs_ok & _finite_rows(nxt.get(key))
+            finite = obs_ok if missing is None else obs_ok | missing
+        reward = nxt.get("reward")
+        if self.reward_is_float:
+            finite = finite & _finite_rows(reward)
+        bad = ~finite
+        rows = bad.view(-1)
+        ended_below = nxt.get("done")
+        self.to_reset.copy_(bad & ~ended_below)
+
+        # the record of this quarantine, on its rows
+        for key in self.obs_keys:
+            good = td.get(key)
+            torch.where(_expand(rows, good), good, self.last_good[key], out=self.last_good[key])
+            torch.where(_expand(rows, good), nxt.get(key), self.bad_obs[key], out=self.bad_obs[key])
+        action = td.get("action")
+        torch.where(_expand(rows, action), action.to(self.action.dtype), self.action, out=self.action)
+        torch.where(_expand(rows, reward), reward, self.bad_reward, out=self.bad_reward)
+        torch.where(rows, self.steps, self.at_step, out=self.at_step)
+        self.per_row.add_(rows)
+        self.total.add_(rows.sum())
+        self.steps.add_(1)
+
+        # end the rows, with a finite transition: the observation acted on, reward 0
+        for key in self.obs_keys:
+            good = td.get(key)
+            nxt.set(key, torch.where(_expand(rows, good), good, nxt.get(key)))
+        nxt.set("reward", torch.where(_expand(rows, reward), torch.zeros_like(reward), reward))
+        terminated = nxt.get("terminated") | bad
+        truncated = nxt.get("truncated") & ~bad
+        nxt.set("terminated", terminated)
+        nxt.set("truncated", truncated)
+        nxt.set("done", terminated | truncated)
+        nxt.set("quarantined", bad)
+        return td
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        state = {"per_row": self.per_row, "total": self.total, "steps": self.steps, "at_step": self.at_step}
+        state["action"], state["bad_reward"], state["to_reset"] = self.action, self.bad_reward, self.to_reset
+        for i, key in enumerate(self.obs_keys):
+            state[f"last_good.{i}"] = self.last_good[key]
+            state[f"bad_obs.{i}"] = self.bad_obs[key]
+        return state
+
+
+def _expand(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``[N]`` row mask -> broadcastable over ``like`` ``[N, ...]``."""
+    return rows.view((rows.shape[0],) + (1,) * (like.dim() - 1))
+
+
+class Quarantine(TransformedEnv):
+    """``env`` with its non-finite rows ended, reset and counted (see the module docstring).
+
+    Args:
+        env: a :class:`~gpu_envs.BatchedEnv` or a ``TransformedEnv`` whose backend can
+            reset single rows.
+        raise_after: raise :class:`QuarantineLimitError` at the next full ``reset()``,
+            :meth:`check` or :meth:`records` once this many rows in all were quarantined;
+            ``None`` (default) never raises.
+
+    Attributes:
+        quarantined: int64 device scalar, rows quarantined since creation (no sync to read
+            the tensor; ``int(...)`` of it syncs once).
+        quarantined_per_row: int64 ``[N]`` device tensor, per row.
+    """
+
+    def __init__(self, env: Any, *, raise_after: int | None = None) -> None:
+        if raise_after is not None and (isinstance(raise_after, bool) or not isinstance(raise_after, int) or raise_after < 1):
+            raise InvalidArgumentError(f"raise_after must be None or an int >= 1, got {raise_after!r}.")
+        backend = getattr(env, "backend", None)
+        if backend is not None and not getattr(backend, "supports_partial_reset", True):
+            raise InvalidArgumentError(
+                f"Quarantine resets single rows, and the {backend.describe()} backend cannot reset a subset of its "
+                "envs. Use a backend that accepts a reset mask (built-in, torch with supports_reset_mask, gymnasium, "
+                "JAX, Isaac Lab with env_ids)."
+            )
+        self._marks = QuarantineMarks()
+        self.raise_after = raise_after
+        # after a plain step(): the rows already reset (ended below, or quarantined and reset
+        # here); a reset mask naming them is served, not reset twice
+        self._served: torch.Tensor | None = None
+        super().__init__(env, self._marks)
+
+    # ------------------------------------------------------------------- API
+    def step(self, td: TensorDictBase) -> TensorDictBase:
+        """Step; quarantined rows end (``("next", "quarantined")``) and are reset before this returns."""
+        self._served = None
+        td = super().step(td)
+        self._reset_quarantined()
+        self._served = td.get(("next", "done")).clone()
+        return td
+
+    def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, reset quarantined rows too, and return ``(td, td_root)``."""
+        self._served = None
+        td, _ = super().step_and_maybe_reset(td)
+        return td, self._reset_quarantined()
+
+    def reset(self, seed: int | None = None, td: TensorDictBase | None = None) -> TensorDictBase:
+        """Reset all rows (first raising :class:`QuarantineLimitError` past ``raise_after``), or the masked ones.
+
+        After a plain ``step()``, rows that ended there (quarantined ones included) were
+        reset already: a mask naming them serves their fresh observation.
+        """
+        mask = None if td is None else td.get("_reset", None)
+        if mask is None:
+            self.check()  # a full reset: the host waits anyway
+        elif self._served is not None and _bool_mask_of(mask, self.num_envs):
+            td = td.clone(recurse=False)  # (a bad mask goes down unchanged, for the env's own error)
+            td.set("_reset", mask.reshape(self.num_envs, 1).to(self.device) & ~self._served)
+        root = super().reset(seed=seed, td=td)
+        self._served = None
+        return root
+
+    # --------------------------------------------------------------- reading
+    @property
+    def quarantined(self) -> torch.Tensor:
+        """Rows quarantined since creation: int64 scalar on the device (reading the tensor does not sync)."""
+        return self._marks.total.view(())
+
+    @property
+    def quarantined_per_row(self) -> torch.Tensor:
+        """Times each row was quarantined: int64 ``[N]`` on the device."""
+        return self._marks.per_row
+
+    def check(self) -> int:
+        """The number of rows quarantined so far (one sync); raises past ``raise_after``."""
+        count = int(self._marks.total.item())
+        if self.raise_after is not None and count >= self.raise_after:
+            rows = torch.nonzero(self._marks.per_row).view(-1).tolist()
+            shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
+            raise QuarantineLimitError(
+                f"{count} rows were quarantined (non-finite observation or reward), reaching raise_after="
+                f"{self.raise_after}; rows {shown}. Inspect them with env.records() (the last good observation, "
+                "the action and the non-finite values of each), fix the simulator or the policy, or raise the limit."
+            )
+        return count
+
+    def records(self) -> TensorDict:
+        """The last quarantine of every row quarantined at least once (host sync; for inspection).
+
+        A TensorDict with one entry per such row: ``"row"``, ``"count"`` (times quarantined),
+        ``"step"`` (steps since this wrapper was built, when it last happened),
+        ``"observation"`` (the observation keys: the last good observation, the one the
+        row acted on), ``"action"``, ``"next_observation"`` (the non-finite one) and
+        ``"reward"``. Does not raise past ``raise_after``: read it after the error.
+        """
+        m = self._marks
+        rows = torch.nonzero(m.per_row).view(-1)
+        data = {
+            "row": rows,
+            "count": m.per_row[rows],
+            "step": m.at_step[rows],
+            "observation": _nest({key: m.last_good[key][rows] for key in m.obs_keys}),
+            "action": m.action[rows],
+            "next_observation": _nest({key: m.bad_obs[key][rows] for key in m.obs_keys}),
+            "reward": m.bad_reward[rows],
+        }
+        return TensorDict(data, batch_size=[rows.shape[0]], device=self.device)
+
+    def clear(self) -> None:
+        """Forget the count and records (e.g. after handling a :class:`QuarantineLimitError`)."""
+        m = self._marks
+        for t in (m.per_row, m.total):
+            t.zero_()
+        m.at_step.fill_(-1)
+
+    # --------------------------------------------------------------- helpers
+    def _reset_quarantined(self) -> TensorDictBase:
+        """Reset the quarantined rows the env below did not end (sync-free masked reset); the new root."""
+        return super().reset(td=TensorDict({"_reset": self._marks.to_reset}, batch_size=self.batch_size, device=self.device))
+
+    def __repr__(self) -> str:
+        return f"Quarantine({self.env!r}, raise_after={self.raise_after})"
+
+
+def _bool_mask_of(mask: Any, n: int) -> bool:
+    return isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.numel() == n
+
+
+def _nest(flat: dict) -> dict:
+    """``{("a", "b"): x}`` -> ``{"a": {"b": x}}``, the layout TensorDict expects for nested keys."""
+    out: dict = {}
+    for key, value in flat.items():
+        parts = key if isinstance(key, tuple) else (key,)
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out

@@ -1,0 +1,563 @@
+"""``RecordEpisodes``: videos of whole episodes of K chosen rows, final frame included, every M episodes.
+
+Thousands of robots train at once; a user wants to SEE a few of them, whole episodes,
+not a viewport. ``RecordEpisodes`` is a transform: put it in a
+:class:`~gpu_envs.transforms.TransformedEnv` and it films rows ``rows`` (K of them)::
+
+    env = gpu_envs.make("CartPole-v1", num_envs=4096, device="cuda")
+    rec = RecordEpisodes.for_env(env, "videos/", rows=[0, 1], every=10)
+    env = TransformedEnv(env, rec)
+    for _ in range(iterations):
+        traj = collect(env, policy, steps=64)
+    rec.close()                           # the last videos finish encoding
+    print(rec.videos)                      # [videos/row0-episode0.mp4, videos/row1-episode0.mp4, ...]
+
+What it records: episode ``e`` of a chosen row (counted from 0 since the transform was
+set up) when ``e % every == 0``; its frames are the first observation (the root of its
+first step) and the next observation of every step, so the LAST frame is the episode's
+true final observation (what ``("next", obs)`` holds on the row that ended), not the
+reset one. An episode interrupted by a reset is dropped. Where a backend cannot give a
+final observation (``("next", "final_obs_missing")``) the video ends one frame earlier.
+
+Where frames come from (``render=``):
+
+* a callable ``obs -> uint8 [B, H, W, 3]`` taking a TensorDict of B rows' observation
+  keys: :meth:`RecordEpisodes.for_env` finds the built-in envs' batched torch renderer
+  (``env.render_observations``, :mod:`gpu_envs.builtin.render`), which draws only the
+  recorded rows, on the device; a torch vector env of yours may define the same hook;
+* the name of an image observation group (``uint8 [H, W, 3]`` or ``[3, H, W]``): a
+  camera, or a gymnasium env's ``rgb_array`` render through
+  ``gpu_envs.make(id, backend="gymnasium", from_pixels=True, pixels_only=False)``
+  (gymnasium renders every sub-env then: that cost is the simulator's);
+* ``None``: the lone image observation group, if there is one.
+
+Frames are drawn from the observations this transform sees: put it before transforms
+that change observations (``ObservationNorm``), i.e. nearer the env.
+
+Cost: K rows rendered (2K frames: the step's input and its result) and copied to the
+host per step, nothing for the other rows; no host sync on the device (the copy goes to
+pinned memory without blocking and is read once it has landed); encoding runs on a
+background thread, streaming each frame into the mp4, so memory does not grow with the
+episode. ``benchmarks/bench_record.py`` measures it. Written with PyAV as H.264 mp4
+(``pip install 'gpu-envs[video]'``); with ``tensorboard=`` (a
+``torch.utils.tensorboard.SummaryWriter`` or a log folder) each video is also added
+as an animated image, if TensorBoard is installed (it is not a dependency).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import re
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from gpu_envs.contract.errors import BackendError, InvalidArgumentError
+from gpu_envs.transforms.base import EnvSpecs, Transform
+from gpu_envs.utils.video import Mp4Stream, add_gif_summary, require_av
+
+__all__ = ["RecordEpisodes"]
+
+Render = Callable[[TensorDictBase], torch.Tensor]
+DEFAULT_FPS = 30.0
+RING_SLOTS = 32  # steps whose frames may be in flight to the host before one is waited for
+_DEFAULT_NAME = "row{row}-episode{episode}.mp4"
+_GIF_SIDE = 160  # TensorBoard GIFs are downscaled to this longer side (their frames are kept until the end)
+
+
+@dataclass
+class _Row:
+    """The host's view of one recorded row."""
+
+    index: int
+    episode: int = -1  # the episode in progress (counted from 0); -1 before the first
+    starting: bool = True  # the next step starts an episode
+    video: int | None = None  # the writer's id of the episode being recorded, None when not recording
+
+
+@dataclass
+class _Slot:
+    """One step's (or reset's) data on its way to the host: ring slot ``index``."""
+
+    kind: str  # "step" or "reset"
+    index: int
+    event: Any = None  # a CUDA event recorded after the copies; None on the CPU
+
+
+def _image_keys(specs: EnvSpecs) -> list[Any]:
+    keys = []
+    for key, spec in specs.observation_spec.items(include_nested=True, leaves_only=True):
+        shape = tuple(spec.shape)
+        if spec.dtype == torch.uint8 and len(shape) == 3 and (shape[-1] == 3 or shape[0] == 3):
+            keys.append(key)
+    return keys
+
+
+class RecordEpisodes(Transform):
+    """Record whole episodes of chosen rows as mp4 videos (see the module docstring).
+
+    Args:
+        path: a folder (videos named ``row{row}-episode{episode}.mp4`` in it) or an
+            ``.mp4`` path, which may hold ``{row}`` and ``{episode}``; a path without
+            them names one video (``max_videos`` is then 1).
+        rows: the rows to film (K distinct indices in ``[0, num_envs)``), default row 0.
+        every: record episodes 0, M, 2M, ... of each row (M = ``every`` >= 1).
+        render: where frames come from: a callable, an image observation key, or None.
+        fps: frames per second of the videos (default 30; :meth:`for_env` takes the env's).
+        max_videos: stop recording after this many videos (None: never stop).
+        tensorboard: a ``SummaryWriter`` or a log folder; each video is also added as an
+            animated image (tag ``episodes/row{row}``, step = the episode), if TensorBoard
+            is installed.
+
+    Attributes:
+        videos: paths of the videos written so far (complete files).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        rows: Sequence[int] = (0,),
+        every: int = 1,
+        render: Render | str | None = None,
+        fps: float | None = None,
+        max_videos: int | None = None,
+        tensorboard: Any = None,
+    ) -> None:
+        super().__init__()
+        self.template, max_videos = _template(path, max_videos)
+        self.rows = _rows(rows)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise InvalidArgumentError(f"every must be an int >= 1 (record every M-th episode), got {every!r}.")
+        self.every = every
+        if render is not None and not callable(render) and not isinstance(render, (str, tuple)):
+            raise InvalidArgumentError(
+                f"render must be a callable obs -> uint8 [B, H, W, 3], an image observation key or None, got {type(render).__name__}."
+            )
+        self.render = render
+        self.fps = DEFAULT_FPS if fps is None else float(fps)
+        if not self.fps > 0:
+            raise InvalidArgumentError(f"fps must be > 0, got {fps!r}.")
+        self.max_videos = max_videos
+        self.tensorboard = tensorboard
+        self.videos: list[Path] = []
+        require_av()  # a missing video library fails here, not after an hour of training
+
+    @classmethod
+    def for_env(cls, env: Any, path: str | os.PathLike, *, size: tuple[int, int] | None = None, **kwargs: Any) -> RecordEpisodes:
+        """A recorder whose frames and fps suit ``env``: its built-in renderer, else its image observation.
+
+        ``size=(height, width)`` sets the built-in renderer's frame size (default:
+        gymnasium's). Other arguments are the constructor's.
+        """
+        raw = getattr(getattr(env, "backend", None), "env", None)
+        hook = getattr(raw, "render_observations", None)
+        if kwargs.get("render") is None and callable(hook):
+            keys = list(env.single_observation_spec.keys(include_nested=True, leaves_only=True))
+            lone = keys[0] if len(keys) == 1 else None
+            height, width = (None, None) if size is None else size
+
+            def render(obs: TensorDictBase) -> torch.Tensor:
+                return hook(obs.get(lone) if lone is not None else obs, height, width)
+
+            kwargs["render"] = render
+            fps = getattr(raw, "render_fps", None) or getattr(raw, "metadata", {}).get("render_fps")
+            kwargs.setdefault("fps", fps)
+        return cls(path, **kwargs)
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, specs: EnvSpecs) -> EnvSpecs:
+        specs = super().setup(specs)
+        bad = [r for r in self.rows if not 0 <= r < specs.num_envs]
+        if bad:
+            raise InvalidArgumentError(f"RecordEpisodes rows {bad} are not rows of this env (num_envs={specs.num_envs}).")
+        self._obs_keys = [key for key, _ in specs.observation_spec.items(include_nested=True, leaves_only=True)]
+        self._frames = self._frame_source(specs)
+        self._index = torch.tensor(self.rows, dtype=torch.long, device=specs.device)
+        self._host = [_Row(r) for r in self.rows]
+        self._slots: list[_Slot] = []
+        self._next_slot = 0
+        self._ring: dict[str, torch.Tensor] | None = None  # allocated at the first step (the frame size)
+        self._arrays: dict[str, np.ndarray] = {}
+        self._writer = _Writer(self.fps, self.tensorboard, self.videos)
+        self._started = 0  # videos begun
+        self._active = True
+        # on the CPU the host sees each step at once and renders only what videos take; on an
+        # accelerator every chosen row is rendered and its frames reach the host asynchronously
+        self._host_knows = specs.device.type == "cpu"
+        return specs
+
+    def _frame_source(self, specs: EnvSpecs) -> Render:
+        render = self.render
+        if callable(render):
+            return render
+        keys = _image_keys(specs)
+        if render is None:
+            if len(keys) != 1:
+                found = f"image observations {keys}" if keys else "no image observation"
+                raise InvalidArgumentError(
+                    f"RecordEpisodes needs frames, and this env has {found}. Use RecordEpisodes.for_env(env, ...) "
+                    "(built-in envs and torch envs with render_observations), pass render=<image observation key>, "
+                    "or render=<callable obs -> uint8 [B, H, W, 3]>; for a gymnasium env, make it with "
+                    "from_pixels=True, pixels_only=False and pass render='pixels'."
+                )
+            render = keys[0]
+        if render not in keys:
+            raise InvalidArgumentError(
+                f"render={render!r} is not an image observation (uint8 [H, W, 3] or [3, H, W]) of this env; its "
+                f"image observations: {keys or 'none'}."
+            )
+        key = render
+
+        def frames(obs: TensorDictBase) -> torch.Tensor:
+            image = obs.get(key)
+            return image.permute(0, 2, 3, 1) if image.shape[-1] != 3 else image
+
+        return frames
+
+    # ------------------------------------------------------------- data hooks
+    def step(self, td: TensorDictBase) -> TensorDictBase:
+        if not self._active:
+            return td
+        if self._host_knows:
+            self._step_on_host(td)
+            return td
+        nxt = td.get("next")
+        index = self._index
+        obs = torch.cat([td.select(*self._obs_keys)[index], nxt.select(*self._obs_keys)[index]])
+        missing = nxt.get("final_obs_missing", None)
+        data = {
+            "frames": self._render(obs, 2 * len(self.rows)),
+            "done": nxt.get("done").reshape(-1)[index],
+            "missing": torch.zeros_like(index, dtype=torch.bool) if missing is None else missing.reshape(-1)[index],
+        }
+        self._send("step", data)
+        return td
+
+    def _step_on_host(self, td: TensorDictBase) -> None:
+        """On the CPU the host knows every row's state at once: render only the frames a video takes."""
+        nxt = td.get("next")
+        index = self._index
+        done = nxt.get("done").reshape(-1)[index].numpy()
+        missing = nxt.get("final_obs_missing", None)
+        missing = np.zeros_like(done) if missing is None else missing.reshape(-1)[index].numpy()
+        first = [j for j, row in enumerate(self._host) if row.starting and self._will_record(row)]
+        then = [j for j, row in enumerate(self._host) if row.video is not None or j in first]
+        roots, nexts = {}, {}
+        if then:
+            pick = lambda rows: torch.tensor([self.rows[j] for j in rows], dtype=torch.long)  # noqa: E731
+            parts = [td.select(*self._obs_keys)[pick(first)]] if first else []
+            obs = torch.cat([*parts, nxt.select(*self._obs_keys)[pick(then)]])
+            frames = self._render(obs, len(first) + len(then)).numpy()
+            roots = {j: frames[i] for i, j in enumerate(first)}
+            nexts = {j: frames[len(first) + i] for i, j in enumerate(then)}
+        self._process(roots, nexts, done, missing)
+
+    def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+        """The reset rows' episodes in progress are interrupted: not recorded (rows that just ended are not affected)."""
+        if not self._active:
+            return td
+        reset = mask.reshape(-1)[self._index]
+        if self._host_knows:
+            for row, was_reset in zip(self._host, reset.numpy(), strict=True):
+                if was_reset:
+                    self._drop(row)
+        elif self._ring is not None:  # before the first step every row starts afresh anyway
+            self._send("reset", {"reset": reset})
+        return td
+
+    def _render(self, obs: TensorDictBase, count: int) -> torch.Tensor:
+        frames = self._frames(obs)
+        if (
+            not isinstance(frames, torch.Tensor)
+            or frames.dtype != torch.uint8
+            or frames.dim() != 4
+            or frames.shape[0] != count
+            or frames.shape[-1] != 3
+        ):
+            got = f"{frames.dtype} {tuple(frames.shape)}" if isinstance(frames, torch.Tensor) else type(frames).__name__
+            raise InvalidArgumentError(f"RecordEpisodes' render must return uint8 [{count}, H, W, 3] frames for {count} rows, got {got}.")
+        return frames
+
+    # ------------------------------------------------------------ to the host
+    def _send(self, kind: str, data: dict[str, torch.Tensor]) -> None:
+        """Copy ``data`` into the next ring slot (without blocking on CUDA), then take in what has landed."""
+        if self._ring is None:
+            self._allocate(data)
+        if len(self._slots) == RING_SLOTS:
+            self._take(self._slots[0], wait=True)  # the host is a whole ring ahead: wait for the oldest
+        slot = self._next_slot
+        self._next_slot = (slot + 1) % RING_SLOTS
+        cuda = self.device.type == "cuda"
+        for name, value in data.items():
+            self._ring[name][slot].copy_(value, non_blocking=cuda)
+        event = None
+        if cuda:  # recorded on the env device's stream, where the copies were queued
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(self.device))
+        self._slots.append(_Slot(kind, slot, event))
+        self._drain(wait=False)
+
+    def _allocate(self, data: dict[str, torch.Tensor]) -> None:
+        pin = self.device.type == "cuda"
+        ring = {}
+        shapes = {"frames": data["frames"], "done": data["done"], "missing": data["done"], "reset": data["done"]}
+        for name, like in shapes.items():
+            ring[name] = torch.empty((RING_SLOTS, *like.shape), dtype=like.dtype, pin_memory=pin)
+        self._ring = ring
+        self._arrays = {name: value.numpy() for name, value in ring.items()}  # the host reads numpy views
+
+    def _drain(self, wait: bool) -> None:
+        while self._slots and (wait or self._slots[0].event is None or self._slots[0].event.query()):
+            self._take(self._slots[0], wait=wait)
+
+    def _take(self, slot: _Slot, wait: bool) -> None:
+        if slot.event is not None and wait:
+            slot.event.synchronize()
+        self._slots.pop(0)
+        i = slot.index
+        if slot.kind == "reset":
+            for j, row in enumerate(self._host):
+                if self._arrays["reset"][i][j]:
+                    self._drop(row)
+            return
+        frames, k = self._arrays["frames"][i], len(self._host)
+        roots = {j: frames[j] for j in range(k)}
+        nexts = {j: frames[k + j] for j in range(k)}
+        self._process(roots, nexts, self._arrays["done"][i], self._arrays["missing"][i])
+
+    def _process(self, roots: dict, nexts: dict, done: np.ndarray, missing: np.ndarray) -> None:
+        """One step on the host: start, continue and end each row's episode; frames go to the writer."""
+        for j, row in enumerate(self._host):
+            if row.starting:
+                self._begin(row, roots.get(j))
+            if row.video is not None and not (done[j] and missing[j]):
+                self._writer.frame(row.video, nexts[j])
+            if done[j]:
+                if row.video is not None:
+                    self._writer.end(row.video)
+                    row.video = None
+                row.starting = True
+        if self.max_videos is not None and self._started >= self.max_videos and all(r.video is None for r in self._host):
+            self._active = False  # nothing more to record: no more rendering
+
+    def _will_record(self, row: _Row) -> bool:
+        """Whether the episode this (starting) row begins next is filmed."""
+        budget = self.max_videos is None or self._started < self.max_videos
+        return budget and (row.episode + 1) % self.every == 0
+
+    def _begin(self, row: _Row, first: np.ndarray | None) -> None:
+        record = self._will_record(row)
+        row.episode += 1
+        row.starting = False
+        if not record:
+            return
+        path = Path(self.template.format(row=row.index, episode=row.episode))
+        row.video = self._writer.begin(path, f"episodes/row{row.index}", row.episode)
+        self._started += 1
+        self._writer.frame(row.video, first)
+
+    def _drop(self, row: _Row) -> None:
+        """The row was reset: its episode in progress is interrupted, not recorded."""
+        if row.video is not None:
+            self._writer.abort(row.video)
+            self._started -= 1
+            row.video = None
+        if not row.starting:
+            row.starting = True
+
+    # -------------------------------------------------------------- lifecycle
+    def flush(self) -> list[Path]:
+        """Take in every step sent so far and wait until every ended episode's video is written; the videos."""
+        self.check_bound("flush()")
+        self._drain(wait=True)
+        self._writer.wait()
+        return list(self.videos)
+
+    def close(self) -> list[Path]:
+        """:meth:`flush`, then stop recording; an episode still running is not written. Returns the videos."""
+        self.check_bound("close()")
+        self._drain(wait=True)
+        for row in self._host:
+            if row.video is not None:
+                self._writer.abort(row.video)
+                row.video = None
+        self._active = False
+        self._writer.close()
+        return list(self.videos)
+
+    def __repr__(self) -> str:
+        return f"RecordEpisodes({self.template!r}, rows={list(self.rows)}, every={self.every})"
+
+
+def _template(path: Any, max_videos: int | None) -> tuple[str, int | None]:
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise InvalidArgumentError(f"path must be a folder or an .mp4 path, got {path!r}.")
+    if max_videos is not None and (isinstance(max_videos, bool) or not isinstance(max_videos, int) or max_videos < 1):
+        raise InvalidArgumentError(f"max_videos must be None or an int >= 1, got {max_videos!r}.")
+    text = os.fspath(path)
+    if not text.endswith(".mp4"):
+        return os.path.join(text, _DEFAULT_NAME), max_videos
+    fields = set(re.findall(r"{(\w*)}", text))
+    if fields - {"row", "episode"}:
+        raise InvalidArgumentError(f"path {text!r} may hold only the fields {{row}} and {{episode}}, got {sorted(fields)}.")
+    if not fields:
+        if max_videos not in (None, 1):
+            raise InvalidArgumentError(
+                f"path {text!r} names one video, but max_videos={max_videos}: put {{row}} and {{episode}} in the name, "
+                "or give a folder."
+            )
+        return text.replace("{", "{{").replace("}", "}}"), 1
+    return text, max_videos
+
+
+def _rows(rows: Any) -> tuple[int, ...]:
+    if isinstance(rows, int) and not isinstance(rows, bool):
+        rows = (rows,)
+    try:
+        values = tuple(rows)
+    except TypeError:
+        values = None
+    if not values or any(isinstance(r, bool) or not isinstance(r, (int, np.integer)) for r in values):
+        raise InvalidArgumentError(f"rows must be a non-empty sequence of row indices, got {rows!r}.")
+    values = tuple(int(r) for r in values)
+    if len(set(values)) != len(values):
+        raise InvalidArgumentError(f"rows must be distinct, got {list(values)}.")
+    return values
+
+
+class _Writer:
+    """A background thread streaming frames into mp4 files (one open file per recorded episode)."""
+
+    def __init__(self, fps: float, tensorboard: Any, done: list[Path]) -> None:
+        self.fps, self.done = fps, done
+        self.board = _board(tensorboard)
+        self.queue: queue.Queue = queue.Queue(maxsize=256)  # full: the caller waits (frames are not dropped)
+        self.error: BaseException | None = None
+        self.ids = 0
+        self.thread: threading.Thread | None = None
+
+    def _raise_error(self) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise BackendError(f"RecordEpisodes could not write a video: {type(error).__name__}: {error}") from error
+
+    def _put(self, message: tuple) -> None:
+        self._raise_error()
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="gpu_envs-RecordEpisodes", daemon=True)
+            self.thread.start()
+        self.queue.put(message)
+
+    def begin(self, path: Path, tag: str, step: int) -> int:
+        self.ids += 1
+        self._put(("begin", self.ids, path, tag, step))
+        return self.ids
+
+    def frame(self, video: int, image: np.ndarray) -> None:
+        self._put(("frame", video, np.array(image)))  # a copy: the ring slot is reused
+
+    def end(self, video: int) -> None:
+        self._put(("end", video))
+
+    def abort(self, video: int) -> None:
+        self._put(("abort", video))
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.queue.join()
+        self._raise_error()
+
+    def close(self) -> None:
+        self.wait()
+        if self.thread is not None:
+            self.queue.put(("stop",))
+            self.thread.join(timeout=60)
+            self.thread = None
+
+    def _run(self) -> None:
+        open_: dict[int, _Video] = {}
+        while True:
+            message = self.queue.get()
+            try:
+                kind = message[0]
+                if kind == "stop":
+                    for video in open_.values():
+                        video.abort()
+                    return
+                if kind == "begin":
+                    _, video, path, tag, step = message
+                    open_[video] = _Video(path, self.fps, tag, step, self.board is not None)
+                elif kind == "frame":
+                    if message[1] in open_:
+                        open_[message[1]].add(message[2])
+                elif kind == "end":
+                    video = open_.pop(message[1], None)
+                    if video is not None:
+                        self.done.append(video.finish(self.board))
+                elif kind == "abort":
+                    video = open_.pop(message[1], None)
+                    if video is not None:
+                        video.abort()
+            except BaseException as err:  # raised to the caller at its next call
+                self.error = err
+                for video in open_.values():
+                    with contextlib.suppress(Exception):
+                        video.abort()
+                open_.clear()
+            finally:
+                self.queue.task_done()
+
+
+def _board(tensorboard: Any) -> Any:
+    if tensorboard is None:
+        return None
+    if isinstance(tensorboard, (str, os.PathLike)):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            warnings.warn(
+                "RecordEpisodes(tensorboard=...) needs TensorBoard (pip install tensorboard); videos go to mp4 only.",
+                stacklevel=3,
+            )
+            return None
+        return SummaryWriter(os.fspath(tensorboard))
+    if not hasattr(tensorboard, "file_writer") and not hasattr(tensorboard, "_get_file_writer"):
+        raise InvalidArgumentError(
+            f"tensorboard must be a torch.utils.tensorboard.SummaryWriter or a log folder, got {type(tensorboard).__name__}."
+        )
+    return tensorboard
+
+
+class _Video:
+    """One episode's mp4 being written (and its TensorBoard GIF frames, when a board is given)."""
+
+    def __init__(self, path: Path, fps: float, tag: str, step: int, keep_for_gif: bool) -> None:
+        self.mp4 = Mp4Stream(path, fps)
+        self.fps, self.tag, self.step = fps, tag, step
+        self.gif: list[np.ndarray] | None = [] if keep_for_gif else None
+
+    def add(self, image: np.ndarray) -> None:
+        self.mp4.add(image)
+        if self.gif is not None:
+            step = max(1, -(-max(image.shape[:2]) // _GIF_SIDE))
+            self.gif.append(image[::step, ::step])
+
+    def finish(self, board: Any) -> Path:
+        path = self.mp4.finish()
+        if board is not None and self.gif:
+            add_gif_summary(board, self.tag, np.stack(self.gif), self.step, self.fps)
+            board.flush()
+        return path
+
+    def abort(self) -> None:
+        self.mp4.abort()

@@ -26,7 +26,8 @@ import torch
 from tensordict import TensorDict
 
 import gpu_envs
-from gpu_envs.backends.mjlab import FINAL_OBS_KIND, MjlabBackend, is_mjlab_env
+from gpu_envs.backends.mjlab import MjlabBackend, is_mjlab_env
+from gpu_envs.contract.final_obs import FinalObsKind
 from tests.fakes import ends_truncated, episode_length, reference_rollout, reward_of
 
 N, T = 6, 60
@@ -168,7 +169,7 @@ def test_detects_mjlab_envs_without_importing_mjlab():
     assert is_mjlab_env(fake) and is_mjlab_env(Task()) and is_mjlab_env(RslRlVecEnvWrapper(fake))
     assert not is_mjlab_env(SimpleNamespace(unwrapped=None)) and not is_mjlab_env(object())
     env = gpu_envs.wrap(fake)
-    assert isinstance(env.backend, MjlabBackend) and env.backend.final_obs_kind == FINAL_OBS_KIND
+    assert isinstance(env.backend, MjlabBackend) and env.backend.final_obs_kind == FinalObsKind.SAME_STEP
     assert "mjlab" not in sys.modules
 
 
@@ -303,7 +304,7 @@ def test_to_rsl_rl_reads_mjlabs_episode_clock_and_log():
 def test_exact_final_obs_false_keeps_mjlabs_auto_reset_with_placeholders():
     fake = ManagerBasedRlEnv()
     env = gpu_envs.wrap(fake, exact_final_obs=False)
-    assert fake.cfg.auto_reset is True and env.backend.final_obs_kind != FINAL_OBS_KIND
+    assert fake.cfg.auto_reset is True and env.backend.final_obs_kind == FinalObsKind.PLACEHOLDER
     actions = actions_for()
     got, _ = run(env, actions)
     expected = reference_rollout(N, actions, final_obs="none")

@@ -63,7 +63,7 @@ from typing import Any
 import torch
 
 from gpu_envs.backends.base import Backend, RawStep
-from gpu_envs.backends.common import NO_INFO, claim_simulator, flatten_obs
+from gpu_envs.backends.common import NO_INFO, claim_simulator, flag_columns, flatten_obs
 from gpu_envs.backends.reuse import ReuseDetector
 from gpu_envs.contract.errors import (
     ClosedEnvError,
@@ -72,21 +72,19 @@ from gpu_envs.contract.errors import (
     ObservationError,
     UnsupportedSpaceError,
 )
+from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Box, Composite, Spec
 from gpu_envs.contract.specs.dtypes import torch_dtype
 from gpu_envs.utils.arguments import as_bool, as_int
 from gpu_envs.utils.devices import resolve_device, same_device
 
-__all__ = ["FINAL_OBS_KIND", "PLACEHOLDER_KIND", "MjlabBackend", "is_mjlab_env"]
+__all__ = ["MjlabBackend", "is_mjlab_env"]
 
 # Class attribute honoured by the detector, for objects that follow mjlab's contract.
 BACKEND_HOOK = "gpu_envs_backend"
 # The class every mjlab RL env derives from (mjlab 1.x).
 _ENV_CLASS = ("mjlab.envs.manager_based_rl_env", "ManagerBasedRlEnv")
-# Which final observation this backend gives (DESIGN.md, "Final observations, by simulator").
-FINAL_OBS_KIND = "exact by same-step handling in gpu_envs"
-PLACEHOLDER_KIND = "placeholder + final_obs_missing (mjlab's own auto-reset; exact_final_obs=False)"
 
 
 def _mjlab_class(cls: type) -> bool:
@@ -167,7 +165,9 @@ class MjlabBackend(Backend):
     """
 
     name = "mjlab"
-    final_obs_kind = FINAL_OBS_KIND
+    # SAME_STEP by default (auto-reset off, ended rows reset here); PLACEHOLDER with
+    # exact_final_obs=False (an instance narrows it to the one in force)
+    final_obs_kind = (FinalObsKind.SAME_STEP, FinalObsKind.PLACEHOLDER)
     supports_partial_reset = True
 
     def __init__(
@@ -183,7 +183,7 @@ class MjlabBackend(Backend):
         if copy_obs is not None:
             copy_obs = as_bool(copy_obs, "copy_obs")
         self.exact_final_obs = as_bool(exact_final_obs, "exact_final_obs")
-        self.final_obs_kind = FINAL_OBS_KIND if self.exact_final_obs else PLACEHOLDER_KIND
+        self.final_obs_kind = FinalObsKind.SAME_STEP if self.exact_final_obs else FinalObsKind.PLACEHOLDER
         if not _accepts_env_ids(env):
             env = base  # a wrapper whose reset takes no env_ids: reset through the env itself
         self.env = env
@@ -244,24 +244,19 @@ class MjlabBackend(Backend):
         n = self.num_envs
         # mjlab rewrites its reward and termination buffers on every step: copy them (the
         # two flags in one op), straight into the [N, 1] layout.
-        flags = torch.stack((terminated, truncated)).view(2, n, 1)
-        reward = reward.view(n, 1).clone()
+        try:
+            flags = torch.stack((terminated, truncated)).view(2, n, 1)
+            reward = reward.view(n, 1).to(torch.float32, copy=True)
+        except (AttributeError, RuntimeError, TypeError):  # not N values each: say which
+            flag_columns(reward, terminated, truncated, (n, 1), self.describe())
+            raise
         terminated, truncated = flags[0], flags[1]
         done = terminated | truncated
         step_log = extras.get("log") if isinstance(extras, Mapping) else None
         if not self.exact_final_obs:  # mjlab reset the ended rows itself: placeholders for their final obs
             self._set_log(extras, None)
             self._last_obs = final
-            return RawStep(
-                obs=final,
-                reward=reward,
-                terminated=terminated,
-                truncated=truncated,
-                done=done,
-                final_obs=None,
-                final_mask=None,
-                info=NO_INFO,
-            )
+            return RawStep(obs=final, reward=reward, terminated=terminated, truncated=truncated, done=done, info=NO_INFO)
         # The one host read of the step: which rows to hand to reset(env_ids=...).
         ended = done.view(n).nonzero().view(-1)
         if ended.numel():
@@ -270,15 +265,12 @@ class MjlabBackend(Backend):
             obs = final
             self._set_log(extras, step_log)
         self._last_obs = obs
+        # final: every row's pre-reset observation (the final one where an episode ended,
+        # the plain next one elsewhere), so final_mask=None; on steps without an end the
+        # very same tensors as obs (never written again: mjlab builds new ones every call)
         return RawStep(
-            obs=obs,
-            reward=reward,
-            terminated=terminated,
-            truncated=truncated,
-            done=done,
-            final_obs=final,
-            final_mask=None,
-            info=NO_INFO,
+            obs=obs, reward=reward, terminated=terminated, truncated=truncated, done=done,
+            final_obs=final, final_mask=None, info=NO_INFO,
         )
 
     def _reset_rows(

@@ -15,7 +15,8 @@ import torch
 from tensordict import TensorDict
 
 import gpu_envs
-from gpu_envs.backends.mjlab import FINAL_OBS_KIND, MjlabBackend
+from gpu_envs.backends.mjlab import MjlabBackend
+from gpu_envs.contract.final_obs import FinalObsKind
 from tests.mjlab.tasks import CARTPOLE, GO1, quiet, raw_env, task_cfg
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
@@ -39,7 +40,7 @@ def test_wrap_recognises_mjlab_and_turns_its_auto_reset_off(env):
     from mjlab.envs import ManagerBasedRlEnv
 
     assert isinstance(env.backend, MjlabBackend) and isinstance(env.backend.base, ManagerBasedRlEnv)
-    assert env.backend.base.cfg.auto_reset is False and env.backend.final_obs_kind == FINAL_OBS_KIND
+    assert env.backend.base.cfg.auto_reset is False and env.backend.final_obs_kind == FinalObsKind.SAME_STEP
     assert env.backend.supports_partial_reset and env.device == torch.device("cpu")
     # mjlab's own space classes became specs: the groups as keys, the action as a Box
     assert set(env.single_observation_spec.keys()) == {"actor", "critic"}

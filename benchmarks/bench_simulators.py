@@ -1,11 +1,15 @@
 """Real simulators: gpu_envs' step against the simulator's raw step and its own trainer wrapper, at equal N.
 
-One section per simulator (:data:`SIMULATORS`), each measured in a process that has the
-simulator: in this one where it is importable, else in a subprocess with the python of
-its cached venv (``scripts/simulator_venv.sh NAME``; Isaac Lab: ``scripts/isaaclab_venv.sh``).
-A simulator without a venv is listed as skipped, with the command that builds it.
+One section per simulator (:data:`SIMULATORS`): mjlab and Isaac Lab (here), EnvPool,
+Brax, MuJoCo Playground and ManiSkill3 (their rows come from
+``benchmarks/simulator_rows.py``, in the same columns). Each is measured in a process
+that has the simulator: in this one where it is importable, else in a subprocess with
+the python of its cached venv (``scripts/simulator_venv.sh mjlab | brax | maniskill``;
+Isaac Lab: ``scripts/isaaclab_venv.sh``; EnvPool lives in the main venv). A simulator
+without a venv is listed as skipped, with the command that builds it.
 
-Contenders, all stepping the same task with the same fixed actions at the same N:
+Contenders for mjlab and Isaac Lab (simulator_rows.py's docstring lists the others'),
+all stepping the same task with the same fixed actions at the same N:
 
 * ``raw``: the simulator's own ``step`` as it ships (its auto-reset on, final observations lost);
 * ``gpu_envs``: ``gpu_envs.wrap(env)`` with ``step_and_maybe_reset``, exact final
@@ -29,9 +33,10 @@ within +5% of the raw step.
 
     python -m benchmarks.bench_simulators --json benchmarks/results/simulators.json
     python -m benchmarks.bench_simulators --only mjlab --sizes 16 64
+    python -m benchmarks.bench_simulators --only envpool brax     # at their default N=8
 
 Adding a simulator: write ``<name>_rows(sizes, steps, rounds) -> list[dict]`` (run in a
-process that has it) and add a :class:`Simulator` entry naming its package and venv.
+process that has it) and add a :class:`Simulator` entry naming its package, venv and default sizes.
 """
 
 from __future__ import annotations
@@ -72,6 +77,8 @@ COLUMNS = [
     ("trainer_us", "trainer wrapper us/step"),
     ("trainer_overhead", "trainer vs raw"),
     ("gpu_envs_rsl_rl_overhead", "to_rsl_rl vs raw"),
+    ("collect_us", "collect us/step"),
+    ("collect_vs_step", "collect vs gpu_envs step"),
     ("resets_per_step", "resets/step"),
     ("target", "target"),
 ]
@@ -86,6 +93,7 @@ class Simulator:
     rows: Callable[[tuple[int, ...], int, int], list[dict]]
     venv: Callable[[], Path | None]
     build_hint: str
+    sizes: tuple[int, ...] = (16, 64)  # the N measured when --sizes is not given
 
 
 def _quiet():
@@ -288,11 +296,45 @@ def isaaclab_venv() -> Path | None:
     return root if (root / ".complete").exists() else None
 
 
+def _rows_of(name: str) -> Callable[[tuple[int, ...], int, int], list[dict]]:
+    """``simulator_rows.<name>_rows``, imported when called (in the process that has the simulator)."""
+
+    def rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
+        from benchmarks import simulator_rows
+
+        return getattr(simulator_rows, f"{name}_rows")(sizes, steps, rounds)
+
+    return rows
+
+
 SIMULATORS = {
     "mjlab": Simulator(
         "mjlab", "mjlab", mjlab_rows, lambda: simulator_venv("mjlab"), "scripts/simulator_venv.sh mjlab"
     ),
     "isaaclab": Simulator("isaaclab", "isaaclab", isaaclab_rows, isaaclab_venv, "scripts/isaaclab_venv.sh"),
+    # targets at N=8 (simulator_rows' docstring); ManiSkill3 runs one env on CPU PhysX whatever the sizes
+    "envpool": Simulator(
+        "envpool", "envpool", _rows_of("envpool"), lambda: None, "pip install 'gpu-envs[envpool]'", (8,)
+    ),
+    "brax": Simulator(
+        "brax", "brax", _rows_of("brax"), lambda: simulator_venv("brax"), "scripts/simulator_venv.sh brax", (8,)
+    ),
+    "playground": Simulator(
+        "playground",
+        "mujoco_playground",
+        _rows_of("playground"),
+        lambda: simulator_venv("brax"),
+        "scripts/simulator_venv.sh brax",
+        (8,),
+    ),
+    "maniskill": Simulator(
+        "maniskill",
+        "mani_skill",
+        _rows_of("maniskill"),
+        lambda: simulator_venv("maniskill"),
+        "scripts/simulator_venv.sh maniskill",
+        (1,),
+    ),
 }
 
 
@@ -314,14 +356,20 @@ def rows_for(sim: Simulator, sizes: tuple[int, ...], steps: int, rounds: int) ->
         return json.loads(out.read_text())["rows"], None
 
 
-def run(quick: bool = False, only: tuple[str, ...] | None = None, sizes: tuple[int, ...] | None = None) -> dict:
-    """Every simulator's rows (``gpu-envs bench`` calls this)."""
+def run(
+    quick: bool = False,
+    only: tuple[str, ...] | None = None,
+    sizes: tuple[int, ...] | None = None,
+    steps: int | None = None,
+    rounds: int | None = None,
+) -> dict:
+    """Every simulator's rows (``only``: those), at ``sizes`` or each simulator's own default N."""
     torch.set_num_threads(1)
-    steps, rounds = (3, 3) if quick else (10, 9)
-    sizes = sizes or ((8,) if quick else (16, 64))
+    steps, rounds = steps or (3 if quick else 10), rounds or (3 if quick else 9)
     rows, notes = [], []
     for name in only or tuple(SIMULATORS):
-        found, note = rows_for(SIMULATORS[name], sizes, steps, rounds)
+        sim = SIMULATORS[name]
+        found, note = rows_for(sim, sizes or ((8,) if quick else sim.sizes), steps, rounds)
         rows += found
         if note:
             notes.append(note)
@@ -339,7 +387,9 @@ def run(quick: bool = False, only: tuple[str, ...] | None = None, sizes: tuple[i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=list(SIMULATORS), default=None)
-    parser.add_argument("--sizes", type=int, nargs="+", default=None, help="N (default 16 64; --quick: 8)")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=None, help="N (default: mjlab, Isaac Lab 16 64; others 8; --quick: 8)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="steps per round (default 10)")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 9)")
     parser.add_argument("--quick", action="store_true")
@@ -349,11 +399,16 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.in_process:
         steps, rounds = args.steps or 10, args.rounds or 9
-        sizes = tuple(args.sizes or (16, 64))
-        rows = [row for name in args.only or SIMULATORS for row in SIMULATORS[name].rows(sizes, steps, rounds)]
+        names = args.only or list(SIMULATORS)
+        rows = [
+            row
+            for name in names
+            for row in SIMULATORS[name].rows(tuple(args.sizes or SIMULATORS[name].sizes), steps, rounds)
+        ]
         save_json(args.json, {"benchmark": "simulators", "rows": rows})
         return
-    result = run(args.quick, tuple(args.only) if args.only else None, tuple(args.sizes) if args.sizes else None)
+    only, sizes = (tuple(args.only) if args.only else None), (tuple(args.sizes) if args.sizes else None)
+    result = run(args.quick, only, sizes, args.steps, args.rounds)
     print(format_table(result["title"], result["rows"], result["columns"]))
     save_json(args.json, {"benchmark": "simulators", "device": "cpu", "rows": result["rows"], "notes": result["notes"]})
 

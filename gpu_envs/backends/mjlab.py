@@ -168,6 +168,9 @@ class MjlabBackend(Backend):
     # SAME_STEP by default (auto-reset off, ended rows reset here); PLACEHOLDER with
     # exact_final_obs=False (an instance narrows it to the one in force)
     final_obs_kind = (FinalObsKind.SAME_STEP, FinalObsKind.PLACEHOLDER)
+    # Observations are mjlab's own tensors (handed on uncopied unless the task reuses them),
+    # so the env compares every step's metadata (no host sync) instead of the first only.
+    trusted_outputs = False
     supports_partial_reset = True
 
     def __init__(

@@ -17,6 +17,15 @@ Each contender steps with fixed actions (numpy for the numpy libraries, a tensor
 once from the action spec for torchrl); env-steps/s = N / time per step. Interleaved rounds in one process,
 thread CPU time, ``torch.set_num_threads(1)``, medians (see ``benchmarks/timing.py``).
 
+For the gymnasium and SB3 rows a ``floor`` runs in the same rounds: the gpu_envs env
+calls the adapter cannot avoid, with tensors and nothing else -- ``step_and_maybe_reset``
+(SB3), plus gymnasium NEXT_STEP's masked ``reset`` of the rows that ended on the
+previous step (gymnasium; the env below resets ended rows itself, so their next step is
+discarded and they start afresh). ``floor speedup`` is the best any adapter over this
+env could reach; ``adapter / floor`` is the share of the adapter's step that is the
+env's work. The ``target`` column reads issue 16's targets (gymnasium: >= 1x at N = 8,
+>= 5x at N = 256; SB3: >= 1x at N = 8; torchrl: >= 2x).
+
     python -m benchmarks.bench_interop --json benchmarks/results/interop.json
 """
 
@@ -39,6 +48,7 @@ import torch
 import gpu_envs
 from benchmarks.timing import bench_result, interleave, sizes_main
 from gpu_envs.interop import to_gymnasium
+from gpu_envs.utils.tensordicts import new_td
 
 TORCHRL_SIZES = (64, 4096)
 # torchrl's GymWrapper in its fastest form for the built-in envs: actions stay index tensors
@@ -51,17 +61,49 @@ COLUMNS = [
     ("torchrl_gymwrapper_steps_per_s", "torchrl GymWrapper steps/s"),
     ("gpu_envs_steps_per_s", "gpu_envs adapter steps/s"),
     ("speedup", "gpu_envs speedup"),
+    ("floor_steps_per_s", "floor steps/s"),
+    ("floor_speedup", "floor speedup"),
+    ("of_floor", "adapter / floor"),
+    ("target", "target"),
 ]
+# issue 16 (gymnasium, SB3) and issue 9 (torchrl): the least speedup over the library's own env, by (library, N)
+TARGETS = {("gymnasium", 8): 1.0, ("gymnasium", 256): 5.0, ("stable-baselines3", 8): 1.0, ("torchrl", 64): 2.0}
+TARGETS[("torchrl", 4096)] = 2.0
+
+
+def floor_stepper(env, next_step: bool) -> Callable[[], None]:
+    """The env calls an adapter cannot avoid (module docstring), on tensors, with a fixed action."""
+    n = env.num_envs
+    action = torch.as_tensor((np.arange(n) % 2).astype(np.int64))
+    state = {"td": env.reset(seed=0), "pending": None}
+
+    def step() -> None:
+        td = state["td"]
+        td.set("action", action)
+        td, root = env.step_and_maybe_reset(td)
+        if next_step:
+            if state["pending"] is not None:  # rows that ended last step start afresh
+                root = env.reset(td=new_td({"_reset": state["pending"]}, env.batch_size, env.device))
+            done = td["next", "done"].view(n)
+            state["pending"] = done if bool(done.any()) else None
+        state["td"] = root
+
+    return step
 
 
 def gymnasium_contenders(n: int) -> tuple[dict[str, Callable[[], object]], list]:
     actions = (np.arange(n) % 2).astype(np.int64)
     theirs = gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync")
     ours = to_gymnasium(gpu_envs.make("CartPole-v1", num_envs=n, device="cpu", seed=0), arrays="numpy")
+    floor = gpu_envs.make("CartPole-v1", num_envs=n, device="cpu", seed=0)
     theirs.reset(seed=0)
     ours.reset(seed=0)
-    fns = {"gymnasium_sync": lambda: theirs.step(actions), "gpu_envs": lambda: ours.step(actions)}
-    return fns, [theirs, ours]
+    fns = {
+        "gymnasium_sync": lambda: theirs.step(actions),
+        "floor": floor_stepper(floor, next_step=True),
+        "gpu_envs": lambda: ours.step(actions),
+    }
+    return fns, [theirs, ours, floor]
 
 
 def sb3_contenders(n: int) -> tuple[dict[str, Callable[[], object]], list]:
@@ -72,9 +114,15 @@ def sb3_contenders(n: int) -> tuple[dict[str, Callable[[], object]], list]:
     actions = (np.arange(n) % 2).astype(np.int64)
     theirs = DummyVecEnv([lambda: gym.make("CartPole-v1")] * n)
     ours = to_sb3(gpu_envs.make("CartPole-v1", num_envs=n, device="cpu", seed=0))
+    floor = gpu_envs.make("CartPole-v1", num_envs=n, device="cpu", seed=0)
     theirs.reset()
     ours.reset()
-    return {"sb3_dummy": lambda: theirs.step(actions), "gpu_envs": lambda: ours.step(actions)}, [theirs, ours]
+    fns = {
+        "sb3_dummy": lambda: theirs.step(actions),
+        "floor": floor_stepper(floor, next_step=False),
+        "gpu_envs": lambda: ours.step(actions),
+    }
+    return fns, [theirs, ours, floor]
 
 
 def torchrl_contenders(n: int) -> tuple[dict[str, Callable[[], object]], list]:
@@ -111,8 +159,15 @@ def measure(library: str, n: int, make: Callable, quick: bool, steps: int | None
     row: dict = {"library": library, "N": n}
     for name, per_step in seconds.items():
         row[f"{name}_steps_per_s"] = round(n / per_step)
-    theirs = next(name for name in seconds if name != "gpu_envs")
-    row["speedup"] = f"{seconds[theirs] / seconds['gpu_envs']:.2f}x"
+    theirs = next(name for name in seconds if name not in ("gpu_envs", "floor"))
+    speedup = seconds[theirs] / seconds["gpu_envs"]
+    row["speedup"] = f"{speedup:.2f}x"
+    if "floor" in seconds:
+        row["floor_speedup"] = f"{seconds[theirs] / seconds['floor']:.2f}x"
+        row["of_floor"] = f"{seconds['floor'] / seconds['gpu_envs']:.0%}"
+    target = TARGETS.get((library, n))
+    if target is not None:
+        row["target"] = f">= {target:g}x: {'met' if speedup >= target else 'NOT met'}"
     return row
 
 

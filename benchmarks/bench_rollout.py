@@ -26,6 +26,14 @@ cold start after the previous contender filled the caches:
 Targets (issue 8): compiled collect at least EnvPool's env-steps/s at N = 8 and at least
 10x EnvPool at N = 4096; compiled at least as fast as eager at N = 4096.
 
+Then image observations (issue 16: uint8 frames collected within +10% of the single-step
+cost): ``collect(env, steps=T)`` per step against the same env's single
+``step_and_maybe_reset`` per step with random actions, on uint8 ``[8, 4, 84, 84]`` frame
+stacks -- :class:`benchmarks.image_envs.SyntheticFrames` (pure torch, always there) and
+EnvPool's ``Pong-v5`` (when installed) -- at one torch thread and at torch's default
+thread count, wall time (a copy that waits for busy intra-op threads is waiting, not
+computing).
+
 Then memory: ``--collections`` (1,000) collections in a row must not grow the process
 (RSS from /proc/self/statm on the CPU; ``torch.cuda.memory_stats`` on a GPU).
 
@@ -60,8 +68,13 @@ COLUMNS = [
     ("vs_envpool", "x EnvPool"),
     ("vs_gymnasium", "x gymnasium sync"),
     ("vs_torchrl", "x torchrl"),
+    ("single_us", "single step us"),
+    ("collect_us", "collect us/step"),
+    ("vs_single", "collect vs single"),
     ("note", "note"),
 ]
+IMAGE_TARGET = 0.10  # collect's uint8 steps within +10% of single steps (issue 16)
+DEFAULT_THREADS = torch.get_num_threads()  # read before run() pins one thread
 ENVPOOL_MISSING = "EnvPool not installed (pip install envpool): its rows are skipped"
 
 
@@ -141,6 +154,61 @@ def contenders(n: int, steps: int, gym_steps: int, device: torch.device) -> dict
     return out
 
 
+def image_row(name: str, build, n: int, steps: int, rounds: int, threads: int) -> dict:
+    """collect per step vs single ``step_and_maybe_reset`` steps of one uint8 image env, at ``threads``."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        collected, single = gpu_envs.wrap(build(n), device="cpu"), gpu_envs.wrap(build(n), device="cpu")
+        sample = single.action_spec.sampler(generator=single.generator)
+        state = {"td": single.reset()}
+
+        def single_steps() -> None:
+            for _ in range(steps):
+                td = state["td"]
+                td.set("action", sample())
+                state["td"] = single.step_and_maybe_reset(td)[1]
+
+        collect(collected, steps=steps)  # lays out the buffer: outside the timing
+        times = interleave(
+            {"single": single_steps, "collect": lambda: collect(collected, steps=steps)},
+            steps=1,
+            rounds=rounds,
+            warmup=1,
+            timer=time.perf_counter,
+        )
+        collected.close()
+        single.close()
+    finally:
+        torch.set_num_threads(previous)
+    one, many = times["single"] / steps, times["collect"] / steps
+    ratio = many / one - 1
+    return {
+        "contender": f"uint8 frames: {name} N={n} threads={threads}",
+        "single_us": round(one * 1e6, 1),
+        "collect_us": round(many * 1e6, 1),
+        "vs_single": f"{ratio:+.1%}",
+        "collect_vs_single": ratio,
+        "note": f"target <= +{IMAGE_TARGET:.0%}: {'met' if ratio <= IMAGE_TARGET else 'NOT met'}",
+    }
+
+
+def image_rows(quick: bool, n: int = 8) -> list[dict]:
+    """The uint8 image rows: the synthetic frames env, and EnvPool Pong when installed, at 1 and default threads."""
+    from benchmarks.image_envs import EnvPoolFrames, SyntheticFrames, envpool_available
+
+    envs = [("SyntheticFrames", SyntheticFrames, 32, 3 if quick else 7)]
+    if envpool_available():
+        envs.append(("EnvPool Pong-v5", EnvPoolFrames, 16, 2 if quick else 5))
+    rows = []
+    for name, build, steps, rounds in envs:
+        for threads in sorted({1, DEFAULT_THREADS}):
+            rows.append(image_row(name, build, n, steps, rounds, threads))
+    if not envpool_available():
+        rows.append({"contender": f"uint8 frames: EnvPool Pong-v5 N={n}", "note": ENVPOOL_MISSING})
+    return rows
+
+
 def calls_per_round(n: int) -> int:
     """Calls timed together per round: a few ms of work for the fast contenders."""
     return max(1, min(16, 1024 // n))
@@ -215,6 +283,11 @@ def targets(rows: list[dict]) -> list[str]:
     if ours is not None and eager is not None:
         verdict = "met" if ours >= eager else "NOT met"
         lines.append(f"compiled >= eager at N={SIZES[-1]}: {ours / eager:.2f}x -> {verdict}")
+    for row in rows:
+        if "collect_vs_single" in row:
+            verdict = "met" if row["collect_vs_single"] <= IMAGE_TARGET else "NOT met"
+            what = row["contender"].removeprefix("uint8 frames: ")
+            lines.append(f"uint8 collect <= +{IMAGE_TARGET:.0%} of single steps, {what}: {row['vs_single']} -> {verdict}")
     return lines
 
 
@@ -232,6 +305,7 @@ def run(quick: bool = False, sizes: tuple[int, ...] = SIZES) -> dict:
     rows = []
     for n in sizes:
         rows += measure_speed(n, steps=steps, gym_steps=2 if n > 256 else 16, rounds=rounds, device=device)
+    rows += image_rows(quick)
     rows.append(measure_memory(1024 if quick else 4096, steps=8, collections=100 if quick else 1000, device=device))
     return _result(rows, device)
 
@@ -244,6 +318,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--collections", type=int, default=1000, help="collections in the memory check")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--no-images", action="store_true", help="skip the uint8 image rows")
     parser.add_argument("--json", default=None, help="where to save the numbers")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -252,6 +327,8 @@ def main() -> None:
     for n in args.sizes:
         gym_steps = args.gym_steps or (2 if n > 256 else 16)
         rows += measure_speed(n, args.steps, gym_steps, args.rounds, device)
+    if not args.no_images and device.type == "cpu":
+        rows += image_rows(quick=False)
     rows.append(measure_memory(max(args.sizes), 8, args.collections, device))
     result = _result(rows, device)
     print(format_table(result["title"], result["rows"], result["columns"]))

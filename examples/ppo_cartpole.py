@@ -14,6 +14,15 @@ Run::
     python examples/ppo_cartpole.py --quick         # ~100k steps, a few seconds
     python examples/ppo_cartpole.py --device cuda --num-envs 1024 --compile
     torchrun --standalone --nproc_per_node=2 examples/ppo_cartpole.py --distributed
+    python examples/ppo_cartpole.py --checkpoint run.pt            # saved after every iteration
+    python examples/ppo_cartpole.py --checkpoint run.pt --resume run.pt   # after a crash: continue
+
+Checkpoint and resume are bit-exact: a checkpoint holds the env's state
+(``env.get_state()``: every row's cart, step count and random stream, and the cached
+observations the next step acts on), the policy, the optimizer, torch's random state,
+the iteration and the episode returns in progress, so a run resumed in a new process
+ends with the same parameters and returns, bit for bit, as one that never stopped
+(``tests/test_ppo_checkpoint.py`` checks it).
 
 With ``--distributed`` (under torchrun) every process collects its own shard of
 ``--num-envs`` envs (``gpu_envs.make(..., distributed=True)``: disjoint seeds, device
@@ -28,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 
 import torch
@@ -55,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ent-coef", type=float, default=0.01)
     p.add_argument("--vf-coef", type=float, default=0.5)
     p.add_argument("--max-grad-norm", type=float, default=0.5)
-    p.add_argument("--eval-episodes", type=int, default=100)
+    p.add_argument("--eval-episodes", type=int, default=100, help="0: no evaluation")
     p.add_argument(
         "--device", default=None, help="torch device (default: cpu; with --distributed, cuda:LOCAL_RANK if CUDA is there)"
     )
@@ -67,7 +77,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--quick", action="store_true", help="small budget (100k steps): shows learning, not a solve")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--checkpoint", metavar="PATH", help="save a checkpoint to PATH after every iteration")
+    p.add_argument("--resume", metavar="PATH", help="continue the run saved in PATH (same options as that run)")
+    p.add_argument(
+        "--stop-after", type=int, default=None, metavar="K", help="stop after iteration K, as an interrupted run would"
+    )
     args = p.parse_args(argv)
+    if args.distributed and (args.checkpoint or args.resume):
+        p.error("--checkpoint/--resume save one process's run; they do not combine with --distributed")
     if args.quick:
         args.total_steps = min(args.total_steps, 100_000)
     return args
@@ -125,6 +142,45 @@ def evaluate(agent: Agent, episodes: int, device: str, seed: int, greedy: bool) 
     return first_episode_returns(traj).mean().item()
 
 
+# the options a resumed run must share with the run it continues
+RUN_OPTIONS = ("total_steps", "num_envs", "steps", "lr", "epochs", "minibatches", "seed", "device")
+
+
+def save_checkpoint(path: str, env, agent: Agent, opt, args: argparse.Namespace, iteration: int, running, history) -> None:
+    """Everything the rest of the run depends on, written atomically (a crash mid-write keeps the last one)."""
+    state = {
+        "iteration": iteration,
+        "options": {k: getattr(args, k) for k in RUN_OPTIONS},
+        "env": env.get_state(),  # every row: carts, step counts, random streams, next observations
+        "agent": agent.state_dict(),
+        "optimizer": opt.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state(env.device) if env.device.type == "cuda" else None,
+        "running": running.clone(),
+        "history": list(history),
+    }
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def load_checkpoint(path: str, env, agent: Agent, opt, args: argparse.Namespace, running) -> tuple[int, list]:
+    """Restore a :func:`save_checkpoint` into a freshly built run; returns ``(next iteration, history)``."""
+    state = torch.load(path, map_location="cpu", weights_only=False)  # RNG states must stay CPU tensors
+    saved = state["options"]
+    differ = {k: (saved[k], getattr(args, k)) for k in RUN_OPTIONS if saved[k] != getattr(args, k)}
+    if differ:
+        raise SystemExit(f"--resume {path}: options differ from the saved run's (saved, given): {differ}")
+    env.reset()  # the env must have been reset once; set_state then replaces every row
+    env.set_state(state["env"])
+    agent.load_state_dict(state["agent"])
+    opt.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] is not None:
+        torch.cuda.set_rng_state(state["cuda_rng"], env.device)
+    running.copy_(state["running"])
+    return state["iteration"], state["history"]
+
+
 def train(args: argparse.Namespace) -> dict:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
@@ -145,9 +201,12 @@ def train(args: argparse.Namespace) -> dict:
     iterations = max(1, args.total_steps // (batch * world))
     running = torch.zeros(n, device=env.device)  # return of each env's ongoing episode
     history = []  # (env-steps, mean return of the episodes that ended in that iteration)
+    first = 0
+    if args.resume:
+        first, history = load_checkpoint(args.resume, env, agent, opt, args, running)
     start = time.perf_counter()
 
-    for it in range(iterations):
+    for it in range(first, iterations):
         for group in opt.param_groups:  # linear learning-rate annealing
             group["lr"] = args.lr * (1.0 - it / iterations)
 
@@ -203,19 +262,24 @@ def train(args: argparse.Namespace) -> dict:
             elapsed = time.perf_counter() - start
             print(f"iter {it + 1:4d}/{iterations}  env-steps {steps_done:>9,}  "
                   f"mean return {mean_ret:7.1f} ({n_ended} episodes)  {elapsed:6.1f}s")  # fmt: skip
+        if args.checkpoint:
+            save_checkpoint(args.checkpoint, env, agent, opt, args, it + 1, running, history)
+        if args.stop_after is not None and it + 1 >= args.stop_after:
+            break
 
     wall = time.perf_counter() - start
     result = {
         "world_size": world,
         "rank": env.rank,
-        "env_steps": iterations * batch * world,
+        "env_steps": len(history) * batch * world,
         "wall_s": wall,
         "final_train_return": history[-1][1],
         "history": history,
         "eval_return": None,
         "eval_return_greedy": None,
     }
-    if main:  # every rank holds the same weights: one evaluation is enough
+    result["parameters"] = {k: v.detach().cpu().clone() for k, v in agent.state_dict().items()}
+    if main and args.eval_episodes > 0:  # every rank holds the same weights: one evaluation is enough
         result["eval_return"] = evaluate(agent, args.eval_episodes, env.device, args.seed + 1000, greedy=False)
         result["eval_return_greedy"] = evaluate(agent, args.eval_episodes, env.device, args.seed + 2000, greedy=True)
     env.close()
@@ -229,13 +293,14 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         gpu_envs.distributed.shutdown()
     if result["rank"] == 0:
-        print(
-            f"done: {result['env_steps']:,} env-steps in {result['wall_s']:.1f}s "
-            f"({result['env_steps'] / result['wall_s']:,.0f} env-steps/s incl. learning); "
-            f"last-iteration training return {result['final_train_return']:.1f}; "
-            f"evaluation over {args.eval_episodes} episodes: {result['eval_return']:.1f} (sampled actions), "
-            f"{result['eval_return_greedy']:.1f} (greedy); solved (>= 475): {result['eval_return'] >= 475}"
-        )
+        if result["eval_return"] is not None:
+            print(
+                f"done: {result['env_steps']:,} env-steps in {result['wall_s']:.1f}s "
+                f"({result['env_steps'] / result['wall_s']:,.0f} env-steps/s incl. learning); "
+                f"last-iteration training return {result['final_train_return']:.1f}; "
+                f"evaluation over {args.eval_episodes} episodes: {result['eval_return']:.1f} (sampled actions), "
+                f"{result['eval_return_greedy']:.1f} (greedy); solved (>= 475): {result['eval_return'] >= 475}"
+            )
         summary = {k: result[k] for k in ("world_size", "env_steps", "wall_s", "final_train_return", "eval_return")}
         print(json.dumps({**summary, "eval_return_greedy": result["eval_return_greedy"]}))
     return result

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
+import torch
 
 from benchmarks import bench_rollout as bench
 
@@ -48,3 +50,42 @@ def test_envpool_contender_steps_cartpole():
     step, env_steps = bench.envpool_contender(8, 5)
     step()
     assert env_steps == 40
+
+
+def test_image_rows_and_their_target_lines():
+    rows = [
+        {"contender": "uint8 frames: SyntheticFrames N=8 threads=1", "vs_single": "+4.0%", "collect_vs_single": 0.04},
+        {"contender": "uint8 frames: EnvPool Pong-v5 N=8 threads=2", "vs_single": "+12.5%", "collect_vs_single": 0.125},
+    ]
+    assert bench.targets(rows) == [
+        "uint8 collect <= +10% of single steps, SyntheticFrames N=8 threads=1: +4.0% -> met",
+        "uint8 collect <= +10% of single steps, EnvPool Pong-v5 N=8 threads=2: +12.5% -> NOT met",
+    ]
+
+
+@pytest.mark.slow
+def test_image_row_measures_the_synthetic_frames_env():
+    from benchmarks.image_envs import SyntheticFrames
+
+    row = bench.image_row("SyntheticFrames", SyntheticFrames, 2, steps=3, rounds=1, threads=1)
+    assert row["contender"] == "uint8 frames: SyntheticFrames N=2 threads=1"
+    assert row["single_us"] > 0 and row["collect_us"] > 0 and row["vs_single"].endswith("%")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("envpool") is None, reason="envpool not installed (CI installs it)")
+def test_envpool_frames_are_same_step_with_true_final_frames():
+    """EnvPoolFrames resets ended rows within the step: the next step of such a row starts from a fresh episode."""
+    from benchmarks.image_envs import EnvPoolFrames
+
+    env = EnvPoolFrames(2, max_episode_steps=5)
+    first, _ = env.reset()
+    for t in range(1, 6):
+        obs, _, terminated, truncated, info = env.step(torch.randint(0, 6, (2,)))
+        assert obs.dtype == torch.uint8 and obs.shape == (2, 4, 84, 84)
+        assert (terminated | truncated).tolist() == [t == 5, t == 5]
+    assert not torch.equal(info["final_obs"], obs)  # the final frames, not the reset ones
+    assert torch.equal(obs, first)  # a reset Pong screen (the same at every start)
+    step = env.pool.step(np.zeros(2, np.int64))  # EnvPool's own counter: these rows were reset, not left pending
+    assert step[4]["elapsed_step"].tolist() == [1, 1]
+    env.close()

@@ -31,7 +31,7 @@ from tests.gym_fakes import (
 mo_gymnasium = pytest.importorskip("mo_gymnasium")
 from mo_gymnasium.wrappers.vector import MOSyncVectorEnv  # noqa: E402
 
-from gpu_envs.backends.mo_gymnasium import FreshRowsOnMaskedReset, MOGymnasiumBackend  # noqa: E402
+from gpu_envs.backends.mo_gymnasium import FreshRowsOnMaskedReset, MOGymnasiumBackend, MOSameStepVectorEnv  # noqa: E402
 
 
 class MOCountingEnv(CountingEnv):
@@ -62,6 +62,32 @@ def test_mo_sync_vector_env_matches_sequential_reference():
         assert env.reward_spec.shape == (6, 2) and env.single_reward_spec.shape == (2,)
         assert env.single_reward_spec.high.tolist() == [np.inf, 0.0]
         _mo_oracle(env, 6, 400)
+
+
+def test_plain_mo_sync_vector_env_is_stepped_same_step_over_its_own_sub_envs():
+    """Its sub-envs stepped by MOSameStepVectorEnv (no masked resets); claimed as the user's object."""
+    venv = MOSyncVectorEnv([lambda i=i: MOCountingEnv(i) for i in range(3)])
+    with gpu_envs.wrap(venv, device="cpu") as env:
+        inner = env.backend.env.unwrapped
+        assert isinstance(inner, MOSameStepVectorEnv) and inner.envs == venv.envs
+        assert env.backend.mode == gym.vector.AutoresetMode.SAME_STEP
+        with pytest.raises(gpu_envs.InvalidArgumentError, match="already driven"):
+            gpu_envs.wrap(venv, device="cpu")
+        _mo_oracle(env, 3, 300)
+    with gpu_envs.make("deep-sea-treasure-v0", num_envs=2, device="cpu") as env:
+        assert isinstance(env.backend.env.unwrapped, MOSameStepVectorEnv)
+
+
+class _PassThrough(gym.vector.VectorWrapper):
+    """A vector wrapper that changes nothing: the MOSyncVectorEnv behind it is stepped as given."""
+
+
+def test_mo_sync_vector_env_behind_a_wrapper_keeps_next_step_with_the_masked_reset_fix():
+    venv = _PassThrough(MOSyncVectorEnv([lambda i=i: MOCountingEnv(i) for i in range(4)]))
+    with gpu_envs.wrap(venv, device="cpu") as env:
+        assert isinstance(env.backend.env, FreshRowsOnMaskedReset)
+        assert env.backend.mode == gym.vector.AutoresetMode.NEXT_STEP
+        _mo_oracle(env, 4, 300)
 
 
 def test_packed_staging_of_a_cuda_target_carries_the_reward_vector(monkeypatch):

@@ -15,7 +15,9 @@ found out by probing methods): ``trusted_outputs`` (its tensors are its own, in 
 specs' layout: checked on the first step only), ``final_obs_kind`` (which final
 observations it gives: :class:`~gpu_envs.contract.final_obs.FinalObsKind`) and
 ``direct_transition`` (it can hand the env a function that steps straight into a
-:class:`RawStep`'s fields, see :meth:`Backend.transition`).
+:class:`RawStep`'s fields, see :meth:`Backend.transition`) and ``snapshot_rows`` (its
+:meth:`Backend.get_state` / :meth:`Backend.set_state` snapshot and restore rows exactly,
+see :mod:`gpu_envs.core.snapshot`).
 
 Example (a minimal backend over something that already speaks torch)::
 
@@ -39,8 +41,9 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from tensordict import TensorDictBase
 
-from gpu_envs.contract.errors import RolloutError
+from gpu_envs.contract.errors import RolloutError, SnapshotError
 from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite, Spec
@@ -124,6 +127,10 @@ class Backend(ABC):
     info_spec: Composite
     reward_spec: Spec | None = None
     supports_partial_reset: bool = False
+    # True when get_state/set_state snapshot and restore rows exactly (the continuation after a
+    # restore is bitwise the original's); an instance may narrow it (a torch env without the
+    # snapshot protocol). snapshot_refusal() says why not, and what works instead.
+    snapshot_rows: bool = False
 
     @abstractmethod
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
@@ -171,6 +178,31 @@ class Backend(ABC):
         """Take the values of a :meth:`state_dict` (refused where that is)."""
         self.state_dict()  # raises where the state is not torch tensors
         raise NotImplementedError(f"{type(self).__name__} has a state_dict() but no load_state_dict()")
+
+    # ------------------------------------------------------------ row snapshots
+    def get_state(self, rows: torch.Tensor) -> TensorDictBase:
+        """The simulator state of ``rows``, a TensorDict ``[len(rows)]`` (backends with ``snapshot_rows``).
+
+        ``rows``: int64 ``[k]`` on the env's device, each in ``[0, N)`` (repeats allowed).
+        Everything the rows' continuation depends on (physics state, step counters, random
+        streams), as copies: :meth:`set_state` of it makes the same continuation again,
+        bitwise, into the same rows or others. :mod:`gpu_envs.core.snapshot` checks the
+        arguments and adds what the env itself holds (the cached root observations).
+        """
+        raise SnapshotError(self.snapshot_refusal())
+
+    def set_state(self, state: TensorDictBase, rows: torch.Tensor) -> None:
+        """Restore ``state`` (a :meth:`get_state` result, checked against its layout) into ``rows`` (distinct)."""
+        raise SnapshotError(self.snapshot_refusal())
+
+    def snapshot_refusal(self) -> str:
+        """Why this backend cannot snapshot rows, and what can (the text of the SnapshotError)."""
+        return (
+            f"the {self.describe()} backend cannot snapshot and restore rows exactly (get_state/set_state): its "
+            "simulator keeps state gpu_envs cannot read and write back. Snapshots work for the built-in envs, torch "
+            "vector envs with get_state(rows)/set_state(state, rows) (gpu_envs.contract.protocols.RowStateEnv), JAX "
+            "envs and gymnasium SyncVectorEnv envs whose sub-envs can be deep-copied."
+        )
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends own nothing
         """Release the simulator's resources. Called once by ``BatchedEnv.close``."""

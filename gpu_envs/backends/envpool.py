@@ -71,6 +71,7 @@ from gpu_envs.contract.errors import (
     NotAnEnvError,
     UnsupportedSpaceError,
 )
+from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Binary, Box, Composite, numpy_dtype, spec_from_gym, torch_dtype
 from gpu_envs.utils.arguments import as_bool, as_int
@@ -177,6 +178,7 @@ class EnvPoolBackend(Backend):
 
     name = "envpool"
     supports_partial_reset = True
+    final_obs_kind = FinalObsKind.SAME_STEP  # ended rows reset in the same call, their step observation kept
     trusted_outputs = True  # every tensor comes out of its own staging, laid out from the specs
     # Staging mode: None picks by device (packed buffer + one transfer off the CPU); tests set True
     # to run the packed (CUDA) path on the CPU.

@@ -110,6 +110,7 @@ class ForeignPlugin:
     """Registry entry for ``wrap`` only: recognises the envs above and raises their error."""
 
     name = "foreign"
+    makes_backends = False  # it only refuses: no Backend of its own, no row in the docs' backend table
 
     def available(self) -> bool:
         return True

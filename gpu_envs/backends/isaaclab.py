@@ -205,6 +205,19 @@ class IsaacLabBackend(Backend):
         wrapped = "" if self.env is self.base else ", gym-wrapped"
         return f"isaaclab({type(self.base).__name__}{wrapped})"
 
+    def snapshot_refusal(self) -> str:
+        """Why Isaac Lab rows are not snapshot: no exact restore is known (``get_state`` raises this)."""
+        return (
+            f"{self.describe()} cannot snapshot and restore rows exactly: Isaac Lab's scene.get_state() / "
+            "env.reset_to(state, env_ids) write back the articulations' and rigid objects' poses and velocities, but "
+            "reset_to RESETS the rows' managers (episode_length_buf to 0, new commands, reset events and their "
+            "random draws) instead of restoring them, and PhysX's solver and contact caches are not part of the "
+            "state, so the continuation after a restore is not bitwise the original's, and gpu_envs does not claim "
+            "it. For reset-to-state curricula where near is enough, call "
+            "the Isaac Lab env's own reset_to (env.backend.base.reset_to(...)); exact snapshots work for the "
+            "built-in envs, torch envs with get_state/set_state, JAX envs and gymnasium SyncVectorEnv envs."
+        )
+
     @property
     def episode_log(self) -> dict:
         """Isaac Lab's ``extras["log"]``: episode metrics of the latest resets (scalars, not per env).

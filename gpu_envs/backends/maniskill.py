@@ -40,6 +40,7 @@ import torch
 
 from gpu_envs.backends.base import Backend
 from gpu_envs.backends.inbound import InboundPlugin
+from gpu_envs.backends.torch import TorchVectorBackend  # ManiSkill's vector env is stepped as a torch vector env
 from gpu_envs.contract.errors import AutoresetModeError, InvalidArgumentError
 
 __all__ = ["PLUGIN", "ManiSkillPlugin", "is_bare_maniskill_env", "is_maniskill_vector_env", "vector_env_of"]
@@ -122,8 +123,6 @@ class ManiSkillPlugin(InboundPlugin):
     def make(self, env_id: str, num_envs: int, device: torch.device, **kwargs: Any) -> Backend:
         from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
 
-        from gpu_envs.backends.torch import TorchVectorBackend
-
         backend_kw = {k: kwargs.pop(k) for k in ("copy_buffers",) if k in kwargs}
         self._registered()
         # seeded runs repeat: ManiSkill's seedless (auto-)resets otherwise draw from torch's global RNG
@@ -139,8 +138,6 @@ class ManiSkillPlugin(InboundPlugin):
         return is_maniskill_vector_env(obj) or is_bare_maniskill_env(obj)
 
     def wrap(self, obj: Any, device: torch.device | None, **kwargs: Any) -> Backend:
-        from gpu_envs.backends.torch import TorchVectorBackend
-
         return TorchVectorBackend(vector_env_of(obj), device, **kwargs)
 
 

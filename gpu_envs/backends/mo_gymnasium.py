@@ -3,9 +3,9 @@
 An MO-Gymnasium env is a gymnasium env whose ``step`` returns K rewards, one per
 objective, declared by ``env.unwrapped.reward_space`` (a ``Box`` of shape ``(K,)``).
 gymnasium's own vector envs keep one float per env, so this backend batches MO envs
-with mo-gymnasium's ``MOSyncVectorEnv`` and steps them with the gymnasium backend (true
-final observations, info entries, seeding), declaring the reward spec from
-``reward_space``:
+in a vector env holding ``[N, K]`` rewards (:class:`MOSameStepVectorEnv`, or the user's
+``MOSyncVectorEnv``) and steps them with the gymnasium backend (true final
+observations, info entries, seeding), declaring the reward spec from ``reward_space``:
 
 * ``("next", "reward")`` is float32 ``[N, K]``; ``env.single_reward_spec`` is the env's
   ``Box`` of shape ``(K,)`` (its bounds included) and ``env.reward_spec`` ``[N, K]``;
@@ -21,16 +21,25 @@ What ``wrap`` takes here: a single MO env (``mo_gymnasium.make(id)``, or any gym
 env with a 1-D ``reward_space`` and vector rewards) as a batch of one, and an
 ``MOSyncVectorEnv`` (or an ``MOAsyncVectorEnv``, with a gymnasium it starts on). A plain gymnasium ``SyncVectorEnv`` of MO
 envs cannot hold their rewards and is refused with the fix. ``make(id, num_envs=n)``
-builds an ``MOSyncVectorEnv`` of ``mo_gymnasium.make(id)`` for ids mo-gymnasium
+builds an :class:`MOSameStepVectorEnv` of ``mo_gymnasium.make(id)`` for ids mo-gymnasium
 registers (``import mo_gymnasium`` first, as with any gymnasium plugin); there is no
 async option, since mo-gymnasium 1.3's ``MOAsyncVectorEnv`` does not start with
 gymnasium 1.4. Detection reads ``reward_space`` and class modules only; mo_gymnasium
 is imported when an MO env is wrapped.
 
-``MOSyncVectorEnv`` auto-resets on the NEXT step, which the gymnasium backend makes
-exact by resetting ended rows through ``reset_mask``; mo-gymnasium 1.3 answers such a
-masked reset with stale observations on the rows it keeps, which
-:class:`FreshRowsOnMaskedReset` corrects (the oracle tests fail without it).
+``MOSyncVectorEnv`` auto-resets on the NEXT step, which the gymnasium backend could make
+exact only by resetting the ended rows through ``reset_mask`` after every such step (one
+more vector-env call, a merge and a copy: more than the step itself costs for small
+envs). So the MO envs are stepped by :class:`MOSameStepVectorEnv` instead: gymnasium's
+own ``SyncVectorEnv`` loop in SAME_STEP mode, holding ``[N, K]`` rewards as
+``MOSyncVectorEnv`` does -- each sub-env stepped once, reset in the step where it ended,
+its final observation in ``info["final_obs"]``. ``make`` builds one, and ``wrap`` of a
+plain ``MOSyncVectorEnv`` (not subclassed, no vector wrapper around it) steps that env's
+own sub-envs through one; same sub-envs, same seeding (``s + i``), same transitions.
+Anything else (an ``MOSyncVectorEnv`` behind vector wrappers, a subclass) is stepped as
+given, NEXT_STEP with masked resets; mo-gymnasium 1.3 answers such a masked reset with
+stale observations on the rows it keeps, which :class:`FreshRowsOnMaskedReset` corrects
+(the oracle tests fail without it).
 
 Example::
 
@@ -54,7 +63,14 @@ from gpu_envs.backends.inbound import InboundPlugin, check_options, from_package
 from gpu_envs.contract.errors import InvalidArgumentError, MissingComponentError, NotAnEnvError
 from gpu_envs.contract.specs import Box
 
-__all__ = ["PLUGIN", "FreshRowsOnMaskedReset", "MOGymnasiumBackend", "MOGymnasiumPlugin", "vector_reward_space"]
+__all__ = [
+    "PLUGIN",
+    "FreshRowsOnMaskedReset",
+    "MOGymnasiumBackend",
+    "MOGymnasiumPlugin",
+    "MOSameStepVectorEnv",
+    "vector_reward_space",
+]
 
 _OPTIONS = ("one_hot_actions", "info_spec")
 _MO_VECTOR_ENVS = ("MOSyncVectorEnv", "MOAsyncVectorEnv")
@@ -148,6 +164,39 @@ class FreshRowsOnMaskedReset(gym.vector.VectorWrapper):
         return obs, info
 
 
+class MOSameStepVectorEnv(gym.vector.SyncVectorEnv):
+    """MO envs stepped one by one and reset in the step where they end (gymnasium's SAME_STEP), rewards ``[N, K]``.
+
+    gymnasium's ``SyncVectorEnv`` with ``autoreset_mode=SAME_STEP``, whose reward buffer
+    holds one vector per env (what ``MOSyncVectorEnv`` does for its NEXT_STEP loop): the
+    true final observations come in ``info["final_obs"]`` and ended rows need no second
+    call. ``reward_space`` is the sub-envs' (K objectives). Built from env constructors,
+    or, by :meth:`over`, around the sub-envs of an existing ``MOSyncVectorEnv``.
+
+    Example::
+
+        venv = MOSameStepVectorEnv([lambda: mo_gymnasium.make("deep-sea-treasure-v0")] * 4)
+        obs, reward, terminated, truncated, info = venv.step(np.zeros(4, np.int64))  # reward [4, 2]
+    """
+
+    def __init__(self, env_fns: Any, copy: bool = False) -> None:
+        super().__init__(env_fns, copy=copy, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        self.reward_space = self.envs[0].unwrapped.reward_space
+        self._rewards = np.zeros((self.num_envs, *self.reward_space.shape), dtype=np.float32)
+
+    @classmethod
+    def over(cls, venv: gym.vector.SyncVectorEnv) -> MOSameStepVectorEnv:
+        """One over the sub-envs of ``venv`` (which it then drives; claims and closing go to ``venv``)."""
+        same = cls([functools.partial(_itself, env) for env in venv.envs], copy=False)
+        same.gpu_envs_simulator = venv  # wrapping venv twice is refused as for any simulator
+        same.metadata = {**(venv.metadata or {}), "autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+        return same
+
+
+def _itself(env: Any) -> Any:
+    return env
+
+
 class MOGymnasiumBackend(GymnasiumBackend):
     """The gymnasium backend over an MO vector env, with the reward spec ``(K,)`` of its ``reward_space``."""
 
@@ -171,20 +220,20 @@ class MOGymnasiumPlugin(InboundPlugin):
     def make(
         self, env_id: str, num_envs: int, device: torch.device | None, *, vectorization: str | None = None, **kwargs: Any
     ) -> MOGymnasiumBackend:
-        """``num_envs`` copies of ``mo_gymnasium.make(env_id, **env_kwargs)`` in an ``MOSyncVectorEnv``."""
+        """``num_envs`` copies of ``mo_gymnasium.make(env_id, **env_kwargs)`` in an :class:`MOSameStepVectorEnv`."""
         if vectorization not in (None, "sync"):
             raise InvalidArgumentError(
                 f"the mo_gymnasium backend builds MOSyncVectorEnvs only (vectorization='sync'), got {vectorization!r}: "
                 "mo-gymnasium 1.3's MOAsyncVectorEnv does not start with gymnasium 1.4 (its worker lacks an "
                 "argument gymnasium passes)."
             )
-        vector = _mo_vector()
+        _mo_vector()  # a clear error if mo-gymnasium cannot be imported
         import mo_gymnasium
 
         options = {k: kwargs.pop(k) for k in _OPTIONS if k in kwargs}
         fns = [functools.partial(mo_gymnasium.make, env_id, **kwargs)] * num_envs
         try:
-            venv = vector.MOSyncVectorEnv(fns, copy=False)
+            venv = MOSameStepVectorEnv(fns, copy=False)
         except TypeError as err:
             raise InvalidArgumentError(f"mo-gymnasium could not build {env_id!r} with {sorted(kwargs)}: {err}.") from err
         try:
@@ -214,9 +263,11 @@ class MOGymnasiumPlugin(InboundPlugin):
                     f"{space.shape[0]} objectives. Build it with mo_gymnasium.wrappers.vector.MOSyncVectorEnv (or "
                     "MOAsyncVectorEnv), or use gpu_envs.make(id, num_envs=n) for a mo-gymnasium id."
                 )
+            if type(obj) is vector.MOSyncVectorEnv:  # exactly it, no wrapper: its sub-envs stepped SAME_STEP
+                obj = MOSameStepVectorEnv.over(obj)
             return MOGymnasiumBackend(obj, device, space, **kwargs)
         check_options(kwargs, _OPTIONS, "wrap(MO Env)", self.name)
-        venv = vector.MOSyncVectorEnv([lambda: obj], copy=False)
+        venv = MOSameStepVectorEnv([functools.partial(_itself, obj)], copy=False)
         return MOGymnasiumBackend(venv, device, space, single=True, **kwargs)
 
 

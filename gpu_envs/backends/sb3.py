@@ -55,6 +55,8 @@ FINAL_OBS_KEY = "terminal_observation"
 TRUNCATED_KEY = "TimeLimit.truncated"
 _OPTIONS = ("one_hot_actions", "info_spec")
 _MONITOR = {"r": np.float64, "l": np.int64, "t": np.float64}  # Monitor's info["episode"] entries
+_SB3_KEYS = frozenset((FINAL_OBS_KEY, TRUNCATED_KEY))  # read by the shim itself, not info entries
+
 
 
 def _all_monitored(venv: Any) -> bool:
@@ -93,24 +95,24 @@ class SB3VecEnvShim(gymnasium.vector.VectorEnv):
         obs, reward, dones, infos = self.venv.step(actions)
         n = self.num_envs
         dones = np.asarray(dones, dtype=bool).reshape(n)
-        truncated = np.zeros(n, dtype=bool)
         info: dict = {}
         for i, env_info in enumerate(infos):
-            extra = {k: v for k, v in env_info.items() if k not in (FINAL_OBS_KEY, TRUNCATED_KEY)}
-            if extra:
-                info = self._add_info(info, extra, i)
+            if env_info.keys() - _SB3_KEYS:  # an entry besides SB3's own two (most steps have none)
+                info = self._add_info(info, {k: v for k, v in env_info.items() if k not in _SB3_KEYS}, i)
         if self._monitored and "episode" not in info:
             info["episode"] = {k: np.zeros(n, dtype) for k, dtype in _MONITOR.items()}
             info["episode"].update({f"_{k}": np.zeros(n, bool) for k in _MONITOR})
             info["_episode"] = np.zeros(n, bool)
-        ended = np.flatnonzero(dones)
-        if ended.size:
-            final, present = np.full(n, None, dtype=object), np.zeros(n, dtype=bool)
-            for i in ended.tolist():
-                truncated[i] = bool(infos[i].get(TRUNCATED_KEY, False))
-                final[i] = infos[i].get(FINAL_OBS_KEY)
-                present[i] = final[i] is not None
-            info["final_obs"], info["_final_obs"] = final, present
+        truncated = np.zeros(n, dtype=bool)
+        if not np.count_nonzero(dones):
+            return obs, reward, dones, truncated, info
+        final, present = np.full(n, None, dtype=object), np.zeros(n, dtype=bool)
+        for i in np.flatnonzero(dones).tolist():
+            env_info = infos[i]
+            truncated[i] = bool(env_info.get(TRUNCATED_KEY, False))
+            final[i] = env_info.get(FINAL_OBS_KEY)
+            present[i] = final[i] is not None
+        info["final_obs"], info["_final_obs"] = final, present
         return obs, reward, dones & ~truncated, truncated, info
 
     def close_extras(self, **kwargs: Any) -> None:

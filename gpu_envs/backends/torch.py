@@ -40,6 +40,12 @@ wrapped, with no numpy and no host synchronisation::
   ``load_state_dict(d)`` copying values into them, or a class attribute
   ``state_attributes = ("pos", "vel", ...)`` naming its tensor attributes (updated in
   place or re-bound each step). The built-in envs have ``state_dict()``.
+* To be snapshot and restored per row (``env.get_state(rows)`` / ``env.set_state(state,
+  rows)``, :mod:`gpu_envs.core.snapshot`) an env implements
+  :class:`~gpu_envs.contract.protocols.RowStateEnv`: ``get_state(rows)`` returning copies
+  of those rows' state tensors ``[k, ...]`` and ``set_state(state, rows)`` writing them
+  back into ``rows``. The built-in envs do; an env without both is refused with a
+  :class:`~gpu_envs.contract.errors.SnapshotError`.
 * Envs written in CuPy, Warp or JAX may return their own arrays instead of tensors:
   whatever implements ``__dlpack__`` crosses into torch without a copy when it lives on
   the target device, and the action goes back as an array of the same framework (see
@@ -86,6 +92,7 @@ from types import MethodType
 from typing import Any
 
 import torch
+from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.backends.base import NO_INFO, Backend, RawStep
 from gpu_envs.backends.common import (
@@ -104,6 +111,7 @@ from gpu_envs.contract.errors import (
     NotAnEnvError,
     ObservationError,
     RolloutError,
+    SnapshotError,
 )
 from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
@@ -206,7 +214,9 @@ class TorchVectorBackend(Backend):
                 f"{type(observation_spec).__name__}."
             )
         if action_spec is not None and not isinstance(action_spec, Spec):
-            raise InvalidArgumentError(f"action_spec must be a gpu_envs.contract.specs spec, got {type(action_spec).__name__}.")
+            raise InvalidArgumentError(
+                f"action_spec must be a gpu_envs.contract.specs spec, got {type(action_spec).__name__}."
+            )
         self.env = env
         self.num_envs = as_int(env.num_envs, f"{type(env).__name__}.num_envs", minimum=1)
         self.device = env_device(env, device)
@@ -216,6 +226,8 @@ class TorchVectorBackend(Backend):
         self.action_spec = action_spec or spec_from_gym(env.single_action_space, device=self.device)
         self.info_spec = Composite({}, device=self.device)
         self.supports_partial_reset = bool(getattr(env, "supports_reset_mask", False))
+        # the snapshot protocol (RowStateEnv): both methods, callable
+        self.snapshot_rows = callable(getattr(env, "get_state", None)) and callable(getattr(env, "set_state", None))
         self._reward_shape = (self.num_envs, 1)
         # copy_buffers None: detect in-place rewrites from the first calls, then copy if found
         self.copy_buffers = copy_buffers is True
@@ -325,8 +337,15 @@ class TorchVectorBackend(Backend):
         """RawStep's fields from the gymnasium-shaped outputs (flat flags, final observations in info)."""
         key, final, final_mask = final_obs_in(info)
         if self.copy_buffers:
-            reward, terminated, truncated, final_mask = _copy(reward), _copy(terminated), _copy(truncated), _copy(final_mask)
-        reward, terminated, truncated, done = flag_columns(reward, terminated, truncated, self._reward_shape, self.describe())
+            reward, terminated, truncated, final_mask = (
+                _copy(reward),
+                _copy(terminated),
+                _copy(truncated),
+                _copy(final_mask),
+            )
+        reward, terminated, truncated, done = flag_columns(
+            reward, terminated, truncated, self._reward_shape, self.describe()
+        )
         final_obs = None if final is None else self._obs(final, f"info[{key!r}]")
         if final_obs is not None and final_mask is None:
             final_mask = done  # the protocol: the full batch, trusted only on rows that ended
@@ -451,6 +470,41 @@ class TorchVectorBackend(Backend):
             value = values[name]
             if not same_memory(value, current):
                 setattr(self.env, name, value.clone())
+
+    # ------------------------------------------------------------ row snapshots
+    def get_state(self, rows: torch.Tensor) -> TensorDictBase:
+        """The env's ``get_state(rows)`` (the RowStateEnv protocol) as a TensorDict ``[len(rows)]``."""
+        if not self.snapshot_rows:
+            raise SnapshotError(self.snapshot_refusal())
+        state = self.env.get_state(rows)
+        k = int(rows.shape[0])
+        if not isinstance(state, (Mapping, TensorDictBase)):
+            raise BackendError(
+                f"{type(self.env).__name__}.get_state(rows) returned a {type(state).__name__}; the snapshot protocol "
+                "(gpu_envs.contract.protocols.RowStateEnv) returns a dict of tensors [len(rows), ...]."
+            )
+        for name, value in (
+            state.items(include_nested=True, leaves_only=True) if isinstance(state, TensorDictBase) else state.items()
+        ):
+            if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != k:
+                got = f"{tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+                raise BackendError(
+                    f"{type(self.env).__name__}.get_state(rows) entry {name!r} is {got}; every entry must be a torch "
+                    f"tensor with one row per requested row ([{k}, ...])."
+                )
+        return TensorDict(state.to_dict() if isinstance(state, TensorDictBase) else dict(state), batch_size=[k])
+
+    def set_state(self, state: TensorDictBase, rows: torch.Tensor) -> None:
+        if not self.snapshot_rows:
+            raise SnapshotError(self.snapshot_refusal())
+        self.env.set_state(state, rows)
+
+    def snapshot_refusal(self) -> str:
+        return (
+            f"{type(self.env).__name__} cannot snapshot and restore rows: it lacks get_state(rows) and/or "
+            "set_state(state, rows). Add both (the protocol gpu_envs.contract.protocols.RowStateEnv: return copies "
+            "of those rows' state tensors, write them back with index_copy_), as the built-in envs do."
+        )
 
     def close(self) -> None:
         close = getattr(self.env, "close", None)

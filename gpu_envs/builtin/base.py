@@ -164,6 +164,40 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         self._rng.invalidate()
         self._needs_reset = False
 
+    def get_state(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Copies of ``rows``' state (``rows``: int64 ``[k]`` on ``device``): the snapshot protocol.
+
+        The entries of :meth:`state_dict`, each ``[k, ...]``: the physical state, the step
+        counts and the random streams' keys and counters, so :meth:`set_state` makes the
+        same continuation again, reset draws included, in these rows or others
+        (:class:`gpu_envs.contract.protocols.RowStateEnv`).
+        """
+        if self._needs_reset:
+            self._raise_not_ready()
+        return {name: value.index_select(0, rows) for name, value in self.state_dict().items()}
+
+    def set_state(self, state: Any, rows: torch.Tensor) -> None:
+        """Write a :meth:`get_state` into ``rows`` (distinct, int64 ``[k]`` on ``device``), in place."""
+        if self._needs_reset:
+            self._raise_not_ready()
+        mine = self.state_dict()
+        keys = set(state.keys())
+        if keys != set(mine):
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.set_state takes the entries {sorted(mine)} (a get_state()), got {sorted(keys)}."
+            )
+        k = int(rows.shape[0])
+        for name, target in mine.items():
+            value = state[name]
+            if value.shape != (k, *target.shape[1:]) or value.dtype != target.dtype:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}.set_state: {name!r} must be {(k, *target.shape[1:])} {target.dtype}, "
+                    f"got {tuple(value.shape)} {value.dtype}."
+                )
+        for name, target in mine.items():
+            target.index_copy_(0, rows, state[name].to(self.device))
+        self._rng.invalidate()  # pooled draws were computed from the old counters and keys
+
     def _assign(self, target: torch.Tensor, value: Any, name: str) -> None:
         value = torch.as_tensor(value, dtype=target.dtype, device=self.device)
         if tuple(value.shape) != tuple(target.shape):

@@ -94,3 +94,7 @@ class RolloutError(GpuEnvsError, RuntimeError):
 
 class MissingComponentError(GpuEnvsError, RuntimeError):
     """An optional part is absent: the benchmarks of a source checkout, an optional dependency."""
+
+
+class SnapshotError(GpuEnvsError, RuntimeError):
+    """``get_state``/``set_state`` cannot snapshot or restore this env's rows exactly (its simulator keeps state out of reach)."""

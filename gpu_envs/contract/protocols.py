@@ -6,6 +6,8 @@
   naming the missing attributes and the way out.
 * :class:`TorchVectorEnv` -- what a user's own device-resident env implements to be
   wrapped by the torch backend (documented in full in :mod:`gpu_envs.backends.torch`).
+* :class:`RowStateEnv` -- what a torch vector env adds so that ``env.get_state(rows)`` /
+  ``env.set_state(state, rows)`` can snapshot and restore its rows (:mod:`gpu_envs.core.snapshot`).
 * :class:`BackendPlugin` -- the registry entry of one backend family
   (:mod:`gpu_envs.registry`).
 
@@ -29,7 +31,7 @@ from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError
 
-__all__ = ["ENV_API", "BackendPlugin", "EnvAPI", "TorchVectorEnv", "require_env_api"]
+__all__ = ["ENV_API", "BackendPlugin", "EnvAPI", "RowStateEnv", "TorchVectorEnv", "require_env_api"]
 
 
 @runtime_checkable
@@ -110,6 +112,38 @@ class TorchVectorEnv(Protocol):
     def step(self, action: Any) -> tuple[Any, Any, Any, Any, dict]: ...
 
 
+@runtime_checkable
+class RowStateEnv(Protocol):
+    """A torch vector env whose rows can be snapshot and restored exactly (the built-in envs are).
+
+    * ``get_state(rows)``: ``rows`` is an int64 ``[k]`` tensor on the env's device (each in
+      ``[0, N)``, repeats allowed); return a dict (or TensorDict) of NEW tensors
+      ``[k, ...]``, one entry per piece of per-row state: everything the rows'
+      continuation depends on -- physics state, step counters, the per-row random
+      streams' keys and counters. The same keys, shapes and dtypes on every call.
+    * ``set_state(state, rows)``: ``state`` is a TensorDict ``[k]`` with those keys (on the
+      env's device; gpu_envs checked its keys, shapes and dtypes against a ``get_state``),
+      ``rows`` distinct; write it into those rows (in place: ``index_copy_``), so that
+      stepping on gives, bitwise, what the snapshot rows gave -- in the same rows or others.
+
+    State shared by all rows (a global step counter, one generator for the whole batch)
+    cannot be restored per row: such an env is not exact and should not claim this protocol.
+
+    Example::
+
+        class MyEnv:
+            def get_state(self, rows):
+                return {"pos": self.pos[rows], "steps": self.steps[rows]}
+
+            def set_state(self, state, rows):
+                self.pos.index_copy_(0, rows, state["pos"])
+                self.steps.index_copy_(0, rows, state["steps"])
+    """
+
+    def get_state(self, rows: torch.Tensor) -> Any: ...
+    def set_state(self, state: TensorDictBase, rows: torch.Tensor) -> None: ...
+
+
 class BackendPlugin(Protocol):
     """One backend family's entry in :mod:`gpu_envs.registry` (a module's ``PLUGIN``)."""
 
@@ -121,5 +155,3 @@ class BackendPlugin(Protocol):
     def make(self, env_id: str, num_envs: int, device: torch.device, **kwargs: Any) -> Any: ...
     def detect(self, obj: Any) -> bool: ...
     def wrap(self, obj: Any, device: torch.device | None, **kwargs: Any) -> Any: ...
-
-

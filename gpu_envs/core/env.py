@@ -13,6 +13,8 @@ up behind this class, so a learner sees one interface with torchrl's keys:
 * ``step_and_maybe_reset(td)`` -> ``(td, td_root)``: also returns the input of the next
   step (post-reset observations on rows that ended). Nothing is reset twice.
 * ``rollout(steps, policy=None)`` -> TensorDict ``[N, T]``.
+* ``get_state(rows=None)`` -> TensorDict ``[len(rows)]`` and ``set_state(state, rows=None)``:
+  exact per-row snapshot and restore (:mod:`gpu_envs.core.snapshot`).
 
 Specs follow torchrl, whose keys the TensorDicts use: ``env.action_spec``,
 ``observation_spec``, ``reward_spec``, ``done_spec`` and ``info_spec`` carry the batch
@@ -62,6 +64,7 @@ from gpu_envs.contract.keys import DONE_KEYS
 from gpu_envs.contract.specs import Binary, Box, Composite
 from gpu_envs.contract.specs.env_specs import BatchedSpecs
 from gpu_envs.core.checks import StepChecks
+from gpu_envs.core.snapshot import Rows, RowSnapshots
 from gpu_envs.core.step_path import CLOSED, StepPath
 from gpu_envs.utils.arguments import as_bool, as_seed, check_td, optional_seconds
 from gpu_envs.utils.devices import normalize_device, same_device
@@ -145,6 +148,7 @@ class BatchedEnv(BatchedSpecs):
         self._root_names = {k: "root." + ("/".join(k) if isinstance(k, tuple) else k) for k in rule.keys}
         # Seeded by reset(seed=...): random actions (policy=None) are reproducible too.
         self.generator = torch.Generator(device=self.device)
+        self._snapshots = RowSnapshots(self._path, backend, self.generator)
         self._default_seed = seed
         self._closed = False
         self._needs_reset = True
@@ -337,6 +341,25 @@ class BatchedEnv(BatchedSpecs):
         self._needs_reset = False
         if not self._closed:
             path.guard.finish()
+
+    def get_state(self, rows: Rows = None) -> TensorDict:
+        """A snapshot of ``rows`` (``None``: all), a TensorDict ``[len(rows)]`` (:mod:`gpu_envs.core.snapshot`).
+
+        Everything the rows' continuation depends on: the simulator's state (random
+        streams and step counters too) and the cached observations the next step acts
+        on. :meth:`set_state` of it continues, bitwise, as these rows would have.
+        Backends that cannot do it exactly raise :class:`~gpu_envs.SnapshotError`.
+        """
+        return self._snapshots.get(rows)
+
+    def set_state(self, state: TensorDictBase, rows: Rows = None) -> None:
+        """Restore a :meth:`get_state` into ``rows`` (``None``: all; then the random-action generator too).
+
+        ``state`` must have one row per restored row (``state[i]`` picks rows of a larger
+        snapshot); keys, shapes and dtypes are checked before anything moves. Rows may
+        differ from the snapshot's: ``env.set_state(env.get_state([3]), rows=[0])``.
+        """
+        self._snapshots.set(state, rows)
 
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:

@@ -5,17 +5,26 @@
 * :class:`ObservationLayout`: a TensorDict's observation keys as the value a gymnasium
   space describes (one array for a lone ``"observation"`` key, else a dict, nested, or a
   tuple, mirroring the observation Composite), and those spaces;
-* :func:`host_copy`: one device -> host copy of a tensor as a numpy array the caller owns;
+* :func:`host_copy`: one device -> host copy of a tensor as a numpy array the caller owns
+  (:func:`host_view`: the values to read, without a copy on the CPU); :func:`leaf`: a
+  TensorDict entry by str or tuple key, the cheapest way;
 * :func:`action_tensor`: numpy (or torch, on any device) actions as a tensor of the
   action spec's dtype on the env's device, passing through what already is one;
   :func:`reshaped_action_tensor` first takes them in any shape with the right number of
-  values (skrl's ``[N, 1]`` for a ``[N]`` spec), refusing other counts by name.
+  values (skrl's ``[N, 1]`` for a ``[N]`` spec), refusing other counts by name;
+* :class:`HostActions`: the same for the numpy-facing adapters (``to_gymnasium``,
+  ``to_sb3``), which also check the VALUES on the host every step, where it costs a
+  reduction or two over a few numbers and no device sync: an index outside a
+  ``Discrete``/``MultiDiscrete``/``Binary`` range, a NaN or inf in a float action, a
+  wrong action count or dtype raise :class:`~gpu_envs.contract.errors.ActionError`
+  naming the rows, the values and the fix, before the env moves.
 
 Example::
 
     layout = ObservationLayout(env.single_observation_spec)
     obs = layout.build(lambda key: host_copy(root[key]))      # numpy, gymnasium's layout
     td["action"] = action_tensor(actions, env.action_spec, env.device)
+    td["action"] = HostActions(env, "to_gymnasium")(np.array([0, 1, 1, 0]))   # values checked
 """
 
 from __future__ import annotations
@@ -29,9 +38,10 @@ import torch
 
 from gpu_envs.contract.errors import ActionError, NotAnEnvError
 from gpu_envs.contract.protocols import require_env_api
-from gpu_envs.contract.specs import Composite, Spec
+from gpu_envs.contract.specs import Binary, Box, Composite, Discrete, MultiDiscrete, Spec, numpy_dtype
 from gpu_envs.utils.arrays import any_to_torch
 from gpu_envs.utils.devices import same_device
+from gpu_envs.utils.tensordicts import get_entry
 
 Key = str | tuple[str, ...]
 
@@ -81,9 +91,21 @@ class ObservationLayout:
 
 def host_copy(tensor: torch.Tensor) -> np.ndarray:
     """``tensor`` copied once to the host, as a numpy array the caller may keep or modify."""
-    if tensor.device.type == "cpu":
-        return tensor.detach().numpy().copy()
+    if tensor.is_cpu:
+        return (tensor.detach() if tensor.requires_grad else tensor).numpy().copy()
     return tensor.detach().cpu().numpy()
+
+
+def host_view(tensor: torch.Tensor) -> np.ndarray:
+    """``tensor``'s values as a numpy array to READ: its own memory on the CPU (no copy), a copy from elsewhere."""
+    if tensor.is_cpu:
+        return (tensor.detach() if tensor.requires_grad else tensor).numpy()
+    return tensor.detach().cpu().numpy()
+
+
+def leaf(td: Any, key: Key) -> Any:
+    """``td``'s entry at ``key`` (a str or a nested tuple key), None if absent; the cheapest lookup for a str."""
+    return get_entry(td, key) if key.__class__ is str else td.get(key, None)
 
 
 def action_tensor(actions: Any, spec: Spec, device: torch.device) -> torch.Tensor:
@@ -130,3 +152,154 @@ def reshaped_action_tensor(actions: Any, spec: Spec, device: torch.device) -> to
 def gym_action_spaces(env: Any) -> tuple[gymnasium.spaces.Space, gymnasium.spaces.Space]:
     """``(single, batched)`` gymnasium action spaces of ``env``."""
     return env.single_action_spec.to_gym(), env.action_spec.to_gym()
+
+
+class HostActions:
+    """A numpy-facing library's actions, checked on the host, as the tensor the env takes.
+
+    ``to_gymnasium`` and ``to_sb3`` get their actions as numpy arrays (a policy's
+    ``.cpu().numpy()``, ``action_space.sample()``, a list): checking them there costs a
+    reduction over ``N`` numbers, so every step is checked, before anything moves:
+
+    * the count/shape (the batched action spec's shape, e.g. ``(N,)`` for ``Discrete``,
+      ``(N, 1)`` for Pendulum's torque);
+    * the dtype kind: integer indices for integer specs (a float array would be
+      truncated silently), numbers for float specs;
+    * the values: indices inside ``Discrete``/``MultiDiscrete``/``Binary`` ranges (an
+      index of 2 for CartPole's ``Discrete(2)`` would otherwise push with 90 N), finite
+      floats (a NaN torque would flow into the physics and the data).
+
+    A refusal raises :class:`ActionError` naming the rows, their values and the fix;
+    the env is left as it was. Accepted actions become a tensor of the spec's dtype on
+    the env's device (``torch.from_numpy``, sharing the array's memory on the CPU; one
+    copy to a GPU). Torch tensors are taken too: on the CPU they are checked the same
+    way (a view, no copy); on another device they go through :func:`action_tensor`
+    unchecked here (a host check would synchronise; the env's own checks apply).
+
+    Example::
+
+        actions = HostActions(env, "to_gymnasium")
+        td["action"] = actions(np.array([0, 1, 1, 0]))      # int64 [4] on env.device
+        actions(np.array([0, 2, 1, 0]))   # ActionError: row 1 holds 2, outside Discrete(n=2) (0..1)
+    """
+
+    def __init__(self, env: Any, consumer: str) -> None:
+        self.consumer = consumer
+        self.spec: Spec = env.action_spec
+        self.single: Spec = env.single_action_spec
+        self.device = torch.device(env.device)
+        self.shape = tuple(self.spec.shape)
+        self.dtype: torch.dtype = self.spec.dtype
+        # a spec without one numpy dtype (a Composite, bfloat16) is passed to action_tensor unchecked
+        self._checked = isinstance(self.dtype, torch.dtype) and self.dtype in _NUMPY_TORCH_DTYPES
+        if not self._checked:
+            return
+        self.np_dtype = numpy_dtype(self.dtype)
+        self._integer = not self.dtype.is_floating_point
+        self._on_cpu = self.device.type == "cpu"
+        self._low: Any = None  # integer bounds (scalars, or arrays of the per-env shape), when the spec has them
+        self._high: Any = None
+        self._finite = isinstance(self.single, Box) and self.dtype.is_floating_point
+        single = self.single
+        if isinstance(single, Discrete):
+            self._low, self._high = single.start, single.start + single.n - 1
+        elif isinstance(single, MultiDiscrete):
+            start = single.start.cpu().numpy()
+            self._low, self._high = start, start + single.nvec.cpu().numpy() - 1
+        elif isinstance(single, Binary) and self._integer:
+            self._low, self._high = 0, 1
+
+    def __call__(self, actions: Any) -> torch.Tensor:
+        """``actions`` checked (see the class docstring), as a tensor for ``td["action"]``."""
+        if not self._checked:
+            return action_tensor(actions, self.spec, self.device)
+        if isinstance(actions, torch.Tensor):
+            if actions.device.type != "cpu" or actions.dtype not in _NUMPY_TORCH_DTYPES:
+                return action_tensor(actions, self.spec, self.device)
+            self._check(actions.detach().numpy())
+            return action_tensor(actions, self.spec, self.device)
+        array = actions if type(actions) is np.ndarray else np.asarray(actions)
+        self._check(array)
+        if array.dtype != self.np_dtype:
+            array = array.astype(self.np_dtype)
+        elif not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        tensor = torch.from_numpy(array)
+        return tensor if self._on_cpu else tensor.to(self.device)
+
+    # ----------------------------------------------------------------- checks
+    def _check(self, array: np.ndarray) -> None:
+        if array.shape != self.shape:
+            raise ActionError(
+                f"{self.consumer}: the actions have shape {array.shape} ({array.size} values); this env takes "
+                f"{self.shape}: one action of shape {tuple(self.single.shape)} for each of its "
+                f"{self.shape[0] if self.shape else 1} envs, as its action_space says. Nothing was stepped."
+            )
+        kind = array.dtype.kind
+        if self._integer:
+            if kind not in "biu":
+                raise ActionError(
+                    f"{self.consumer}: the actions have dtype {array.dtype}; this env's actions are integers "
+                    f"({self.np_dtype}, {self.single!r}). Pass integer indices (e.g. np.argmax(logits, axis=-1) or "
+                    "action_space.sample()); float values are not truncated silently. Nothing was stepped."
+                )
+            if self._low is not None and array.size and not self._within(array):
+                self._raise_out_of_range(array)
+        else:
+            if kind not in "fiub":
+                raise ActionError(
+                    f"{self.consumer}: the actions have dtype {array.dtype}; this env takes numbers "
+                    f"({self.np_dtype}, {self.single!r}). Nothing was stepped."
+                )
+            if self._finite and kind == "f" and not np.logical_and.reduce(np.isfinite(array), None):
+                self._raise_not_finite(array)
+
+    def _within(self, array: np.ndarray) -> bool:
+        low, high = self._low, self._high
+        if isinstance(low, int):
+            if low == 0:  # one reduction: negative values are huge once read as unsigned
+                values = array.view(_UNSIGNED[array.dtype.itemsize]) if array.dtype.kind == "i" else array
+                return bool(np.maximum.reduce(values, None) <= high)
+            return bool(np.minimum.reduce(array, None) >= low and np.maximum.reduce(array, None) <= high)
+        return bool(np.logical_and.reduce(((array >= low) & (array <= high)), None))
+
+    def _raise_out_of_range(self, array: np.ndarray) -> None:
+        bad = (array < self._low) | (array > self._high)
+        rows, values = _bad_rows(array, bad)
+        if isinstance(self._low, int):
+            valid = f"{self._low}..{self._high}"
+        else:
+            valid = f"low {np.asarray(self._low).tolist()} .. high {np.asarray(self._high).tolist()} per element"
+        raise ActionError(
+            f"{self.consumer}: action values outside {self.single!r} on row(s) {rows}: {values} (valid: {valid}). "
+            "Nothing was stepped. Sample actions from the action_space, or map the policy's output into that range "
+            "(e.g. an argmax over the logits)."
+        )
+
+    def _raise_not_finite(self, array: np.ndarray) -> None:
+        rows, values = _bad_rows(array, ~np.isfinite(array))
+        raise ActionError(
+            f"{self.consumer}: non-finite action values (NaN or inf) on row(s) {rows}: {values}; {self.single!r} needs "
+            "finite values. Nothing was stepped. Check the policy's outputs (a NaN loss, a diverged network), or "
+            "replace them (np.nan_to_num) before stepping."
+        )
+
+
+_NUMPY_TORCH_DTYPES = {
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.float32, torch.float64,
+}  # fmt: skip
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_SHOWN_ROWS = 8
+
+
+def _bad_rows(array: np.ndarray, bad: np.ndarray) -> tuple[list[int], str]:
+    """The first rows where ``bad`` holds (``array``'s leading dim is the env) and their actions, as text."""
+    if array.ndim == 0:
+        return [0], repr(array.item())
+    per_row = bad.reshape(bad.shape[0], -1).any(axis=1)
+    rows = np.flatnonzero(per_row)
+    shown = rows[:_SHOWN_ROWS].tolist()
+    values = ", ".join(f"row {i}: {array[i].tolist()!r}" for i in shown)
+    more = f" (and {rows.size - len(shown)} more rows)" if rows.size > len(shown) else ""
+    return shown, values + more

@@ -8,7 +8,11 @@ For gymnasium-style training loops (CleanRL's) and gymnasium's vector wrappers
   device -> host copy per step and leaf), as gymnasium's own vector envs return them;
   ``"torch"``: tensors on ``env.device``, not copied (for a torch learner on a GPU).
   Actions may be numpy arrays or tensors in both modes (a tensor on the env's device
-  with the spec's dtype is used as it is).
+  with the spec's dtype is used as it is). Host actions (numpy, lists, CPU tensors) are
+  checked every step before the env moves -- count/shape, integer dtype for integer
+  actions, ``Discrete``/``MultiDiscrete`` ranges, finite floats -- and refused with an
+  :class:`~gpu_envs.contract.errors.ActionError` naming the rows and values
+  (:class:`~gpu_envs.interop.conversions.HostActions`).
 * ``autoreset_mode="next_step"`` (gymnasium's default, what CleanRL expects): a step
   where an episode ends returns its final observation and flags; the NEXT step returns
   a reset observation for that row, reward 0 and no flags, and ignores that row's
@@ -44,18 +48,21 @@ from typing import Any
 import gymnasium
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import AutoresetModeError, InvalidArgumentError, ResetMaskError, ResetNeededError
 from gpu_envs.interop.conversions import (
+    HostActions,
     Key,
     ObservationLayout,
-    action_tensor,
     gym_action_spaces,
     host_copy,
+    host_view,
+    leaf,
     require_env,
 )
 from gpu_envs.utils.arguments import as_seed
+from gpu_envs.utils.tensordicts import get_entry, new_td, set_entry
 
 AutoresetMode = gymnasium.vector.AutoresetMode
 MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP}
@@ -145,6 +152,7 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
         self.single_observation_space = self._layout.single_space
         self.observation_space = self._layout.batched_space
         self.single_action_space, self.action_space = gym_action_spaces(env)
+        self._actions = HostActions(env, "to_gymnasium")
         self._numpy = arrays == "numpy"
         self._next_step = mode == AutoresetMode.NEXT_STEP
         self._batch_size = torch.Size([self.num_envs])
@@ -152,6 +160,10 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
         reward_spec = getattr(env, "single_reward_spec", None)
         per_env = (1,) if reward_spec is None else tuple(reward_spec.shape)
         self._reward_shape = (self.num_envs,) if per_env in ((), (1,)) else (self.num_envs, *per_env)
+        # each leaf's [N, 1, ...] shape, for a row mask that broadcasts over it
+        ranks = {key: len(env.observation_spec[key].shape) for key in self._layout.keys}
+        ranks["reward"] = len(self._reward_shape)
+        self._row_shapes = {key: (self.num_envs,) + (1,) * (rank - 1) for key, rank in ranks.items()}
         self._root: TensorDictBase | None = None
         self._info_keys: list[Key] | None = None  # read after the first step (backends may add keys then)
         n, device = self.num_envs, self.device
@@ -183,7 +195,7 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
             self._pending, self._pending_host = self._no_rows, np.zeros(self.num_envs, dtype=bool)
         else:
             rows = self._reset_mask(mask)
-            root = self.env.reset(seed=seed, td=TensorDict({"_reset": rows}, batch_size=self._batch_size))
+            root = self.env.reset(seed=seed, td=new_td({"_reset": rows}, self._batch_size, self.device))
             self._pending = self._pending & ~rows
             self._pending_host = self._pending_host & ~rows.cpu().numpy()
         self._root = root
@@ -200,86 +212,118 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
 
     # ------------------------------------------------------------------- step
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        """One step of every row: ``(obs, reward, terminated, truncated, info)``, gymnasium's layout."""
+        """One step of every row: ``(obs, reward, terminated, truncated, info)``, gymnasium's layout.
+
+        The actions are checked first (count, dtype, index ranges, finite values:
+        :class:`~gpu_envs.interop.conversions.HostActions`); a refused batch raises
+        :class:`~gpu_envs.contract.errors.ActionError` and leaves the env as it was.
+        """
         td = self._root
         if td is None:
             raise ResetNeededError(
                 "step() was called before reset(): call envs.reset() first, as with any gymnasium vector env."
             )
-        td["action"] = action_tensor(actions, self.env.action_spec, self.device)
+        set_entry(td, "action", self._actions(actions))
         td, root = self.env.step_and_maybe_reset(td)
-        nxt = td["next"]
+        nxt = get_entry(td, "next")
         if self._info_keys is None:
             spec = getattr(self.env, "single_info_spec", None)
             self._info_keys = [] if spec is None else list(spec.keys(include_nested=True, leaves_only=True))
-        if self._next_step:
-            return self._next_step_results(nxt, root)
-        return self._same_step_results(nxt, root)
+        if self._numpy:
+            return self._numpy_next_step(nxt, root) if self._next_step else self._numpy_same_step(nxt, root)
+        return self._torch_next_step(nxt, root) if self._next_step else self._torch_same_step(nxt, root)
 
-    def _next_step_results(self, nxt: TensorDictBase, root: TensorDictBase) -> tuple:
-        pending = self._pending
-        if not self._numpy or self._pending_host.any():
+    def _numpy_next_step(self, nxt: TensorDictBase, root: TensorDictBase) -> tuple:
+        """NEXT_STEP on host arrays: the step's results copied once, the rows that ended last step fixed in numpy."""
+        n = self.num_envs
+        leaves = {key: host_copy(leaf(nxt, key)) for key in self._layout.keys}
+        reward = host_copy(get_entry(nxt, "reward")).reshape(self._reward_shape)
+        terminated = host_copy(get_entry(nxt, "terminated")).reshape(n)
+        truncated = host_copy(get_entry(nxt, "truncated")).reshape(n)
+        pending = self._pending_host
+        if np.count_nonzero(pending):
             # rows that ended last step: their step just now is discarded and they start afresh
-            # (a no-op for an all-False mask, so torch arrays need no host sync to decide)
-            root = self.env.reset(td=TensorDict({"_reset": pending}, batch_size=self._batch_size))
+            root = self.env.reset(td=self._rows_td(pending))
+            for key, values in leaves.items():
+                np.copyto(values, host_view(leaf(root, key)), where=pending.reshape(self._row_shapes[key]))
+            np.copyto(reward, 0.0, where=pending.reshape(self._row_shapes["reward"]))
+            terminated &= ~pending
+            truncated &= ~pending
+        self._root = root
+        self._pending_host = terminated | truncated
+        info = nest_info(self._info_entries(nxt), ~pending) if self._info_keys else {}
+        return self._layout.build(leaves.__getitem__), reward, terminated, truncated, info
+
+    def _torch_next_step(self, nxt: TensorDictBase, root: TensorDictBase) -> tuple:
+        """NEXT_STEP on device tensors: the same rule with device masks (no host sync to find the rows)."""
+        pending = self._pending
+        # rows that ended last step: their step just now is discarded and they start afresh
+        # (a no-op for an all-False mask, so no host sync is needed to decide)
+        root = self.env.reset(td=new_td({"_reset": pending}, self._batch_size, self.device))
         self._root = root
         n = self.num_envs
-        flat = pending.view(n)
 
         def observation(key: Key) -> Any:
-            fresh, stepped = root[key], nxt[key]
-            value = torch.where(flat.view((n,) + (1,) * (stepped.dim() - 1)), fresh, stepped)
-            return host_copy(value) if self._numpy else value
+            stepped = leaf(nxt, key)
+            return torch.where(pending.view((n,) + (1,) * (stepped.dim() - 1)), leaf(root, key), stepped)
 
         obs = self._layout.build(observation)
-        reward = nxt["reward"].view(self._reward_shape)
-        reward = reward.masked_fill(flat.view((n,) + (1,) * (reward.dim() - 1)), 0.0)
-        terminated = nxt["terminated"].view(n) & ~flat
-        truncated = nxt["truncated"].view(n) & ~flat
+        reward = get_entry(nxt, "reward").view(self._reward_shape)
+        reward = reward.masked_fill(pending.view((n,) + (1,) * (reward.dim() - 1)), 0.0)
+        stepped_rows = ~pending
+        terminated = get_entry(nxt, "terminated").view(n) & stepped_rows
+        truncated = get_entry(nxt, "truncated").view(n) & stepped_rows
         self._pending = terminated | truncated
-        if self._numpy:
-            was_pending = self._pending_host
-            reward, terminated, truncated = host_copy(reward), host_copy(terminated), host_copy(truncated)
-            self._pending_host = terminated | truncated
-            stepped_rows = ~was_pending
-        else:
-            stepped_rows = ~flat
         info = nest_info(self._info_entries(nxt), stepped_rows) if self._info_keys else {}
         return obs, reward, terminated, truncated, info
 
-    def _same_step_results(self, nxt: TensorDictBase, root: TensorDictBase) -> tuple:
+    def _rows_td(self, rows: np.ndarray) -> TensorDictBase:
+        """A ``{"_reset": rows}`` TensorDict on the env's device for a host mask."""
+        mask = torch.from_numpy(rows)
+        return new_td({"_reset": mask if self.device.type == "cpu" else mask.to(self.device)}, self._batch_size, self.device)
+
+    def _numpy_same_step(self, nxt: TensorDictBase, root: TensorDictBase) -> tuple:
         self._root = root
         n = self.num_envs
-        obs = self._layout.build(self._leaf_reader(root))
-        reward = nxt["reward"].view(self._reward_shape)
-        terminated = nxt["terminated"].view(n)
-        truncated = nxt["truncated"].view(n)
-        missing = nxt.get("final_obs_missing", None)
+        obs = self._layout.build(lambda key: host_copy(leaf(root, key)))
+        reward = host_copy(get_entry(nxt, "reward")).reshape(self._reward_shape)
+        terminated = host_copy(get_entry(nxt, "terminated")).reshape(n)
+        truncated = host_copy(get_entry(nxt, "truncated")).reshape(n)
         entries = self._info_entries(nxt) if self._info_keys else {}
-        info = nest_info(entries, np.ones(n, dtype=bool) if self._numpy else self._all_rows) if entries else {}
-        if not self._numpy:
-            done = terminated | truncated
-            info["final_obs"] = self._layout.build(nxt.get)
-            info["_final_obs"] = done if missing is None else done & ~missing.view(n)
-            info["final_info"] = nest_info(entries, done)
-            info["_final_info"] = done
-            return obs, reward, terminated, truncated, info
-        reward, terminated, truncated = host_copy(reward), host_copy(terminated), host_copy(truncated)
+        info = nest_info(entries, np.ones(n, dtype=bool)) if entries else {}
         done = terminated | truncated
         if done.any():  # gymnasium adds these only on steps where some row ended
-            valid = done if missing is None else done & ~host_copy(missing.view(n))
-            final = {key: host_copy(nxt[key]) for key in self._layout.keys}
+            missing = get_entry(nxt, "final_obs_missing")
+            valid = done if missing is None else done & ~host_view(missing).reshape(n)
+            final = {key: host_copy(leaf(nxt, key)) for key in self._layout.keys}
             rows = np.full(n, None, dtype=object)
-            for i in np.flatnonzero(valid):
+            for i in np.flatnonzero(valid).tolist():
                 rows[i] = self._layout.build(lambda key, i=i: final[key][i])
             info["final_obs"], info["_final_obs"] = rows, valid
             info["final_info"], info["_final_info"] = nest_info(entries, done), done
         return obs, reward, terminated, truncated, info
 
+    def _torch_same_step(self, nxt: TensorDictBase, root: TensorDictBase) -> tuple:
+        self._root = root
+        n = self.num_envs
+        obs = self._layout.build(root.get)
+        reward = get_entry(nxt, "reward").view(self._reward_shape)
+        terminated = get_entry(nxt, "terminated").view(n)
+        truncated = get_entry(nxt, "truncated").view(n)
+        missing = get_entry(nxt, "final_obs_missing")
+        entries = self._info_entries(nxt) if self._info_keys else {}
+        info = nest_info(entries, self._all_rows) if entries else {}
+        done = terminated | truncated
+        info["final_obs"] = self._layout.build(nxt.get)
+        info["_final_obs"] = done if missing is None else done & ~missing.view(n)
+        info["final_info"] = nest_info(entries, done)
+        info["_final_info"] = done
+        return obs, reward, terminated, truncated, info
+
     def _info_entries(self, nxt: TensorDictBase) -> dict[Key, Any]:
         if self._numpy:
-            return {key: host_copy(nxt[key]) for key in self._info_keys or ()}
-        return {key: nxt[key] for key in self._info_keys or ()}
+            return {key: host_copy(leaf(nxt, key)) for key in self._info_keys or ()}
+        return {key: leaf(nxt, key) for key in self._info_keys or ()}
 
     def _leaf_reader(self, td: TensorDictBase) -> Any:
         if self._numpy:

@@ -12,6 +12,10 @@ ended, and, as SB3's own ``DummyVecEnv`` gives them,
   ``infos[i]["final_obs_missing"] = True`` where the backend could not give a final
   observation (the terminal observation is then its placeholder).
 
+Actions are checked on the host every step before the env moves (count/shape, integer
+dtype for integer actions, ``Discrete``/``MultiDiscrete`` ranges, finite floats); a bad
+batch raises :class:`~gpu_envs.contract.errors.ActionError` naming the rows and values.
+
 The batch is ONE env for gpu_envs: ``get_attr``, ``set_attr`` and ``env_method`` act on
 it once (results are repeated per index; a subset of indices is refused), ``seed(s)``
 seeds the next ``reset`` with ``s``, and ``env_is_wrapped(cls)`` tells whether a
@@ -36,11 +40,15 @@ from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError, ResetNeededError
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
-from gpu_envs.interop.conversions import Key, ObservationLayout, action_tensor, host_copy, require_env
+from gpu_envs.interop.conversions import HostActions, Key, ObservationLayout, host_copy, host_view, leaf, require_env
 from gpu_envs.interop.libraries import require
 from gpu_envs.utils.arguments import as_seed
+from gpu_envs.utils.tensordicts import get_entry, set_entry
 
 vec_env = require("stable_baselines3.common.vec_env", package="stable-baselines3", extra="sb3", consumer="to_sb3")
+
+FINAL_OBS_KEY = "terminal_observation"
+TRUNCATED_KEY = "TimeLimit.truncated"
 
 
 def to_sb3(env: Any) -> SB3VecEnv:
@@ -69,6 +77,7 @@ class SB3VecEnv(vec_env.VecEnv):
         self._layout = ObservationLayout(env.single_observation_spec, env.observation_spec)
         self._root: TensorDictBase | None = None
         self._actions: Any = None
+        self._host_actions = HostActions(env, "to_sb3")
         self._info_keys: list[Key] | None = None  # read after the first step (backends may add keys then)
         super().__init__(env.num_envs, self._layout.single_space, env.single_action_spec.to_gym())
 
@@ -80,39 +89,49 @@ class SB3VecEnv(vec_env.VecEnv):
         self._reset_seeds()
         self._reset_options()
         self._root = root
-        return self._layout.build(lambda key: host_copy(root[key]))
+        return self._layout.build(lambda key: host_copy(leaf(root, key)))
 
     def step_async(self, actions: np.ndarray) -> None:
+        """Keep the actions for :meth:`step_wait` (checked there, before the env moves)."""
         self._actions = actions
 
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
-        """``(obs, rewards, dones, infos)`` of the step with the actions of ``step_async``."""
+        """``(obs, rewards, dones, infos)`` of the step with the actions of ``step_async``.
+
+        The actions are checked first (count, dtype, index ranges, finite values:
+        :class:`~gpu_envs.interop.conversions.HostActions`); a refused batch raises
+        :class:`~gpu_envs.contract.errors.ActionError` and leaves the env as it was.
+        """
         td = self._root
         if td is None:
             raise ResetNeededError("step() was called before reset(): call venv.reset() first.")
-        td["action"] = action_tensor(self._actions, self.env.action_spec, self.env.device)
+        set_entry(td, "action", self._host_actions(self._actions))
         td, root = self.env.step_and_maybe_reset(td)
         self._root = root
-        nxt = td["next"]
+        nxt = get_entry(td, "next")
         n = self.num_envs
-        obs = self._layout.build(lambda key: host_copy(root[key]))
-        rewards = host_copy(nxt["reward"].view(n))
-        terminated, truncated = host_copy(nxt["terminated"].view(n)), host_copy(nxt["truncated"].view(n))
-        dones = terminated | truncated
-        infos = [{"TimeLimit.truncated": cut} for cut in (truncated & ~terminated).tolist()]
+        obs = self._layout.build(lambda key: host_copy(leaf(root, key)))
+        rewards = host_copy(get_entry(nxt, "reward")).reshape(n)
+        terminated = host_view(get_entry(nxt, "terminated")).reshape(n)
+        truncated = host_view(get_entry(nxt, "truncated")).reshape(n)
+        dones = terminated | truncated  # a fresh array
+        infos = [{TRUNCATED_KEY: cut} for cut in (truncated > terminated).tolist()]  # truncated and not terminated
         if self._info_keys is None:
             spec = getattr(self.env, "single_info_spec", None)
             self._info_keys = [] if spec is None else list(spec.keys(include_nested=True, leaves_only=True))
         for key in self._info_keys:
-            self._add_info(infos, key, host_copy(nxt[key]))
-        if dones.any():
-            final = {key: host_copy(nxt[key]) for key in self._layout.keys}
-            missing = nxt.get("final_obs_missing", None)
-            missing = np.zeros(n, dtype=bool) if missing is None else host_copy(missing.view(n))
-            for i in np.flatnonzero(dones):
-                infos[i]["terminal_observation"] = self._layout.build(lambda key, i=i: final[key][i])
-                if missing[i]:
-                    infos[i]["final_obs_missing"] = True
+            self._add_info(infos, key, host_copy(leaf(nxt, key)))
+        if np.count_nonzero(dones):
+            ended = np.flatnonzero(dones).tolist()
+            final = {key: host_copy(leaf(nxt, key)) for key in self._layout.keys}  # the caller's (rows are views)
+            for i in ended:
+                infos[i][FINAL_OBS_KEY] = self._layout.build(lambda key, i=i: final[key][i])
+            missing = get_entry(nxt, "final_obs_missing")
+            if missing is not None:
+                missing = host_view(missing).reshape(n)
+                for i in ended:
+                    if missing[i]:
+                        infos[i]["final_obs_missing"] = True
         return obs, rewards, dones, infos
 
     @staticmethod

@@ -13,6 +13,8 @@
   included), every M episodes, at a cost bounded by those rows.
 * :class:`Quarantine` wraps an env so that rows whose observation or reward is not finite
   are ended, reset and counted, sync-free, and the run goes on.
+* ``TransformedEnv.get_state`` / ``set_state`` snapshot rows with each transform's state
+  (:mod:`gpu_envs.transforms.snapshot`; ``Transform.row_state`` names its per-row part).
 
 Example::
 

@@ -77,6 +77,11 @@ class Transform:
 
     num_envs: int
     device: torch.device
+    # Per-row snapshots (TransformedEnv.get_state/set_state): the names, among state_tensors(),
+    # of the tensors with one row per env ([N, ...]), restored row by row; the others are shared
+    # by all rows (statistics), restored only by a full set_state. None: this transform keeps
+    # state outside state_tensors(), so a snapshot cannot hold it (get_state is refused).
+    row_state: tuple[str, ...] | None = ()
 
     def __init__(self) -> None:
         self._bound = False

@@ -127,6 +127,8 @@ class EpisodeStats(Transform):
         total_length: int64, sum of their lengths.
     """
 
+    row_state = ("running_return", "running_length")
+
     def __init__(self, rows: Any = None, *, emit: bool = True) -> None:
         super().__init__()
         self.rows = rows

@@ -122,6 +122,8 @@ class EvalRows(Transform):
         self.stats.clear()
 
     # ----------------------------------------------------- state and sharing
+    row_state = ("running_return", "running_length")  # its EpisodeStats'
+
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return self.stats.state_tensors()
 

@@ -49,6 +49,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.contract.errors import BackendError, InvalidArgumentError
 from gpu_envs.contract.specs import Binary
+from gpu_envs.core.snapshot import row_indices
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.transformed_env import TransformedEnv
 
@@ -148,6 +149,11 @@ class QuarantineMarks(Transform):
         nxt.set("quarantined", bad)
         return td
 
+    @property
+    def row_state(self) -> tuple[str, ...]:  # type: ignore[override]
+        """Every state tensor but the two counters shared by all rows (``total``, ``steps``)."""
+        return tuple(name for name in self.state_tensors() if name not in ("total", "steps"))
+
     def state_tensors(self) -> dict[str, torch.Tensor]:
         state = {"per_row": self.per_row, "total": self.total, "steps": self.steps, "at_step": self.at_step}
         state["action"], state["bad_reward"], state["to_reset"] = self.action, self.bad_reward, self.to_reset
@@ -227,6 +233,22 @@ class Quarantine(TransformedEnv):
         return root
 
     # --------------------------------------------------------------- reading
+    def get_state(self, rows: Any = None) -> TensorDictBase:
+        """:meth:`TransformedEnv.get_state`, plus ``"served"``: the rows a plain ``step`` already reset."""
+        state = super().get_state(rows)
+        served = self._served if self._served is not None else torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
+        state.set("served", served.index_select(0, row_indices(rows, self.num_envs, self.device, "get_state", distinct=False)))
+        return state
+
+    def set_state(self, state: TensorDictBase, rows: Any = None) -> None:
+        served = state.get("served", None) if isinstance(state, TensorDictBase) else None
+        if not isinstance(served, torch.Tensor) or served.dtype != torch.bool or served.shape[1:] != (1,):
+            raise InvalidArgumentError("Quarantine.set_state takes a Quarantine's get_state() (with its 'served' rows).")
+        super().set_state(state.exclude("served"), rows)
+        index = row_indices(rows, self.num_envs, self.device, "set_state", distinct=True)
+        current = self._served if self._served is not None else torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
+        self._served = current.index_copy(0, index, served.to(self.device))  # all False serves nothing: as None
+
     @property
     def quarantined(self) -> torch.Tensor:
         """Rows quarantined since creation: int64 scalar on the device (reading the tensor does not sync)."""

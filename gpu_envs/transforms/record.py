@@ -175,6 +175,8 @@ class RecordEpisodes(Transform):
         return cls(path, **kwargs)
 
     # ------------------------------------------------------------------ setup
+    row_state = None  # episodes in progress are frames on the host: a snapshot cannot hold them
+
     def setup(self, specs: EnvSpecs) -> EnvSpecs:
         specs = super().setup(specs)
         bad = [r for r in self.rows if not 0 <= r < specs.num_envs]

@@ -37,6 +37,7 @@ from gpu_envs.contract.errors import ActionError, InvalidArgumentError, ResetNee
 from gpu_envs.contract.protocols import require_env_api
 from gpu_envs.contract.specs.env_specs import BatchedSpecs
 from gpu_envs.transforms.base import EnvSpecs, Transform
+from gpu_envs.transforms.snapshot import get_transformed_state, set_transformed_state
 from gpu_envs.utils.arguments import check_td
 from gpu_envs.utils.call_guard import CallGuard
 from gpu_envs.utils.state_dicts import check_state, check_values, copy_into, prefixed, under
@@ -211,6 +212,18 @@ class TransformedEnv(BatchedSpecs):
         for i, t in enumerate(self.transforms):
             copy_into(t.state_tensors(), under(f"transforms.{i}", state), type(t).__name__)
         self._needs_reset = False
+
+    def get_state(self, rows: Any = None) -> TensorDictBase:
+        """A snapshot of ``rows`` (``None``: all): the env's and each transform's state (:mod:`gpu_envs.transforms.snapshot`)."""
+        if self._needs_reset or self._guard.pending is not None:
+            self._refuse("get_state")
+        return get_transformed_state(self, rows)
+
+    def set_state(self, state: TensorDictBase, rows: Any = None) -> None:
+        """Restore a :meth:`get_state` into ``rows``; statistics shared by all rows only when ``rows`` is None."""
+        if self._needs_reset or self._guard.pending is not None:
+            self._refuse("set_state")
+        set_transformed_state(self, state, rows)
 
     # --------------------------------------------------------------- helpers
     def _refuse(self, call: str) -> None:

@@ -84,10 +84,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.backends.base import Backend, RawStep
 from gpu_envs.backends.common import claim_simulator, innermost
 from gpu_envs.backends.gymnasium.info import InfoReader, InfoSpec
+from gpu_envs.backends.gymnasium.snapshot import refusal as snapshot_refusal
+from gpu_envs.backends.gymnasium.snapshot import restore_rows
+from gpu_envs.backends.gymnasium.snapshot import snapshot_rows as copy_rows
 from gpu_envs.backends.gymnasium.spaces import ActionCodec, ObsLayout
 from gpu_envs.backends.gymnasium.vector import autoreset_mode, check_next_step, episode_statistics
 from gpu_envs.backends.gymnasium.workers import DEFAULT_STEP_TIMEOUT, AsyncCalls, shutdown_async
@@ -99,6 +103,7 @@ from gpu_envs.contract.errors import (
     GpuEnvsError,
     InvalidArgumentError,
     NotAnEnvError,
+    SnapshotError,
 )
 from gpu_envs.contract.final_obs import FinalObsKind, final_obs_numpy
 from gpu_envs.contract.keys import ObsDict
@@ -181,6 +186,7 @@ class GymnasiumBackend(Backend):
         if self.mode == AutoresetMode.NEXT_STEP and not single:
             check_next_step(env)
         self._same_step = self.mode == AutoresetMode.SAME_STEP
+        self.snapshot_rows = snapshot_refusal(env) is None  # a SyncVectorEnv: its sub-envs deep-copied
         self.final_obs_kind = FinalObsKind.SIMULATOR if self._same_step else FinalObsKind.SAME_STEP
         self._single = single
         self._async = base if isinstance(base, gym.vector.AsyncVectorEnv) else None
@@ -360,6 +366,25 @@ class GymnasiumBackend(Backend):
         self._owned = [False] * k + [False, fresh_flags, fresh_flags, True] + [True] * (k + 1) + [False] * len(info_fields)
 
     # -------------------------------------------------------------- lifecycle
+    # ------------------------------------------------------------ row snapshots
+    def get_state(self, rows: torch.Tensor) -> TensorDict:
+        """Deep copies of the sub-envs ``rows`` (:mod:`.snapshot`); a SyncVectorEnv only."""
+        self._snapshot_check()
+        return copy_rows(self.env, rows.detach().cpu().numpy())
+
+    def set_state(self, state: TensorDictBase, rows: torch.Tensor) -> None:
+        self._snapshot_check()
+        restore_rows(self.env, state, rows.detach().cpu().numpy())
+
+    def _snapshot_check(self) -> None:
+        self.check_usable()
+        why = snapshot_refusal(self.env)
+        if why is not None:
+            raise SnapshotError(why)
+
+    def snapshot_refusal(self) -> str:
+        return snapshot_refusal(self.env) or super().snapshot_refusal()
+
     def close(self) -> None:
         if self._closed:
             return

@@ -26,12 +26,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.backends.base import Backend, RawStep
 from gpu_envs.backends.common import observation_spec_from_space
 from gpu_envs.backends.jax.pack import PackedLayout
 from gpu_envs.backends.layout import StepLayout
-from gpu_envs.contract.errors import DeviceMismatchError, ObservationError
+from gpu_envs.contract.errors import DeviceMismatchError, ObservationError, SnapshotError
 from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Binary, Box, Composite, numpy_dtype, spec_from_gym, torch_dtype
@@ -275,6 +276,40 @@ class JaxBackend(Backend):
 
     def _to_obs(self, leaves: tuple) -> ObsDict:
         return {key: self._read(x) for key, x in zip(self._obs_keys, leaves, strict=True)}
+
+    # ------------------------------------------------------------ row snapshots
+    snapshot_rows = True  # the carry holds every row's state, PRNG keys and step counts: [N, ...] leaves
+
+    def _carry_leaves(self) -> tuple[list, Any]:
+        import jax
+
+        leaves, treedef = jax.tree_util.tree_flatten(self._carry)
+        for i, leaf in enumerate(leaves):
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) or leaf.ndim == 0 or leaf.shape[0] != self.num_envs:
+                raise SnapshotError(
+                    f"the carry of {self.describe()} has a leaf ({i}: {leaf.shape} {leaf.dtype}) that is not one row per "
+                    f"env ([{self.num_envs}, ...] numbers), so its rows cannot be snapshot one by one."
+                )
+        return leaves, treedef
+
+    def get_state(self, rows: torch.Tensor) -> TensorDict:
+        """Rows of the carry (every leaf ``[N, ...]``: PRNG keys, env state, step counts), as tensors ``[k, ...]``."""
+        leaves, _ = self._carry_leaves()
+        index = rows.detach().cpu().numpy()
+        state = {f"carry_{i}": torch.from_numpy(np.array(leaf)[index]).to(self.device) for i, leaf in enumerate(leaves)}
+        return TensorDict(state, batch_size=[int(rows.shape[0])])
+
+    def set_state(self, state: TensorDictBase, rows: torch.Tensor) -> None:
+        """Write rows of a :meth:`get_state` into the carry (a new carry: ``.at[rows].set``)."""
+        import jax
+
+        leaves, treedef = self._carry_leaves()
+        index = jax.device_put(rows.detach().cpu().numpy(), self._jax_device)
+        new = [
+            leaf.at[index].set(jax.device_put(state.get(f"carry_{i}").detach().cpu().numpy(), self._jax_device))
+            for i, leaf in enumerate(leaves)
+        ]
+        self._carry = jax.tree_util.tree_unflatten(treedef, new)
 
     def describe(self) -> str:
         return f"jax({type(self.core.env).__name__})"

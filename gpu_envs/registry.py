@@ -5,7 +5,7 @@ Each backend module exposes a ``PLUGIN`` object with ``name``, ``available()``,
 ``detect(obj)`` and ``wrap(obj, device, **kw)``, and ``accepts_env_index_offset = True``
 when its ``make`` takes ``env_index_offset=k`` (env ``i`` gets the seed stream of global
 env ``k + i``: what ``make(..., distributed=True)`` needs to shard seeds across
-processes). Modules are imported lazily, so an optional dependency (isaaclab, jax,
+processes). Modules are imported lazily, so an optional dependency (isaaclab, mjlab, jax,
 stable_baselines3, gym, mo_gymnasium, minigrid, ray) is only imported when its backend
 is used: detectors look at class modules and attributes.
 
@@ -38,15 +38,16 @@ from gpu_envs.contract.errors import UnknownBackendError
 # their vector rewards / text missions handled (ManiSkill's, once mani_skill is imported, need its
 # vector env: the bare one batches behind a single-env interface); envpool last: it makes the ids no other backend
 # does (Pong-v5), while ids gymnasium also has keep gymnasium's version unless backend="envpool".
-MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "maniskill", "gymnasium", "isaaclab", "envpool")
+MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "maniskill", "gymnasium", "isaaclab", "mjlab", "envpool")
 # wrap() asks these in order; the most specific detectors come first: SB3 VecEnvs and legacy
 # gym envs before torch (a gym 0.26 VectorEnv has the shape of the torch protocol), MO and
 # minigrid envs before gymnasium (they are gymnasium envs with a vector reward / a text mission);
 # EnvPool pools before gymnasium too (gymnasium VectorEnvs that reset on the next step), ManiSkill's
 # envs before torch and gymnasium (its vector env has the torch protocol's shape, its bare env gymnasium's).
+# mjlab's RL envs are recognised by their class (like Isaac Lab's), before torch.
 # "foreign" first of all: envs that have a backend's shape but an auto-reset none handles (PufferLib's
 # vector envs, pre-0.26 gym vector envs), refused with the fix before a backend claims them by their shape.
-WRAP_ORDER = ("foreign", "isaaclab", "jax", "envpool", "maniskill", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
+WRAP_ORDER = ("foreign", "isaaclab", "mjlab", "jax", "envpool", "maniskill", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
 
 # Backends whose plugin claims ids that other backends must not make (``claims(env_id)``).
 CLAIMING = ("jax", "isaaclab")
@@ -62,6 +63,7 @@ _MODULES = {
     "minigrid": "gpu_envs.backends.minigrid",
     "envpool": "gpu_envs.backends.envpool",
     "maniskill": "gpu_envs.backends.maniskill",
+    "mjlab": "gpu_envs.backends.mjlab",
     "foreign": "gpu_envs.backends.foreign",  # wrap only: recognises and refuses (see the module)
     "ray": "gpu_envs.backends.ray",  # by name only: make(id, backend="ray"), gpu_envs.wrap_ray
 }
@@ -75,6 +77,7 @@ INSTALL_HINTS = {
     "gymnax": "pip install 'gpu-envs[jax]' && pip install --no-deps gymnax",
     "isaaclab": "pip install 'gpu-envs[isaaclab]' (Isaac Lab 3.0 needs Python 3.12; see docker/README.md)",
     "isaaclab_tasks": "pip install 'gpu-envs[isaaclab]' (Isaac Lab 3.0 needs Python 3.12; see docker/README.md)",
+    "mjlab": "pip install 'gpu-envs[mjlab]' (or the tested venv: scripts/simulator_venv.sh mjlab)",
     "cupy": "pip install 'gpu-envs[cupy]'",
     "torchrl": "pip install 'gpu-envs[torchrl]'",
     "ray": "pip install 'gpu-envs[ray]'",

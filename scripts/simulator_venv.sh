@@ -19,6 +19,7 @@
 #
 #     VENV=$(scripts/simulator_venv.sh mjlab | tail -n 1)
 #     PYTHONPATH=$PWD "$VENV/bin/python" -m pytest tests/mjlab -q
+#     scripts/simulator_venv.sh mjlab --path    # only print where it is (or would be)
 #
 # Environment: GPU_ENVS_CACHE (cache root), GPU_ENVS_<NAME>_VENV (use this folder
 # instead, e.g. GPU_ENVS_MJLAB_VENV), PYTHON311 / PYTHON312 (the interpreter to build with).
@@ -163,6 +164,11 @@ VENV=${!override_var:-$CACHE/$LABEL-$PIN_HASH-$PY_TAG}
 LOCK=$CACHE/$LABEL-$PIN_HASH-$PY_TAG.lock
 
 log() { echo "[simulator_venv $NAME] $*" >&2; }
+
+if [[ "${2:-}" == "--path" ]]; then  # where the venv is (or would be), without building anything
+    echo "$VENV"
+    exit 0
+fi
 
 find_python() {
     # The interpreter for PY_VERSION: $PYTHON3XX, pythonX.Y on PATH (which may be a pyenv

@@ -1,0 +1,417 @@
+"""Real simulators: gpu_envs' step against the simulator's raw step and its own trainer wrapper, at equal N.
+
+One section per simulator (:data:`SIMULATORS`): mjlab and Isaac Lab (here), EnvPool,
+Brax, MuJoCo Playground and ManiSkill3 (their rows come from
+``benchmarks/simulator_rows.py``, in the same columns). Each is measured in a process
+that has the simulator: in this one where it is importable, else in a subprocess with
+the python of its cached venv (``scripts/simulator_venv.sh mjlab | brax | maniskill``;
+Isaac Lab: ``scripts/isaaclab_venv.sh``; EnvPool lives in the main venv). A simulator
+without a venv is listed as skipped, with the command that builds it.
+
+Contenders for mjlab and Isaac Lab (simulator_rows.py's docstring lists the others'),
+all stepping the same task with the same fixed actions at the same N:
+
+* ``raw``: the simulator's own ``step`` as it ships (its auto-reset on, final observations lost);
+* ``gpu_envs``: ``gpu_envs.wrap(env)`` with ``step_and_maybe_reset``, exact final
+  observations (for mjlab: its auto-reset off, ended rows reset by gpu_envs in the same step);
+* ``gpu_envs_auto``: mjlab only, ``wrap(env, exact_final_obs=False)``: mjlab's own
+  auto-reset, placeholders for final observations (what gpu_envs costs without them);
+* ``trainer``: the simulator's own trainer wrapper (mjlab's and Isaac Lab's rsl_rl
+  ``RslRlVecEnvWrapper``), ``step``;
+* ``gpu_envs_rsl_rl``: ``gpu_envs.interop.to_rsl_rl(gpu_envs.wrap(env))``, ``step``: what
+  replaces that trainer wrapper, exact final observations included.
+
+Each contender steps its own instance of the task (gpu_envs changes how mjlab resets).
+Two regimes per task: the task's own episode length with standing-still actions (resets
+are rare: the cost of the step itself) and 1 s episodes with swinging actions, every row
+started at a random point of its episode (rows reset on most steps: what a large batch
+sees on every step, and where exact final
+observations cost mjlab a second ``forward``/sensor/observation pass). Time is the CPU
+time of the process (``time.process_time``: other processes on a shared machine do not
+count), interleaved rounds, medians, ``torch.set_num_threads(1)``; target: gpu_envs
+within +5% of the raw step.
+
+    python -m benchmarks.bench_simulators --json benchmarks/results/simulators.json
+    python -m benchmarks.bench_simulators --only mjlab --sizes 16 64
+    python -m benchmarks.bench_simulators --only envpool brax     # at their default N=8
+
+Adding a simulator: write ``<name>_rows(sizes, steps, rounds) -> list[dict]`` (run in a
+process that has it) and add a :class:`Simulator` entry naming its package, venv and default sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from benchmarks.timing import format_table, interleave, overhead_row, save_json
+
+REPO = Path(__file__).resolve().parent.parent
+COLUMNS = [
+    ("simulator", "simulator"),
+    ("task", "task"),
+    ("regime", "regime"),
+    ("N", "N"),
+    ("raw_us", "raw us/step"),
+    ("gpu_envs_us", "gpu_envs us/step"),
+    ("gpu_envs_overhead", "gpu_envs vs raw"),
+    ("gpu_envs_auto_overhead", "gpu_envs (no final obs) vs raw"),
+    ("trainer_us", "trainer wrapper us/step"),
+    ("trainer_overhead", "trainer vs raw"),
+    ("gpu_envs_rsl_rl_overhead", "to_rsl_rl vs raw"),
+    ("collect_us", "collect us/step"),
+    ("collect_vs_step", "collect vs gpu_envs step"),
+    ("resets_per_step", "resets/step"),
+    ("target", "target"),
+]
+
+
+@dataclass(frozen=True)
+class Simulator:
+    """Where a simulator's benchmark runs: its package, how to find its venv, the rows function."""
+
+    name: str
+    package: str
+    rows: Callable[[tuple[int, ...], int, int], list[dict]]
+    venv: Callable[[], Path | None]
+    build_hint: str
+    sizes: tuple[int, ...] = (16, 64)  # the N measured when --sizes is not given
+
+
+def _quiet():
+    """Simulators print tables and seeds on construction and reset: keep the benchmark's output readable."""
+    return contextlib.redirect_stdout(io.StringIO())
+
+
+class _TdLoop:
+    """gpu_envs' ``step_and_maybe_reset`` in a loop, with ``action()`` as each step's action."""
+
+    def __init__(self, env: Any, action: Callable[[], torch.Tensor]) -> None:
+        self.env = env
+        self.action = action
+        self.td = env.reset(seed=0)
+
+    def __call__(self) -> None:
+        self.td.set("action", self.action())
+        self.td = self.env.step_and_maybe_reset(self.td)[1]
+
+
+class _ResetCounter:
+    """Counts the rows a contender's steps end (reported as resets per step)."""
+
+    def __init__(self) -> None:
+        self.ended = torch.zeros((), dtype=torch.long)
+        self.steps = 0
+
+    def add(self, done: torch.Tensor) -> None:
+        self.ended += done.sum()
+        self.steps += 1
+
+    @property
+    def per_step(self) -> float:
+        return round(float(self.ended) / max(self.steps, 1), 2)
+
+
+# --------------------------------------------------------------------------- mjlab
+MJLAB_TASKS = {"Mjlab-Cartpole-Balance": 1, "Mjlab-Velocity-Flat-Unitree-Go1": 12}  # task id -> action size
+
+
+def _mjlab_env(task_id: str, n: int, episode_length_s: float | None) -> Any:
+    from mjlab.envs import ManagerBasedRlEnv
+    from mjlab.tasks.registry import load_env_cfg
+
+    cfg = load_env_cfg(task_id)
+    cfg.scene.num_envs = n
+    cfg.seed = 0
+    if episode_length_s is not None:
+        cfg.episode_length_s = episode_length_s
+    with _quiet():
+        return ManagerBasedRlEnv(cfg, device="cpu")
+
+
+def _mjlab_actions(n: int, size: int, swing: bool) -> Callable[[], torch.Tensor]:
+    """Fixed actions: zeros (standing still), or slow sinusoids with a phase per row and joint."""
+    if not swing:
+        zeros = torch.zeros(n, size)
+        return lambda: zeros
+    phase = torch.rand(n, size, generator=torch.Generator().manual_seed(0)) * 2 * math.pi
+    table = [torch.sin(0.3 * t + phase) for t in range(64)]
+    clock = [0]
+
+    def next_action() -> torch.Tensor:
+        clock[0] += 1
+        return table[clock[0] % len(table)]
+
+    return next_action
+
+
+def mjlab_contenders(task_id: str, n: int, swing: bool) -> tuple[dict[str, Callable[[], None]], _ResetCounter]:
+    """The five contenders over their own instances of ``task_id`` (see the module doc)."""
+    from mjlab.rl import RslRlVecEnvWrapper
+
+    import gpu_envs
+    from gpu_envs.interop import to_rsl_rl
+
+    episode = 1.0 if swing else None
+    size = MJLAB_TASKS[task_id]
+    action = {name: _mjlab_actions(n, size, swing) for name in ("raw", "gpu_envs", "auto", "trainer", "rsl_rl")}
+    counter = _ResetCounter()
+    raw = _mjlab_env(task_id, n, episode)
+    with _quiet():
+        raw.reset(seed=0)
+        ours = gpu_envs.wrap(_mjlab_env(task_id, n, episode))
+        auto = gpu_envs.wrap(_mjlab_env(task_id, n, episode), exact_final_obs=False)
+        trainer = RslRlVecEnvWrapper(_mjlab_env(task_id, n, episode))
+        ours_rsl = to_rsl_rl(gpu_envs.wrap(_mjlab_env(task_id, n, episode)))
+
+    def raw_step() -> None:
+        _, _, terminated, truncated, _ = raw.step(action["raw"]())
+        counter.add(terminated | truncated)
+
+    with _quiet():
+        steps = {
+            "raw": raw_step,
+            "gpu_envs": _TdLoop(ours, action["gpu_envs"]),
+            "gpu_envs_auto": _TdLoop(auto, action["auto"]),
+            "trainer": lambda: trainer.step(action["trainer"]()),
+            "gpu_envs_rsl_rl": lambda: ours_rsl.step(action["rsl_rl"]()),
+        }
+    if swing:  # mid-episode everywhere, as in training (rsl_rl's init_at_random_ep_len): resets from the first step
+        for sim in (raw, ours.backend.base, auto.backend.base, trainer.unwrapped, ours_rsl.env.backend.base):
+            generator = torch.Generator().manual_seed(1)
+            sim.episode_length_buf = torch.randint(0, sim.max_episode_length, (n,), generator=generator)
+    return {name: _quietly(step) for name, step in steps.items()}, counter
+
+
+def _quietly(step: Callable[[], object]) -> Callable[[], None]:
+    def run() -> None:
+        with _quiet():
+            step()
+
+    return run
+
+
+def mjlab_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
+    """In a process that has mjlab: every task, both regimes, at each N."""
+    rows = []
+    for task_id in MJLAB_TASKS:
+        for swing in (False, True):
+            for n in sizes:
+                contenders, counter = mjlab_contenders(task_id, n, swing)
+                times = interleave(contenders, steps=steps, rounds=rounds, warmup=1, timer=time.process_time)
+                regime = "1 s episodes, swinging" if swing else "own episodes, standing"
+                row = overhead_row(
+                    times, simulator="mjlab 1.6.0 (cpu)", task=task_id, regime=regime, N=n, target="<= +5%"
+                )
+                row["resets_per_step"] = counter.per_step
+                rows.append(row)
+                print(f"  [mjlab] {task_id} {regime} N={n}: {row}", file=sys.stderr)
+    return rows
+
+
+# ------------------------------------------------------------------------ Isaac Lab
+def isaaclab_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
+    """In a process that has Isaac Lab: the direct cartpole (``compute_final_obs=True``) at each N."""
+    return [_isaaclab_row(n, steps, rounds) for n in sizes]
+
+
+def _isaaclab_row(n: int, steps: int, rounds: int) -> dict:
+    """Isaac Lab runs one simulation per process: the four contenders take turns stepping it."""
+    import gymnasium as gym
+    from isaaclab_rl.rsl_rl import RslRlVecEnvWrapper
+
+    import gpu_envs
+    from gpu_envs.interop import to_rsl_rl
+
+    sys.path.insert(0, str(REPO))
+    from tests.isaaclab.cartpoles import direct_cfg
+
+    cfg = direct_cfg(num_envs=n, compute_final_obs=True)
+    cfg.episode_length_s = 5.0  # the task's own episode length
+    isaac = gym.make("Isaac-Cartpole-Direct", cfg=cfg)
+    action = (torch.arange(n) % 2).float().unsqueeze(-1) - 0.5
+    isaac.reset(seed=0)
+    ours = gpu_envs.wrap(isaac)
+    trainer = RslRlVecEnvWrapper(isaac)
+    ours_rsl = to_rsl_rl(ours)
+    contenders = {
+        "raw": lambda: isaac.step(action),
+        "gpu_envs": _TdLoop(ours, lambda: action),
+        "trainer": lambda: trainer.step(action),
+        "gpu_envs_rsl_rl": lambda: ours_rsl.step(action),
+    }
+    times = interleave(contenders, steps=steps, rounds=rounds, warmup=1, timer=time.process_time)
+    ours.close()
+    return overhead_row(
+        times,
+        simulator="Isaac Lab 3.0.0 (cpu)",
+        task="Isaac-Cartpole-Direct",
+        regime="own episodes",
+        N=n,
+        target="<= +5%",
+    )
+
+
+# ------------------------------------------------------------------------- venvs
+def _cache() -> Path:
+    return Path(os.environ.get("GPU_ENVS_CACHE", os.path.expanduser("~/.cache/gpu_envs")))
+
+
+def simulator_venv(name: str) -> Path | None:
+    """The finished venv of ``scripts/simulator_venv.sh name`` (without building it), or None."""
+    try:
+        done = subprocess.run(
+            ["bash", str(REPO / "scripts" / "simulator_venv.sh"), name, "--path"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.strip().splitlines()
+    venv = Path(lines[-1]) if done.returncode == 0 and lines else None
+    return venv if venv is not None and (venv / ".complete").exists() else None
+
+
+def isaaclab_venv() -> Path | None:
+    root = Path(os.environ.get("ISAACLAB_VENV") or _cache() / "isaaclab-3.0.0-py312")
+    return root if (root / ".complete").exists() else None
+
+
+def _rows_of(name: str) -> Callable[[tuple[int, ...], int, int], list[dict]]:
+    """``simulator_rows.<name>_rows``, imported when called (in the process that has the simulator)."""
+
+    def rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
+        from benchmarks import simulator_rows
+
+        return getattr(simulator_rows, f"{name}_rows")(sizes, steps, rounds)
+
+    return rows
+
+
+SIMULATORS = {
+    "mjlab": Simulator(
+        "mjlab", "mjlab", mjlab_rows, lambda: simulator_venv("mjlab"), "scripts/simulator_venv.sh mjlab"
+    ),
+    "isaaclab": Simulator("isaaclab", "isaaclab", isaaclab_rows, isaaclab_venv, "scripts/isaaclab_venv.sh"),
+    # targets at N=8 (simulator_rows' docstring); ManiSkill3 runs one env on CPU PhysX whatever the sizes
+    "envpool": Simulator(
+        "envpool", "envpool", _rows_of("envpool"), lambda: None, "pip install 'gpu-envs[envpool]'", (8,)
+    ),
+    "brax": Simulator(
+        "brax", "brax", _rows_of("brax"), lambda: simulator_venv("brax"), "scripts/simulator_venv.sh brax", (8,)
+    ),
+    "playground": Simulator(
+        "playground",
+        "mujoco_playground",
+        _rows_of("playground"),
+        lambda: simulator_venv("brax"),
+        "scripts/simulator_venv.sh brax",
+        (8,),
+    ),
+    "maniskill": Simulator(
+        "maniskill",
+        "mani_skill",
+        _rows_of("maniskill"),
+        lambda: simulator_venv("maniskill"),
+        "scripts/simulator_venv.sh maniskill",
+        (1,),
+    ),
+}
+
+
+def rows_for(sim: Simulator, sizes: tuple[int, ...], steps: int, rounds: int) -> tuple[list[dict], str | None]:
+    """``sim``'s rows, in this process or in its venv's python; ``([], why not)`` when it cannot run."""
+    if importlib.util.find_spec(sim.package) is not None:
+        return sim.rows(sizes, steps, rounds), None
+    venv = sim.venv()
+    if venv is None:
+        return [], f"{sim.name} skipped: no venv (build it with {sim.build_hint})"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.json"
+        cmd = [str(venv / "bin" / "python"), "-m", "benchmarks.bench_simulators", "--only", sim.name, "--in-process"]
+        cmd += ["--sizes", *map(str, sizes), "--steps", str(steps), "--rounds", str(rounds), "--json", str(out)]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+        if done.returncode != 0 or not out.exists():
+            return [], f"{sim.name} failed (exit {done.returncode}): {done.stderr.strip()[-800:]}"
+        return json.loads(out.read_text())["rows"], None
+
+
+def run(
+    quick: bool = False,
+    only: tuple[str, ...] | None = None,
+    sizes: tuple[int, ...] | None = None,
+    steps: int | None = None,
+    rounds: int | None = None,
+) -> dict:
+    """Every simulator's rows (``only``: those), at ``sizes`` or each simulator's own default N."""
+    torch.set_num_threads(1)
+    steps, rounds = steps or (3 if quick else 10), rounds or (3 if quick else 9)
+    rows, notes = [], []
+    for name in only or tuple(SIMULATORS):
+        sim = SIMULATORS[name]
+        found, note = rows_for(sim, sizes or ((8,) if quick else sim.sizes), steps, rounds)
+        rows += found
+        if note:
+            notes.append(note)
+    title = "bench_simulators: real simulators, gpu_envs vs raw step vs their trainer wrappers (cpu, 1 thread)"
+    if notes:
+        title += " -- " + "; ".join(notes)
+    return {
+        "title": title,
+        "rows": rows,
+        "columns": [c for c in COLUMNS if any(c[0] in r for r in rows)],
+        "notes": notes,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=list(SIMULATORS), default=None)
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=None, help="N (default: mjlab, Isaac Lab 16 64; others 8; --quick: 8)"
+    )
+    parser.add_argument("--steps", type=int, default=None, help="steps per round (default 10)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 9)")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--in-process", action="store_true", help="run the simulators here (a venv's python)")
+    parser.add_argument("--json", default=None, help="where to save the numbers")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.in_process:
+        steps, rounds = args.steps or 10, args.rounds or 9
+        names = args.only or list(SIMULATORS)
+        rows = [
+            row
+            for name in names
+            for row in SIMULATORS[name].rows(tuple(args.sizes or SIMULATORS[name].sizes), steps, rounds)
+        ]
+        save_json(args.json, {"benchmark": "simulators", "rows": rows})
+        return
+    only, sizes = (tuple(args.only) if args.only else None), (tuple(args.sizes) if args.sizes else None)
+    result = run(args.quick, only, sizes, args.steps, args.rounds)
+    print(format_table(result["title"], result["rows"], result["columns"]))
+    save_json(args.json, {"benchmark": "simulators", "device": "cpu", "rows": result["rows"], "notes": result["notes"]})
+
+
+if __name__ == "__main__":
+    main()

@@ -6,8 +6,9 @@
 #   3. the real Isaac Lab tier (Python 3.12 venv, built once in a cache folder outside
 #      the clone and reused; see scripts/isaaclab_venv.sh),
 #   4. the real Brax / MuJoCo Playground and ManiSkill3 tiers, each in its cached venv
-#      (scripts/simulator_venv.sh brax | maniskill: built once, ~15 min each on 2 loaded cores),
-#   5. the real mjlab tier (tests/mjlab/: Go1 and cartpole on MuJoCo Warp, rsl_rl training;
+#      (scripts/simulator_venv.sh brax | maniskill: built once, ~15 min each on 2 loaded cores,
+#      in the background while the main suite runs),
+#   5. the real mjlab tier (tests/mjlab/: Go1 and cartpole on MuJoCo Warp, rsl_rl training of cartpole and Go1;
 #      its venv is built once by scripts/simulator_venv.sh mjlab, ~7 min, 2.3 GB; the first run on
 #      a machine also compiles Warp's CPU kernels into ~/.cache/warp, ~35 s idle).
 # Extra arguments go to the main suite's pytest.
@@ -15,13 +16,43 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup_venv.sh test,jax,torchrl,sb3,gym,mo,minigrid,plot,video,rsl_rl,skrl,rl_games,envpool,ray,puffer >/dev/null
+
+# The simulator venvs are found in their cache, or built there on a fresh machine (mostly
+# downloads and unpacking, 5-15 min each), by ONE background job while ruff and the main
+# suite run; each tier then waits for its own venv (logs: $logs/<tier>.err).
+logs="$(mktemp -d)"
+(
+    bash scripts/isaaclab_venv.sh > "$logs/isaaclab.out" 2> "$logs/isaaclab.err"
+    touch "$logs/isaaclab.done"
+    for sim in brax maniskill mjlab; do
+        bash scripts/simulator_venv.sh "$sim" > "$logs/$sim.out" 2> "$logs/$sim.err"
+        touch "$logs/$sim.done"
+    done
+) &
+builder=$!
+trap 'kill "$builder" 2>/dev/null || true' EXIT
+
+venv_of() {  # the venv of tier $1 once it is built; its build log and a failure otherwise
+    local deadline=$((SECONDS + 3600))
+    until [ -e "$logs/$1.done" ]; do
+        if ! kill -0 "$builder" 2>/dev/null || [ "$SECONDS" -gt "$deadline" ]; then
+            [ -e "$logs/$1.done" ] && break
+            echo "the $1 venv could not be built; the end of its log ($logs/$1.err):" >&2
+            tail -n 40 "$logs/$1.err" >&2 || true
+            return 1
+        fi
+        sleep 5
+    done
+    tail -n 1 "$logs/$1.out"
+}
+
 .venv/bin/ruff check gpu_envs tests benchmarks examples scripts
 .venv/bin/python -m pytest -m "slow or not slow" "$@"
-isaac_venv="$(bash scripts/isaaclab_venv.sh | tail -n 1)"
+isaac_venv="$(venv_of isaaclab)"
 "$isaac_venv/bin/python" -m pytest -m "slow or not slow" tests/isaaclab
-brax_venv="$(bash scripts/simulator_venv.sh brax | tail -n 1)"
+brax_venv="$(venv_of brax)"
 GPU_ENVS_REQUIRE_BRAX=1 PYTHONPATH="$root" "$brax_venv/bin/python" -m pytest -m "slow or not slow" tests/brax
-maniskill_venv="$(bash scripts/simulator_venv.sh maniskill | tail -n 1)"
+maniskill_venv="$(venv_of maniskill)"
 GPU_ENVS_REQUIRE_MANISKILL=1 PYTHONPATH="$root" "$maniskill_venv/bin/python" -m pytest -m "slow or not slow" tests/maniskill
-mjlab_venv="$(bash scripts/simulator_venv.sh mjlab | tail -n 1)"
+mjlab_venv="$(venv_of mjlab)"
 GPU_ENVS_REQUIRE_MJLAB=1 PYTHONPATH="$root" "$mjlab_venv/bin/python" -m pytest -m "slow or not slow" tests/mjlab

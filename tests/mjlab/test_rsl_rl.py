@@ -160,19 +160,20 @@ def test_on_policy_runner_trains_go1(one_thread):
     training = Training(env, GO1, bootstrap=False)
     before = evaluate(training.vec, training.runner.get_inference_policy())
     training.learn(iterations)
+    placeholders, ends = list(training.placeholders), list(training.ends)  # the training steps only
     after = evaluate(training.vec, training.runner.get_inference_policy())
     env.close()
     value_loss, noise = training.value_loss, training.noise
     print(
         f"\n[mjlab] Go1 flat, {num_envs} envs, {iterations} PPO iterations through to_rsl_rl: "
         f"value loss {value_loss[:3]} ... {value_loss[-3:]}, action std {noise[0]:.3f} -> {noise[-1]:.3f}, "
-        f"{sum(training.ends)} episode ends in training; deterministic policy before {before}, after {after}",
+        f"{sum(ends)} episode ends in training; deterministic policy before {before}, after {after}",
         file=sys.stderr,
     )
 
-    assert len(training.placeholders) == iterations * training.runner.cfg["num_steps_per_env"]
-    assert not any(training.placeholders)
-    assert sum(training.ends) >= num_envs, training.ends  # time-outs of random initial lengths, falls
+    assert len(placeholders) == iterations * training.runner.cfg["num_steps_per_env"]
+    assert not any(placeholders)
+    assert sum(ends) >= num_envs, ends  # time-outs of random initial lengths, falls
     early, late = sum(value_loss[1:6]) / 5, sum(value_loss[-5:]) / 5
     assert late < 0.6 * early, value_loss
     assert noise[-1] < noise[0] - 0.01, noise

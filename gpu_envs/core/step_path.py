@@ -60,6 +60,11 @@ host: no host sync. A step given
   two steps ago, one from before a reset) refuses the step with
   :class:`~gpu_envs.contract.errors.StaleInputError` naming the fix, before anything moves.
 
+Inside a ``torch.compile``'d collection chunk (``collect(..., compile=True)``) this
+dating and the guard's call numbering are left out (``is_compiling()``, folded away
+when traced): they are host integers that the compiler would turn into guards and
+recompile on at every step, and the chunk is fed only the roots it makes itself.
+
 Example::
 
     path = StepPath(backend, rule, checks, batch_size, device)
@@ -75,6 +80,7 @@ from typing import Any, NoReturn
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from torch.compiler import is_compiling
 
 import gpu_envs.utils.tensordicts as tds
 from gpu_envs.backends.base import Backend
@@ -262,16 +268,18 @@ class StepPath:
         if self._direct_td and td.__class__ is TensorDict:
             entries = td._tensordict
             action = entries.get("action")
-            stamp = td.__dict__.get(STAMP)
-            if (stamp is not None and stamp != self.stamp) or entries.get(self._next_marker) is self._last_next:
-                self.other_input(td, stamp)
+            if not is_compiling():  # dated inputs: host bookkeeping, left out of compiled chunks (module docstring: compiled chunks)
+                stamp = td.__dict__.get(STAMP)
+                if (stamp is not None and stamp != self.stamp) or entries.get(self._next_marker) is self._last_next:
+                    self.other_input(td, stamp)
         else:
             check_td(td, STEP_CALLS)  # a dict, None, a (td, root) tuple: refused before anything moves
             action = get_entry(td, "action")
-            stamp = getattr(td, "__dict__", {}).get(STAMP)
-            watched = None if self._next_marker is None else get_entry(td, self._next_marker)
-            if (stamp is not None and stamp != self.stamp) or (watched is not None and watched is self._last_next):
-                self.other_input(td, stamp)
+            if not is_compiling():
+                stamp = getattr(td, "__dict__", {}).get(STAMP)
+                watched = None if self._next_marker is None else get_entry(td, self._next_marker)
+                if (stamp is not None and stamp != self.stamp) or (watched is not None and watched is self._last_next):
+                    self.other_input(td, stamp)
         checks = self.checks
         if (
             action.__class__ is not torch.Tensor
@@ -296,18 +304,21 @@ class StepPath:
             self.refuse("step")
         action = self.action_of(td)
         guard.pending = "step"
-        call = guard.calls + 1  # guard.start("step"), inline: the number a second thread would change
-        guard.calls = call
+        dated = not is_compiling()  # host integers a compiled chunk would guard on and recompile on (module docstring)
+        if dated:
+            call = guard.calls + 1  # guard.start("step"), inline: the number a second thread would change
+            guard.calls = call
         obs, reward, terminated, truncated, done, final_obs, final_mask, info = self.advance(action)
         next_obs, missing = self.rule(obs, done, final_obs, final_mask)
         if self.watch is not None:
             self.watch(action, next_obs, reward, missing)
         self.root_obs = obs
-        self.stamp = stamp = self.stamp + 1
-        marker = self._next_marker
-        if marker is not None:
-            marked = next_obs[marker]
-            self._last_next = _NOTHING if marked is obs[marker] else marked
+        if dated:
+            self.stamp = stamp = self.stamp + 1
+            marker = self._next_marker
+            if marker is not None:
+                marked = next_obs[marker]
+                self._last_next = _NOTHING if marked is obs[marker] else marked
         data = self.entries(next_obs)
         data["reward"] = reward
         data["done"] = done
@@ -317,10 +328,11 @@ class StepPath:
         if info:
             data.update(self.entries(info))
         following = self.new_td(data, self.batch_size, self.device)
-        following.__dict__[STAMP] = -stamp
+        if dated:
+            following.__dict__[STAMP] = -stamp
         set_entry(td, "next", following)
         self.last_done = done
-        if guard.calls != call:
+        if dated and guard.calls != call:
             guard.overlapped("step")
         guard.pending = None
         return done
@@ -332,7 +344,8 @@ class StepPath:
         data = self.entries(self.root_obs)
         data.update(self.root_flags)
         root = self.new_td(data, self.batch_size, self.device)
-        root.__dict__[STAMP] = self.stamp
+        if not is_compiling():
+            root.__dict__[STAMP] = self.stamp
         return td, root
 
     def root(self) -> TensorDict:
@@ -368,17 +381,20 @@ class StepPath:
             self.check_values(action)
         previous = self.root_obs
         guard.pending = "step"
-        call = guard.calls + 1
-        guard.calls = call
+        dated = not is_compiling()  # (module docstring: compiled chunks)
+        if dated:
+            call = guard.calls + 1
+            guard.calls = call
         obs, reward, terminated, truncated, done, final_obs, final_mask, _ = self.advance(action)
         next_obs, missing = self.rule(obs, done, final_obs, final_mask)
         if self.watch is not None:
             self.watch(action, next_obs, reward, missing)
         self.root_obs = obs
-        self.stamp += 1
-        self._last_next = _NOTHING  # no td["next"] was handed out
+        if dated:
+            self.stamp += 1
+            self._last_next = _NOTHING  # no td["next"] was handed out
         self.last_done = false = self.false
-        if guard.calls != call:
+        if dated and guard.calls != call:
             guard.overlapped("step")
         guard.pending = None
         lone = self._lone

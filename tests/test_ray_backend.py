@@ -137,6 +137,7 @@ def test_an_env_error_comes_back_with_the_envs_own_traceback():
         td = env.reset()
         td["action"] = torch.zeros(4, dtype=torch.long)
         env.step(td)
+        td = env.root().set("action", td["action"])
         with pytest.raises(gpu_envs.BackendError) as info:
             env.step(td)
         text = str(info.value)
@@ -184,6 +185,7 @@ def test_a_killed_worker_gives_a_clear_error_within_10s_and_nothing_survives_clo
     td = env.reset()
     td["action"] = torch.zeros(4, dtype=torch.long)
     env.step(td)
+    td = env.root().set("action", td["action"])
     os.kill(pids[1], signal.SIGKILL)
     start = time.monotonic()
     with pytest.raises(gpu_envs.BackendError, match=r"worker 1 \(envs 2..3, pid \d+ on .*\) died") as info:

@@ -175,7 +175,8 @@ def test_a_call_interrupted_while_a_message_may_be_half_sent_or_read_restarts_th
     else:
         venv.step_async(venv.action_space.sample())
         venv.parent_pipes[0].recv()
-    calls.call, calls.phase = "step", phase
+    calls.guard.start("step")  # the call marked in flight, as an interruption leaves it
+    calls.phase = phase
     td = env.reset(seed=0)
     assert [p.pid for p in venv.processes] != pids, "the workers should have been restarted"
     assert not _wait_gone(pids)
@@ -200,7 +201,8 @@ def test_a_restart_that_fails_half_way_stops_the_workers_it_started(tmp_path):
     env.reset()
     flag.touch()  # from now on env 1's builder raises: the restart gets half-way
     venv.parent_pipes[0].send(("step", 0))  # an interrupted call that only a restart can undo
-    env.backend._calls.call, env.backend._calls.phase = "step", "send"
+    env.backend._calls.guard.start("step")  # marked in flight, as an interruption leaves it
+    env.backend._calls.phase = "send"
     with pytest.raises(gpu_envs.BackendError, match="restarting its worker processes failed"):
         env.reset()
     restarted = [p.pid for p in venv.processes]

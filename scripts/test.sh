@@ -31,6 +31,8 @@ logs="$(mktemp -d)"
 ) &
 builder=$!
 trap 'kill "$builder" 2>/dev/null || true' EXIT
+trap 'exit 130' INT  # a stopped run stops its builder too (the EXIT trap runs)
+trap 'exit 143' TERM
 
 venv_of() {  # the venv of tier $1 once it is built; its build log and a failure otherwise
     local deadline=$((SECONDS + 3600))

@@ -207,3 +207,13 @@ def test_bad_inputs_get_clear_errors():
     for bad in ({"batch_size": 0}, {"batch_size": 4, "n_step": 0}, {"batch_size": 4, "gamma": 1.5}):
         with pytest.raises(gpu_envs.InvalidArgumentError):
             rb.sample(**bad)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_slots_never_written_do_not_leak_into_targets(n):
+    """A partly filled buffer's unwritten slots hold whatever torch.empty left (NaN here): never in a target."""
+    rb, ref = run_ops([2], horizon=8)
+    for storage in rb._storage.values():
+        if storage.is_floating_point():
+            storage[:, 2:] = float("nan")  # the 6 slots per env that no extend wrote
+    assert_matches_reference(rb, ref, n, gamma=0.9)

@@ -36,8 +36,11 @@ def window_targets(rewards: torch.Tensor, goes_on: torch.Tensor, powers: torch.T
     """
     b, n = rewards.shape[:2]
     alive = goes_on.to(rewards.dtype).cumprod(dim=1)  # [B, n - 1]: step k + 1 is taken
-    weights = F.pad(alive, (1, 0), value=1.0) * powers[:n]  # [B, n]
-    summed = torch.bmm(weights.unsqueeze(1), rewards.reshape(b, n, -1)).reshape(b, *rewards.shape[2:])
+    taken = F.pad(alive, (1, 0), value=1.0)  # [B, n]
+    weights = taken * powers[:n]
+    # steps not taken may be slots never written (NaN garbage): zeroed, since 0 * NaN is NaN
+    flat = rewards.reshape(b, n, -1).masked_fill(taken.unsqueeze(-1) == 0, 0.0)
+    summed = torch.bmm(weights.unsqueeze(1), flat).reshape(b, *rewards.shape[2:])
     return summed, alive.sum(dim=1).long() + 1
 
 

@@ -145,6 +145,24 @@ def flag_columns(
     return reward, terminated, truncated, terminated | truncated
 
 
+def copied_flag_columns(
+    reward: Any, terminated: Any, truncated: Any, num_envs: int, describe: str = "the backend"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`flag_columns` for a simulator that rewrites its reward and flag buffers every
+    step (Isaac Lab, mjlab): the values are COPIED (the two flags in one op) straight into
+    the ``[N, 1]`` layout, so a transition handed out stays as it was.
+    """
+    n = num_envs
+    try:
+        flags = torch.stack((terminated, truncated)).view(2, n, 1)
+        reward = reward.view(n, 1).to(torch.float32, copy=True)
+    except (AttributeError, RuntimeError, TypeError):  # not N values each: say which
+        flag_columns(reward, terminated, truncated, (n, 1), describe)
+        raise
+    terminated, truncated = flags[0], flags[1]
+    return reward, terminated, truncated, terminated | truncated
+
+
 def _bad_columns(describe: str, reward_shape: tuple[int, ...], **values: Any) -> BackendError:
     """The error for the first of ``values`` that is not a tensor of the right number of values."""
     n = reward_shape[0]

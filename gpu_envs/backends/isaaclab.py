@@ -58,7 +58,7 @@ from gpu_envs.backends.base import Backend, RawStep
 from gpu_envs.backends.common import (
     check_same_step,
     claim_simulator,
-    flag_columns,
+    copied_flag_columns,
     flatten_obs,
     observation_spec_from_space,
 )
@@ -259,17 +259,10 @@ class IsaacLabBackend(Backend):
         # Fresh on the rows that ended in this step, possibly stale elsewhere: final_mask=done,
         # so the final-observation rule reads the ended rows only.
         final = None if final is None else self._obs(final, False, "extras['final_obs']")
-        # Isaac Lab writes reward, terminated and truncated into the same buffers on every
-        # step: copy them (the two flags in one op), straight into the [N, 1] layout.
-        n = self.num_envs
-        try:
-            flags = torch.stack((terminated, truncated)).view(2, n, 1)
-            reward = reward.view(n, 1).to(torch.float32, copy=True)
-        except (AttributeError, RuntimeError, TypeError):  # not N values each: say which
-            flag_columns(reward, terminated, truncated, (n, 1), self.describe())
-            raise
-        terminated, truncated = flags[0], flags[1]
-        done = terminated | truncated
+        # Isaac Lab writes reward, terminated and truncated into the same buffers on every step: copied
+        reward, terminated, truncated, done = copied_flag_columns(
+            reward, terminated, truncated, self.num_envs, self.describe()
+        )
         return RawStep(
             obs=obs,
             reward=reward,

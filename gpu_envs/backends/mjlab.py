@@ -63,7 +63,7 @@ from typing import Any
 import torch
 
 from gpu_envs.backends.base import Backend, RawStep
-from gpu_envs.backends.common import NO_INFO, claim_simulator, flag_columns, flatten_obs
+from gpu_envs.backends.common import NO_INFO, claim_simulator, copied_flag_columns, flatten_obs
 from gpu_envs.backends.reuse import ReuseDetector
 from gpu_envs.contract.errors import (
     ClosedEnvError,
@@ -244,24 +244,17 @@ class MjlabBackend(Backend):
     def step(self, action: torch.Tensor) -> RawStep:
         obs, reward, terminated, truncated, extras = self.env.step(action)
         final = self._watch("step", self._obs(obs, "observation"))
-        n = self.num_envs
-        # mjlab rewrites its reward and termination buffers on every step: copy them (the
-        # two flags in one op), straight into the [N, 1] layout.
-        try:
-            flags = torch.stack((terminated, truncated)).view(2, n, 1)
-            reward = reward.view(n, 1).to(torch.float32, copy=True)
-        except (AttributeError, RuntimeError, TypeError):  # not N values each: say which
-            flag_columns(reward, terminated, truncated, (n, 1), self.describe())
-            raise
-        terminated, truncated = flags[0], flags[1]
-        done = terminated | truncated
+        # mjlab rewrites its reward and termination buffers on every step: copied
+        reward, terminated, truncated, done = copied_flag_columns(
+            reward, terminated, truncated, self.num_envs, self.describe()
+        )
         step_log = extras.get("log") if isinstance(extras, Mapping) else None
         if not self.exact_final_obs:  # mjlab reset the ended rows itself: placeholders for their final obs
             self._set_log(extras, None)
             self._last_obs = final
             return RawStep(obs=final, reward=reward, terminated=terminated, truncated=truncated, done=done, info=NO_INFO)
         # The one host read of the step: which rows to hand to reset(env_ids=...).
-        ended = done.view(n).nonzero().view(-1)
+        ended = done.view(self.num_envs).nonzero().view(-1)
         if ended.numel():
             obs = self._reset_rows(ended, done, final, None, step_log)
         else:

@@ -69,6 +69,25 @@ def test_partial_reset_advances_only_masked_rows(cls):
 
 
 @pytest.mark.parametrize("cls", [CartPoleEnv, PendulumEnv])
+def test_partial_resets_from_the_draw_pool_equal_direct_draws(cls):
+    """Masked resets take pooled draws: over refills, reseeds and steps they equal the generator's own."""
+    env = cls(num_envs=8, seed=11)
+    env.reset()
+    gen = torch.Generator().manual_seed(0)
+    action = torch.zeros(8, dtype=torch.long) if cls is CartPoleEnv else torch.zeros(8, 1)
+    for i in range(3 * env._step_draws.events):  # several pool refills
+        if i == 70:
+            env.reset(seed=12)  # a new key: the pool must notice
+        mask = torch.rand(8, generator=gen) < 0.4
+        expected = env._rng.uniform(env._reset_bounds)  # the direct draw at these counters
+        before = env.state.clone()
+        env.reset(options={"reset_mask": mask})
+        assert torch.equal(env.state[mask], expected[mask]), i  # the state is the draw itself
+        assert torch.equal(env.state[~mask], before[~mask]), i
+        env.step(action)
+
+
+@pytest.mark.parametrize("cls", [CartPoleEnv, PendulumEnv])
 def test_auto_resets_draw_each_rows_next_value(cls):
     """A row ended by step() takes the same fresh state a reset of that row alone would."""
     env = cls(num_envs=6, seed=9)

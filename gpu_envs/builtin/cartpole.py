@@ -178,7 +178,8 @@ class CartPoleEnv(BatchedTorchEnv):
         bounds = self._reset_bounds
         if (low, high) != (self.reset_low, self.reset_high):
             bounds = self._rng.bounds([low] * 4, [high] * 4)
-        self._apply_reset(self._rng.uniform(bounds), options.get("reset_mask"))
+        mask = options.get("reset_mask")
+        self._apply_reset(self._reset_draws(bounds, mask), mask)
         return self._state.clone(), {}
 
     # ------------------------------------------------------------------ step

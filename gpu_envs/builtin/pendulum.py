@@ -138,7 +138,8 @@ class PendulumEnv(BatchedTorchEnv):
         bounds = self._reset_bounds
         if (x, y) != (self.default_x_init, self.default_y_init):
             bounds = self._bounds(x, y)
-        self._apply_reset(self._rng.uniform(bounds), options.get("reset_mask"))
+        mask = options.get("reset_mask")
+        self._apply_reset(self._reset_draws(bounds, mask), mask)
         th, thdot = self._state.unbind(1)
         return torch.stack((torch.cos(th), torch.sin(th), thdot), 1), {}
 

@@ -285,3 +285,100 @@ def test_the_quarantined_key_is_in_the_info_spec_and_in_every_step():
     td["action"] = torch.zeros(3, 1)
     td = env.step(td)
     assert td["next", "quarantined"].shape == (3, 1) and not td["next", "quarantined"].any()
+
+
+def nan_reset_at(index, episode):
+    """Which fresh episodes start from a non-finite observation (a reset that blew up)."""
+    return (3 * index + 2 * episode) % 7 == 1
+
+
+class BadResetTorchEnv(CountingTorchVectorEnv):
+    """The batched counting env whose reset observations are NaN where ``nan_reset_at`` says."""
+
+    def _obs(self):
+        obs = super()._obs()
+        bad = nan_reset_at(self.index, self.episode) & (self.t == 0)
+        return torch.where(bad[:, None], torch.tensor(math.nan), obs)
+
+
+def bad_reset_reference(actions: np.ndarray) -> dict:
+    """Single counting envs by hand: a non-finite reset observation becomes zeros, is counted,
+    and the row's next transition is quarantined (acting on the zeros) and reset."""
+    envs = [CountingEnv(i) for i in range(N)]
+
+    def fresh(env):
+        obs = env.reset()[0]
+        bad = bool(nan_reset_at(env.index, env.episode))
+        return (np.zeros(3, np.float32) if bad else obs), bad
+
+    roots = [fresh(env) for env in envs]
+    obs, pending = [r[0] for r in roots], [r[1] for r in roots]
+    counts = np.array(pending, dtype=np.int64)
+    keys = ("observation", "next_observation", "reward", "terminated", "truncated", "quarantined", "root")
+    out = {k: [] for k in keys}
+    for t in range(actions.shape[1]):
+        rows = {k: [] for k in keys}
+        for i, env in enumerate(envs):
+            next_obs, reward, term, trunc, _ = env.step(int(actions[i, t]))
+            if pending[i]:
+                next_obs, reward, term, trunc = obs[i], 0.0, True, False
+            for key, value in (("observation", obs[i]), ("next_observation", next_obs), ("reward", reward),
+                               ("terminated", term), ("truncated", trunc), ("quarantined", pending[i])):
+                rows[key].append(value)
+            if term or trunc:
+                obs[i], pending[i] = fresh(env)
+                counts[i] += pending[i]
+            else:
+                obs[i] = next_obs
+            rows["root"].append(obs[i])
+        for k in keys:
+            out[k].append(np.stack(rows[k]))
+    result = {k: np.stack(v, axis=1) for k, v in out.items()}
+    result["counts"] = counts
+    return result
+
+
+def test_non_finite_reset_observations_are_replaced_counted_and_their_next_step_quarantined():
+    actions = _actions(seed=5)
+    env = Quarantine(gpu_envs.wrap(BadResetTorchEnv(N)))
+    env.reset()
+    step = iter(range(T))
+
+    def policy(td):
+        assert torch.isfinite(td["observation"]).all(), "the policy never acts on a NaN"
+        td["action"] = actions[:, next(step)]
+        return td
+
+    traj = collect(env, policy, steps=T)
+    expected = bad_reset_reference(actions.numpy())
+    assert expected["quarantined"].sum() >= 3, "the reference has bad resets to quarantine"
+    _assert_matches(
+        {
+            "observation": traj["observation"],
+            "next_observation": traj["next", "observation"],
+            "reward": traj["next", "reward"].squeeze(-1),
+            "terminated": traj["next", "terminated"].squeeze(-1),
+            "truncated": traj["next", "truncated"].squeeze(-1),
+            "quarantined": traj["next", "quarantined"].squeeze(-1),
+        },
+        {k: v for k, v in expected.items() if k not in ("root", "counts")},
+    )
+    torch.testing.assert_close(env.quarantined_per_row, torch.as_tensor(expected["counts"]))
+    rec = env.records()
+    assert rec["reset"].any() and torch.isnan(rec["next_observation", "observation"][rec["reset"]]).all()
+
+
+def test_torchrl_style_resets_screen_fresh_observations_without_counting_twice():
+    actions = _actions(seed=5)
+    env = Quarantine(gpu_envs.wrap(BadResetTorchEnv(N)))
+    td = env.reset()
+    roots = []
+    for t in range(T):
+        assert torch.isfinite(td["observation"]).all()
+        td["action"] = actions[:, t]
+        td = env.step(td)
+        td = env.reset(td=TensorDict({"_reset": td["next", "done"]}, batch_size=[N]))
+        roots.append(td["observation"])
+    expected = bad_reset_reference(actions.numpy())
+    np.testing.assert_array_equal(torch.stack(roots, dim=1).numpy(), expected["root"])
+    torch.testing.assert_close(env.quarantined_per_row, torch.as_tensor(expected["counts"]))

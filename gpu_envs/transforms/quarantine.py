@@ -15,6 +15,12 @@ every step, on the device and without a host sync:
   learner (mask the rows with ``("next", "quarantined")`` to leave them out entirely);
 * resets them in the env below (a masked reset, in the same call), so the next step's
   input is a fresh episode;
+* screens every fresh episode's observation too (after an auto-reset, a masked or a full
+  reset): a row whose reset observation is not finite is counted and recorded at once,
+  its observation in the root is replaced by zeros (a finite placeholder, so the policy
+  never acts on a NaN), and its next transition is quarantined whatever it holds (ended,
+  reward 0, ``("next", "quarantined")`` set) and the row reset again: a simulator that
+  cannot reset a row cleanly shows up in the count every step instead of in the loss;
 * counts them and keeps, per row, the last quarantine's record for inspection: the last
   good observation (the one acted on), the action, the non-finite next observation and
   reward, and the step it happened at (:meth:`Quarantine.records`).
@@ -102,6 +108,9 @@ class QuarantineMarks(Transform):
         self.total = torch.zeros(1, dtype=torch.int64, device=dev)
         self.steps = torch.zeros(1, dtype=torch.int64, device=dev)
         self.to_reset = torch.zeros(n, 1, dtype=torch.bool, device=dev)
+        # rows whose fresh observation was not finite: their next transition is quarantined
+        self.pending = torch.zeros(n, 1, dtype=torch.bool, device=dev)
+        self.at_reset = torch.zeros(n, dtype=torch.bool, device=dev)  # the last record is of a reset
         info = specs.info_spec.to(dev)
         info["quarantined"] = Binary(1, device=dev)
         return specs.replace(info_spec=info)
@@ -118,22 +127,27 @@ class QuarantineMarks(Transform):
         reward = nxt.get("reward")
         if self.reward_is_float:
             finite = finite & _finite_rows(reward)
-        bad = ~finite
+        # a row acting on a placeholder (its reset observation was not finite) is quarantined
+        # too, but was counted when it was reset
+        bad = ~finite | self.pending
         rows = bad.view(-1)
+        counted = (~finite & ~self.pending).view(-1)
+        self.pending.zero_()
         ended_below = nxt.get("done")
         self.to_reset.copy_(bad & ~ended_below)
 
-        # the record of this quarantine, on its rows
+        # the record of this quarantine, on its counted rows
         for key in self.obs_keys:
             good = td.get(key)
-            torch.where(_expand(rows, good), good, self.last_good[key], out=self.last_good[key])
-            torch.where(_expand(rows, good), nxt.get(key), self.bad_obs[key], out=self.bad_obs[key])
+            torch.where(_expand(counted, good), good, self.last_good[key], out=self.last_good[key])
+            torch.where(_expand(counted, good), nxt.get(key), self.bad_obs[key], out=self.bad_obs[key])
         action = td.get("action")
-        torch.where(_expand(rows, action), action.to(self.action.dtype), self.action, out=self.action)
-        torch.where(_expand(rows, reward), reward, self.bad_reward, out=self.bad_reward)
-        torch.where(rows, self.steps, self.at_step, out=self.at_step)
-        self.per_row.add_(rows)
-        self.total.add_(rows.sum())
+        torch.where(_expand(counted, action), action.to(self.action.dtype), self.action, out=self.action)
+        torch.where(_expand(counted, reward), reward, self.bad_reward, out=self.bad_reward)
+        torch.where(counted, self.steps, self.at_step, out=self.at_step)
+        self.at_reset.logical_and_(~counted)
+        self.per_row.add_(counted)
+        self.total.add_(counted.sum())
         self.steps.add_(1)
 
         # end the rows, with a finite transition: the observation acted on, reward 0
@@ -149,6 +163,45 @@ class QuarantineMarks(Transform):
         nxt.set("quarantined", bad)
         return td
 
+    def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+        """Screen a root after a reset: rows with a non-finite observation are counted, recorded and pending.
+
+        ``mask`` (``[N, 1]``): the rows reset by this call. A row already pending (counted
+        at an earlier reset, not stepped since) is not counted again unless reset again.
+        """
+        if not self.float_keys:
+            return td
+        bad = ~self._finite_root(td)
+        counted = (bad & (mask | ~self.pending)).view(-1)
+        for key in self.float_keys:
+            value = td.get(key)
+            torch.where(_expand(counted, value), value, self.bad_obs[key], out=self.bad_obs[key])
+        torch.where(counted, self.steps, self.at_step, out=self.at_step)
+        self.at_reset.logical_or_(counted)
+        self.per_row.add_(counted)
+        self.total.add_(counted.sum())
+        self.pending.copy_((self.pending & ~mask) | bad)
+        return self._placeholders(td, bad.view(-1))
+
+    def root(self, td: TensorDictBase) -> TensorDictBase:
+        """The root with non-finite observation rows replaced by zeros (no counting: that is :meth:`reset`'s)."""
+        if not self.float_keys:
+            return td
+        return self._placeholders(td, ~self._finite_root(td).view(-1))
+
+    def _finite_root(self, td: TensorDictBase) -> torch.Tensor:
+        """``[N, 1]`` bool: every floating-point observation of the row is finite."""
+        finite = torch.ones_like(self.pending)
+        for key in self.float_keys:
+            finite = finite & _finite_rows(td.get(key))
+        return finite
+
+    def _placeholders(self, td: TensorDictBase, rows: torch.Tensor) -> TensorDictBase:
+        for key in self.float_keys:
+            value = td.get(key)
+            td.set(key, value.masked_fill(_expand(rows, value), 0.0))
+        return td
+
     @property
     def row_state(self) -> tuple[str, ...]:  # type: ignore[override]
         """Every state tensor but the two counters shared by all rows (``total``, ``steps``)."""
@@ -157,6 +210,7 @@ class QuarantineMarks(Transform):
     def state_tensors(self) -> dict[str, torch.Tensor]:
         state = {"per_row": self.per_row, "total": self.total, "steps": self.steps, "at_step": self.at_step}
         state["action"], state["bad_reward"], state["to_reset"] = self.action, self.bad_reward, self.to_reset
+        state["pending"], state["at_reset"] = self.pending, self.at_reset
         for i, key in enumerate(self.obs_keys):
             state[f"last_good.{i}"] = self.last_good[key]
             state[f"bad_obs.{i}"] = self.bad_obs[key]
@@ -278,8 +332,11 @@ class Quarantine(TransformedEnv):
         A TensorDict with one entry per such row: ``"row"``, ``"count"`` (times quarantined),
         ``"step"`` (steps since this wrapper was built, when it last happened),
         ``"observation"`` (the observation keys: the last good observation, the one the
-        row acted on), ``"action"``, ``"next_observation"`` (the non-finite one) and
-        ``"reward"``. Does not raise past ``raise_after``: read it after the error.
+        row acted on), ``"action"``, ``"next_observation"`` (the non-finite one),
+        ``"reward"`` and ``"reset"``: True where the last quarantine was of a reset
+        observation (then ``"next_observation"`` is that observation and ``"step"`` the
+        step it was to start from; the other entries are the row's previous record, zeros
+        if none). Does not raise past ``raise_after``: read it after the error.
         """
         m = self._marks
         rows = torch.nonzero(m.per_row).view(-1)
@@ -291,6 +348,7 @@ class Quarantine(TransformedEnv):
             "action": m.action[rows],
             "next_observation": _nest({key: m.bad_obs[key][rows] for key in m.obs_keys}),
             "reward": m.bad_reward[rows],
+            "reset": m.at_reset[rows],
         }
         return TensorDict(data, batch_size=[rows.shape[0]], device=self.device)
 
@@ -300,6 +358,7 @@ class Quarantine(TransformedEnv):
         for t in (m.per_row, m.total):
             t.zero_()
         m.at_step.fill_(-1)
+        m.at_reset.zero_()
 
     # --------------------------------------------------------------- helpers
     def _reset_quarantined(self) -> TensorDictBase:

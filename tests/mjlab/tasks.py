@@ -1,9 +1,7 @@
 """mjlab 1.6 tasks on the CPU, built for gpu_envs' tests (and ``benchmarks/bench_simulators.py``).
 
-Import this module first in every test module of the tier: where mjlab is missing (the
-main Python 3.11 suite) it skips the module with the reason and the command that runs
-the tier; under ``GPU_ENVS_REQUIRE_MJLAB=1`` (what ``scripts/test.sh`` sets when it runs
-the tier in the mjlab venv) a missing mjlab is an error, never a skip.
+It imports mjlab: the tier's modules are collected only where mjlab is installed or
+``GPU_ENVS_REQUIRE_MJLAB=1`` demands it (``tests/mjlab/conftest.py``).
 
 Two of mjlab's own registered tasks are used as they ship, with shorter episodes so that
 time limits come within a few dozen steps:
@@ -27,20 +25,10 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-import os
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import torch
-
-if os.environ.get("GPU_ENVS_REQUIRE_MJLAB") != "1":
-    pytest.importorskip(
-        "mjlab",
-        reason="the mjlab tier runs in its own venv: VENV=$(scripts/simulator_venv.sh mjlab | tail -n 1) && "
-        'PYTHONPATH=$PWD "$VENV/bin/python" -m pytest tests/mjlab',
-    )
-
 from mjlab.envs import ManagerBasedRlEnv
 from mjlab.tasks.registry import load_env_cfg
 from mjlab.tasks.velocity.mdp.rewards import feet_swing_height

@@ -101,6 +101,13 @@ def _assert_matches(got: dict, expected: dict) -> None:
         np.testing.assert_array_equal(value.numpy(), expected[key].astype(value.numpy().dtype), err_msg=key)
 
 
+def _entries(traj) -> dict:
+    """The transition entries the references give, from a collected ``[N, T]`` trajectory."""
+    nxt = traj["next"]
+    flags = {key: nxt[key].squeeze(-1) for key in ("reward", "terminated", "truncated", "quarantined")}
+    return {"observation": traj["observation"], "next_observation": nxt["observation"], **flags}
+
+
 def test_the_reference_covers_every_case():
     cases = reference(_actions().numpy())["case"]
     # NaN observations on rows that would go on, on rows ending there anyway (the final
@@ -121,14 +128,7 @@ def test_collect_matches_the_reference_with_the_quarantine_rule():
     traj = collect(env, policy, steps=T)
     expected = reference(actions.numpy())
     _assert_matches(
-        {
-            "observation": traj["observation"],
-            "next_observation": traj["next", "observation"],
-            "reward": traj["next", "reward"].squeeze(-1),
-            "terminated": traj["next", "terminated"].squeeze(-1),
-            "truncated": traj["next", "truncated"].squeeze(-1),
-            "quarantined": traj["next", "quarantined"].squeeze(-1),
-        },
+        _entries(traj),
         expected,
     )
     torch.testing.assert_close(traj["next", "done"], traj["next", "terminated"] | traj["next", "truncated"])
@@ -353,14 +353,7 @@ def test_non_finite_reset_observations_are_replaced_counted_and_their_next_step_
     expected = bad_reset_reference(actions.numpy())
     assert expected["quarantined"].sum() >= 3, "the reference has bad resets to quarantine"
     _assert_matches(
-        {
-            "observation": traj["observation"],
-            "next_observation": traj["next", "observation"],
-            "reward": traj["next", "reward"].squeeze(-1),
-            "terminated": traj["next", "terminated"].squeeze(-1),
-            "truncated": traj["next", "truncated"].squeeze(-1),
-            "quarantined": traj["next", "quarantined"].squeeze(-1),
-        },
+        _entries(traj),
         {k: v for k, v in expected.items() if k not in ("root", "counts")},
     )
     torch.testing.assert_close(env.quarantined_per_row, torch.as_tensor(expected["counts"]))

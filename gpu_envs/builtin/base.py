@@ -16,7 +16,8 @@ states depend only on the seed, its global index ``env_index_offset + i`` and ho
 times it was reset -- never on ``N`` or on other rows -- and the draws are plain integer
 ops, so ``torch.compile`` traces them without a graph break. In eager mode a step takes
 its reset candidates from a :class:`~gpu_envs.builtin.draw_pool.DrawPool` (each row's next
-draws, computed in bulk): the same values, for a fraction of the ops.
+draws, computed in bulk), and so does a partial reset with the default bounds: the same
+values, for a fraction of the ops.
 
 Example (a subclass)::
 

@@ -1,7 +1,8 @@
 """Pooled draws: the built-in envs' reset candidates at eager speed, the same values exactly.
 
 Same-step auto-reset needs a fresh candidate for every row at every step (the rows that
-ended keep theirs). Drawn directly with :meth:`CounterRNG.uniform
+ended keep theirs); partial resets (``reset_mask``: torchrl's masked resets, gymnasium's
+NEXT_STEP emulation in ``to_gymnasium``) need one for the masked rows. Drawn directly with :meth:`CounterRNG.uniform
 <gpu_envs.builtin.counter_rng.CounterRNG.uniform>`, that is ~20 small integer ops per step:
 in eager mode each costs microseconds of dispatch (most of a small batch's step), and at
 large batches each is a pass over ``N x L`` int64 values.

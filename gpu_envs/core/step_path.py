@@ -34,6 +34,8 @@ changes), never per step:
 * the TensorDict build: flat keys (one dict, built without re-validation) or nested
   ones (tuple keys become sub-TensorDicts).
 
+:meth:`StepPath.step` and :meth:`StepPath.values` share steps 2-4
+(:meth:`~StepPath.check_action`, :meth:`~StepPath.transition`, :meth:`~StepPath.finish`);
 :meth:`StepPath.values` is the same path ending in the transition's tensors instead of
 TensorDicts (keys :func:`~gpu_envs.contract.keys.transition_keys`), for random-action
 collections that copy them straight into their buffer; ``tests/test_step_path.py``
@@ -280,6 +282,11 @@ class StepPath:
                 watched = None if self._next_marker is None else get_entry(td, self._next_marker)
                 if (stamp is not None and stamp != self.stamp) or (watched is not None and watched is self._last_next):
                     self.other_input(td, stamp)
+        self.check_action(action)
+        return action
+
+    def check_action(self, action: torch.Tensor) -> None:
+        """Step 2 of every step: the action's metadata (type, shape, dtype, device), and its values where bound."""
         checks = self.checks
         if (
             action.__class__ is not torch.Tensor
@@ -291,21 +298,20 @@ class StepPath:
         check_values = self.check_values
         if check_values is not None:
             check_values(action)
-        return action
 
-    def step(self, td: TensorDictBase) -> torch.Tensor:
-        """Step with ``td["action"]``: sets ``td["next"]``, caches the next root; returns ``done`` ``[N, 1]``.
+    def transition(self, action: torch.Tensor) -> tuple:
+        """Steps 3-4 of every step, guarded: the backend advance and the final-observation rule.
 
-        The guard is marked around the backend call (two attribute writes): an
-        exception escaping it leaves the env refusing calls until a full reset.
+        Returns ``(obs, reward, terminated, truncated, done, info, next_obs, missing,
+        call)`` and leaves the guard pending; the caller builds its outputs, then calls
+        :meth:`finish` with ``call`` (the guard's call number; None inside a compiled
+        chunk, which leaves the numbering out: module docstring). An exception in between
+        leaves the env refusing calls until a full reset.
         """
         guard = self.guard
-        if guard.pending is not None:
-            self.refuse("step")
-        action = self.action_of(td)
         guard.pending = "step"
-        dated = not is_compiling()  # host integers a compiled chunk would guard on and recompile on (module docstring)
-        if dated:
+        call = None
+        if not is_compiling():
             call = guard.calls + 1  # guard.start("step"), inline: the number a second thread would change
             guard.calls = call
         obs, reward, terminated, truncated, done, final_obs, final_mask, info = self.advance(action)
@@ -313,6 +319,26 @@ class StepPath:
         if self.watch is not None:
             self.watch(action, next_obs, reward, missing)
         self.root_obs = obs
+        return obs, reward, terminated, truncated, done, info, next_obs, missing, call
+
+    def finish(self, call: int | None) -> None:
+        """The end of a guarded step: refuse it if another thread stepped meanwhile, else release the guard."""
+        guard = self.guard
+        if call is not None and guard.calls != call:
+            guard.overlapped("step")
+        guard.pending = None
+
+    def step(self, td: TensorDictBase) -> torch.Tensor:
+        """Step with ``td["action"]``: sets ``td["next"]``, caches the next root; returns ``done`` ``[N, 1]``.
+
+        The guard is marked around the backend call (two attribute writes): an
+        exception escaping it leaves the env refusing calls until a full reset.
+        """
+        if self.guard.pending is not None:
+            self.refuse("step")
+        action = self.action_of(td)
+        obs, reward, terminated, truncated, done, info, next_obs, missing, call = self.transition(action)
+        dated = call is not None  # host integers a compiled chunk would guard on and recompile on (module docstring)
         if dated:
             self.stamp = stamp = self.stamp + 1
             marker = self._next_marker
@@ -332,9 +358,7 @@ class StepPath:
             following.__dict__[STAMP] = -stamp
         set_entry(td, "next", following)
         self.last_done = done
-        if dated and guard.calls != call:
-            guard.overlapped("step")
-        guard.pending = None
+        self.finish(call)
         return done
 
     def step_and_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
@@ -366,37 +390,16 @@ class StepPath:
         flags, the action, next observations, reward, the step's flags and
         ``final_obs_missing`` (see :meth:`values_in` for a buffer's own order).
         """
-        guard = self.guard
-        if guard.pending is not None:
+        if self.guard.pending is not None:
             self.refuse("step")
-        checks = self.checks
-        if (
-            action.__class__ is not torch.Tensor
-            or action.shape != checks.action_shape
-            or action.dtype != checks.action_dtype
-            or action.device != self.device
-        ):
-            checks.action(action)
-        if self.check_values is not None:
-            self.check_values(action)
+        self.check_action(action)
         previous = self.root_obs
-        guard.pending = "step"
-        dated = not is_compiling()  # (module docstring: compiled chunks)
-        if dated:
-            call = guard.calls + 1
-            guard.calls = call
-        obs, reward, terminated, truncated, done, final_obs, final_mask, _ = self.advance(action)
-        next_obs, missing = self.rule(obs, done, final_obs, final_mask)
-        if self.watch is not None:
-            self.watch(action, next_obs, reward, missing)
-        self.root_obs = obs
-        if dated:
+        _, reward, terminated, truncated, done, _, next_obs, missing, call = self.transition(action)
+        if call is not None:  # (module docstring: compiled chunks)
             self.stamp += 1
             self._last_next = _NOTHING  # no td["next"] was handed out
         self.last_done = false = self.false
-        if dated and guard.calls != call:
-            guard.overlapped("step")
-        guard.pending = None
+        self.finish(call)
         lone = self._lone
         if lone is not None:
             return previous[lone], false, false, false, action, next_obs[lone], reward, done, terminated, truncated, missing

@@ -329,7 +329,13 @@ class GymnasiumBackend(Backend):
             final, _ = final_obs_numpy(leaves, done, None, dtypes=self._dtypes)  # copies, before the reset rewrites them
             obs, _ = self._call("reset", self.env.reset, options={"reset_mask": done})
             leaves = self._layout.read(obs)
-        values = self._step_layout.pack(
+        if self._info_keys:
+            info_values = self._info.read(info, self._same_step, terminated, truncated)
+        else:
+            info_values = ()
+            if info:
+                self._info.warn_new_keys(info)  # warns about dropped entries once
+        raw = self._publish(
             leaves,
             reward.reshape(self._reward_shape),
             terminated.reshape(n, 1),
@@ -337,11 +343,9 @@ class GymnasiumBackend(Backend):
             done.reshape(n, 1),
             final,
             final_mask,
-            self._info.read(info, self._same_step, terminated, truncated) if self._info_keys else (),
+            info_values,
+            final is None,
         )
-        if not self._info_keys and info:
-            self._info.warn_new_keys(info)  # warns about dropped entries once
-        raw = self._step_layout.unpack(self._stage.publish(values, owned=self._owned), obs_are_final=final is None)
         guard.pending = None  # guard.finish()
         return raw
 
@@ -364,7 +368,9 @@ class GymnasiumBackend(Backend):
         # the ones this backend makes (done, final obs and mask), gymnasium's own vector envs return
         # fresh terminated/truncated arrays (np.copy) each step.
         k, fresh_flags = len(self._keys), self._final_for_every_end
-        self._owned = [False] * k + [False, fresh_flags, fresh_flags, True] + [True] * (k + 1) + [False] * len(info_fields)
+        owned = [False] * k + [False, fresh_flags, fresh_flags, True] + [True] * (k + 1) + [False] * len(info_fields)
+        # pack, stage and unpack in one call (on the CPU: each array straight into its tensor)
+        self._publish = self._step_layout.publisher(self._stage, owned)
 
     # -------------------------------------------------------------- lifecycle
     # ------------------------------------------------------------ row snapshots

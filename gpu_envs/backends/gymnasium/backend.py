@@ -216,6 +216,7 @@ class GymnasiumBackend(Backend):
         self._step_layout: StepLayout | None = None
         # how the rule's numpy form reads one row of gymnasium's per-row final observations
         self._read_row = None if self._layout.single_leaf else self._layout.read
+        self._lone_leaf = self._layout.single_leaf  # the observation is the one leaf (ObsLayout.read's shortcut)
         self._dtypes = self._layout.dtypes
         self._info_keys: list = []
         self._last_obs: ObsDict | None = None
@@ -311,7 +312,7 @@ class GymnasiumBackend(Backend):
         if self._stage is None:
             self._build_step_stage(info)
         n = self.num_envs
-        leaves = self._layout.read(obs)
+        leaves = [obs] if self._lone_leaf else self._layout.read(obs)
         done = np.logical_or(terminated, truncated)  # a fresh array
         final, final_mask = None, None  # None: the step's observations are the final ones (no row ended)
         if self._same_step:
@@ -325,7 +326,7 @@ class GymnasiumBackend(Backend):
                     dtypes=self._dtypes,
                     every_end=self._final_for_every_end,
                 )
-        elif done.any():  # the step's observation IS the final one; reset the ended rows (same step)
+        elif np.count_nonzero(done):  # the step's observation IS the final one; reset the ended rows (same step)
             final, _ = final_obs_numpy(leaves, done, None, dtypes=self._dtypes)  # copies, before the reset rewrites them
             obs, _ = self._call("reset", self.env.reset, options={"reset_mask": done})
             leaves = self._layout.read(obs)

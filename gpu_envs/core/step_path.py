@@ -263,19 +263,23 @@ class StepPath:
         )
 
     # ------------------------------------------------------------------- steps
-    def action_of(self, td: TensorDictBase) -> torch.Tensor:
-        """``td["action"]``, checked (metadata; values where bound), before anything moves."""
+    def action_of(self, td: TensorDictBase, dated: bool) -> torch.Tensor:
+        """``td["action"]``, checked (metadata; values where bound), before anything moves.
+
+        ``dated``: not inside a compiled chunk (``not is_compiling()``, asked once per step
+        by the caller), so the input's date is checked.
+        """
         if self._direct_td and td.__class__ is TensorDict:
             entries = td._tensordict
             action = entries.get("action")
-            if not is_compiling():  # dated inputs: host bookkeeping, left out of compiled chunks (module docstring: compiled chunks)
+            if dated:  # dated inputs: host bookkeeping, left out of compiled chunks (module docstring: compiled chunks)
                 stamp = td.__dict__.get(STAMP)
                 if (stamp is not None and stamp != self.stamp) or entries.get(self._next_marker) is self._last_next:
                     self.other_input(td, stamp)
         else:
             check_td(td, STEP_CALLS)  # a dict, None, a (td, root) tuple: refused before anything moves
             action = get_entry(td, "action")
-            if not is_compiling():
+            if dated:
                 stamp = getattr(td, "__dict__", {}).get(STAMP)
                 watched = None if self._next_marker is None else get_entry(td, self._next_marker)
                 if (stamp is not None and stamp != self.stamp) or (watched is not None and watched is self._last_next):
@@ -284,7 +288,7 @@ class StepPath:
         if (
             action.__class__ is not torch.Tensor
             or action.shape != checks.action_shape
-            or action.dtype != checks.action_dtype
+            or action.dtype is not checks.action_dtype  # torch dtypes are singletons
             or action.device != self.device
         ):
             checks.action(action)  # raises, unless a tensor subclass with the right metadata
@@ -299,12 +303,16 @@ class StepPath:
         The guard is marked around the backend call (two attribute writes): an
         exception escaping it leaves the env refusing calls until a full reset.
         """
+        # dated: host integers a compiled chunk would guard on and recompile on (module docstring)
+        return self.dated_step(td, not is_compiling())
+
+    def dated_step(self, td: TensorDictBase, dated: bool) -> torch.Tensor:
+        """:meth:`step`, told whether inputs are dated (``not is_compiling()``, asked once by the caller)."""
         guard = self.guard
         if guard.pending is not None:
             self.refuse("step")
-        action = self.action_of(td)
+        action = self.action_of(td, dated)
         guard.pending = "step"
-        dated = not is_compiling()  # host integers a compiled chunk would guard on and recompile on (module docstring)
         if dated:
             call = guard.calls + 1  # guard.start("step"), inline: the number a second thread would change
             guard.calls = call
@@ -339,12 +347,13 @@ class StepPath:
 
     def step_and_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
         """:meth:`step`, then ``(td, next root)``: the post-reset observations where rows ended."""
-        self.step(td)
+        dated = not is_compiling()  # asked once for the step and the root (module docstring: compiled chunks)
+        self.dated_step(td, dated)
         self.last_done = self.false
         data = self.entries(self.root_obs)
         data.update(self.root_flags)
         root = self.new_td(data, self.batch_size, self.device)
-        if not is_compiling():
+        if dated:
             root.__dict__[STAMP] = self.stamp
         return td, root
 
@@ -373,7 +382,7 @@ class StepPath:
         if (
             action.__class__ is not torch.Tensor
             or action.shape != checks.action_shape
-            or action.dtype != checks.action_dtype
+            or action.dtype is not checks.action_dtype
             or action.device != self.device
         ):
             checks.action(action)

@@ -38,8 +38,12 @@ Data path per step: the action tensor becomes numpy once (the tensor's own memor
 the CPU, one copy into a pinned buffer from CUDA). Each result is copied once: for a
 CUDA target into ONE reused packed staging buffer (pinned) that crosses in one
 non-blocking copy, for a CPU target into a fresh array shared by ``torch.from_numpy``
+(arrays the backend or gymnasium's own vector envs make fresh each step -- done, the
+final observations, their mask, SyncVectorEnv's flags -- are shared without a copy)
 (:class:`gpu_envs.utils.arrays.HostStaging`, the fields named once by a
-:class:`~gpu_envs.backends.layout.StepLayout`). No Python loop over sub-envs, except over
+:class:`~gpu_envs.backends.layout.StepLayout`, whose bound
+:meth:`~gpu_envs.backends.layout.StepLayout.publisher` turns a step's arrays into its
+RawStep in one call). No Python loop over sub-envs, except over
 the rows that ended, to collect their final observations from gymnasium's object array
 (the final-observation rule's numpy form,
 :func:`~gpu_envs.contract.final_obs.final_obs_numpy`, which also copies a NEXT_STEP

@@ -6,7 +6,9 @@
   ``final_obs``/``final_mask``; feeding those to the torch form gives exactly what the
   torch form gives on the env's own values (the placeholders filled once, by it);
 * the step layout packs and unpacks a step's fields by name, through the packed
-  staging buffer and the fresh arrays of the CPU path alike;
+  staging buffer and the fresh arrays of the CPU path alike, and its bound publisher
+  (what the gymnasium backend steps with) gives the same RawStep, sharing exactly the
+  arrays given away;
 * every registered backend declares its kind of final observation, and
   ``docs/ARCHITECTURE.md``'s backend table says the same.
 """
@@ -24,6 +26,7 @@ import torch
 from gpu_envs import registry
 from gpu_envs.backends.base import Backend, RawStep
 from gpu_envs.backends.layout import StepLayout
+from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.final_obs import FinalObsKind, FinalObsRule, final_obs_numpy
 from gpu_envs.contract.specs import Box, Composite
 from gpu_envs.utils.arrays import HostStaging
@@ -98,6 +101,52 @@ def test_the_step_layout_packs_and_unpacks_by_name(packed):
     assert layout.unpack(stage.publish(values)).final_obs is None
     shared = layout.unpack(stage.publish(values), obs_are_final=True)
     assert shared.final_obs is shared.obs and shared.final_mask is None
+
+
+def _layout_values(layout, n, rng, lone):
+    obs = [rng.normal(size=(n, 2)).astype(np.float32)] + ([] if lone else [rng.integers(0, 9, n)])
+    flags = [rng.random((n, 1)) < 0.5 for _ in range(3)]
+    final = [o + 10 for o in obs]
+    return obs, rng.normal(size=(n, 1)), flags, final, rng.random(n) < 0.5, [rng.normal(size=n)]
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("lone", [True, False])
+@pytest.mark.parametrize("with_final", [True, False])
+def test_the_bound_publisher_gives_what_pack_publish_unpack_give(packed, lone, with_final):
+    n, rng = 4, np.random.default_rng(3)
+    obs_fields = {"a": ((n, 2), torch.float32)} if lone else {"a": ((n, 2), torch.float32), ("g", "b"): ((n,), torch.int64)}
+    layout = StepLayout(obs_fields, n, final_mask=(n,), info={"x": ((n,), torch.float32)})
+    stage = HostStaging(layout.fields, "cpu", packed=packed)
+    k = len(obs_fields)
+    # given away: the flags and the final observations (fresh arrays in their fields' dtypes)
+    owned = [False] * k + [False, True, True, True] + [True] * k + [False, False]
+    publish = layout.publisher(stage, owned)
+    for _ in range(3):
+        obs, reward, flags, final, mask, info = _layout_values(layout, n, rng, lone)
+        final, mask = (final, mask) if with_final else (None, None)
+        want = layout.unpack(stage.publish(layout.pack(obs, reward, *flags, final, mask, info), owned), not with_final)
+        got = publish(obs, reward, *flags, final, mask, info, not with_final)
+        assert isinstance(got, RawStep) and list(got.obs) == list(want.obs) and list(got.info) == ["x"]
+        for a, b in zip(got, want, strict=True):
+            if isinstance(a, dict):
+                assert list(a) == list(b) and all(torch.equal(a[key], b[key]) and a[key].dtype == b[key].dtype for key in a)
+            else:
+                assert (a is None) == (b is None) and (a is None or (torch.equal(a, b) and a.dtype == b.dtype))
+        assert (got.final_obs is got.obs) == (not with_final) and got.reward.dtype == torch.float32
+        if not packed:  # the CPU path shares what was given away, copies the rest
+            assert np.shares_memory(got.terminated.numpy(), flags[0]) and np.shares_memory(got.done.numpy(), flags[2])
+            assert not np.shares_memory(got.obs["a"].numpy(), obs[0]) and not np.shares_memory(got.info["x"].numpy(), info[0])
+            if with_final:
+                assert np.shares_memory(got.final_obs["a"].numpy(), final[0])
+
+
+def test_a_publisher_refuses_a_stage_of_other_fields_or_owned_flags():
+    layout = StepLayout({"a": ((3, 2), torch.float32)}, 3)
+    with pytest.raises(InvalidArgumentError, match="fields"):
+        layout.publisher(HostStaging([((3, 2), torch.float32)], "cpu"))
+    with pytest.raises(InvalidArgumentError, match="owned"):
+        layout.publisher(HostStaging(layout.fields, "cpu"), [True])
 
 
 # ------------------------------------------------------------------ declarations

@@ -149,3 +149,18 @@ def test_many_bad_rows_are_summarised():
     actions = HostActions(env, "to_sb3")
     with pytest.raises(ActionError, match=r"and 12 more rows"):
         actions(np.full(20, 3))
+
+
+@pytest.mark.parametrize("n", [5, 100])  # both ways of checking an index range: a Python list, a ufunc reduction
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int8, np.uint8])
+def test_index_ranges_are_checked_the_same_for_few_and_many_actions(n, dtype):
+    actions = HostActions(gpu_envs.make("CartPole-v1", num_envs=n, device="cpu"), "to_sb3")
+    good = (np.arange(n) % 2).astype(dtype)
+    assert torch.equal(actions(good), torch.as_tensor(good.astype(np.int64)))
+    bad_values = [2, int(np.iinfo(dtype).max)] + ([-1, int(np.iinfo(dtype).min)] if np.issubdtype(dtype, np.signedinteger) else [])
+    for bad in bad_values:
+        for row in (0, n - 1):
+            wrong = good.copy()
+            wrong[row] = bad
+            with pytest.raises(ActionError, match=rf"row\(s\) \[{row}\]"):
+                actions(wrong)

@@ -186,8 +186,10 @@ class GymVectorEnvShim(gymnasium.vector.VectorEnv):
         if finals is not None:
             batched: dict = {}
             present = [f is not None for f in finals] if rows is None else rows
-            for i in np.flatnonzero(np.asarray(present, dtype=bool)):
-                batched = self._add_info(batched, finals[i], int(i))
+            for i in np.asarray(present, dtype=bool).nonzero()[0].tolist():
+                final_info = finals[i]
+                if final_info.__class__ is not dict or final_info:  # an empty dict adds nothing (most envs)
+                    batched = self._add_info(batched, final_info, i)
             info["final_info"] = batched
         return info
 

@@ -96,8 +96,9 @@ class SB3VecEnvShim(gymnasium.vector.VectorEnv):
         n = self.num_envs
         dones = np.asarray(dones, dtype=bool).reshape(n)
         info: dict = {}
+        only_sb3_keys = _SB3_KEYS.issuperset
         for i, env_info in enumerate(infos):
-            if env_info.keys() - _SB3_KEYS:  # an entry besides SB3's own two (most steps have none)
+            if not only_sb3_keys(env_info):  # an entry besides SB3's own two (most steps have none)
                 info = self._add_info(info, {k: v for k, v in env_info.items() if k not in _SB3_KEYS}, i)
         if self._monitored and "episode" not in info:
             info["episode"] = {k: np.zeros(n, dtype) for k, dtype in _MONITOR.items()}
@@ -106,14 +107,16 @@ class SB3VecEnvShim(gymnasium.vector.VectorEnv):
         truncated = np.zeros(n, dtype=bool)
         if not np.count_nonzero(dones):
             return obs, reward, dones, truncated, info
-        final, present = np.full(n, None, dtype=object), np.zeros(n, dtype=bool)
-        for i in np.flatnonzero(dones).tolist():
+        # an object array from np.empty holds None on every row
+        final, present, terminated = np.empty(n, dtype=object), np.zeros(n, dtype=bool), dones.copy()
+        for i in dones.nonzero()[0].tolist():
             env_info = infos[i]
-            truncated[i] = bool(env_info.get(TRUNCATED_KEY, False))
+            if env_info.get(TRUNCATED_KEY, False):
+                truncated[i], terminated[i] = True, False
             final[i] = env_info.get(FINAL_OBS_KEY)
             present[i] = final[i] is not None
         info["final_obs"], info["_final_obs"] = final, present
-        return obs, reward, dones & ~truncated, truncated, info
+        return obs, reward, terminated, truncated, info
 
     def close_extras(self, **kwargs: Any) -> None:
         self.venv.close()

@@ -327,8 +327,13 @@ def final_obs_numpy(
         else the ``[N]`` rows that have one (the torch form puts the placeholder on the
         other ended rows).
     """
-    dtypes = [leaf.dtype for leaf in obs] if dtypes is None else dtypes
-    out = [leaf.copy() if leaf.dtype is dtype else np.array(leaf, dtype) for leaf, dtype in zip(obs, dtypes, strict=True)]
+    if len(obs) == 1 and (dtypes is None or len(dtypes) == 1):  # one leaf (most envs): no comprehension's frame
+        leaf = obs[0]
+        dtype = leaf.dtype if dtypes is None else dtypes[0]
+        out = [leaf.copy() if leaf.dtype is dtype else np.array(leaf, dtype)]
+    else:
+        dtypes = [leaf.dtype for leaf in obs] if dtypes is None else dtypes
+        out = [leaf.copy() if leaf.dtype is dtype else np.array(leaf, dtype) for leaf, dtype in zip(obs, dtypes, strict=True)]
     if final is None:  # the observations are the final ones: fresh copies, valid on every row
         return out, None
     if rows is not None and rows.__class__ is not np.ndarray:
@@ -336,7 +341,8 @@ def final_obs_numpy(
     if final.__class__ is np.ndarray and final.dtype is _OBJECT:  # one entry per row, None where absent
         if rows is None:
             rows = np.fromiter((entry is not None for entry in final), bool, len(final))
-        index = (rows if every_end else rows & done).nonzero()[0].tolist()  # a loop over the ended rows only
+        take = rows if every_end else rows & done
+        index = take.nonzero()[0].tolist()  # a loop over the ended rows only
         if read_row is None:  # a lone leaf: the entry is the observation itself
             (dst,) = out
             for i in index:
@@ -351,5 +357,5 @@ def final_obs_numpy(
             dst[take] = src[take]
     if rows is None or every_end:
         return out, None
-    rows = rows & done
-    return out, None if (rows == done).all() else rows
+    # take is rows & done, a subset of done: equal when it counts as many rows
+    return out, None if np.count_nonzero(take) == np.count_nonzero(done) else take

@@ -291,7 +291,7 @@ class StepPath:
         if (
             action.__class__ is not torch.Tensor
             or action.shape != checks.action_shape
-            or action.dtype != checks.action_dtype
+            or action.dtype is not checks.action_dtype  # torch dtypes are singletons
             or action.device != self.device
         ):
             checks.action(action)  # raises, unless a tensor subclass with the right metadata

@@ -109,8 +109,11 @@ class SB3VecEnv(vec_env.VecEnv):
         td, root = self.env.step_and_maybe_reset(td)
         self._root = root
         nxt = get_entry(td, "next")
-        n = self.num_envs
-        obs = self._layout.build(lambda key: host_copy(leaf(root, key)))
+        n, layout = self.num_envs, self._layout
+        if layout.lone:  # one "observation" array (most envs): no layout walk
+            obs = host_copy(get_entry(root, "observation"))
+        else:
+            obs = layout.build(lambda key: host_copy(leaf(root, key)))
         rewards = host_copy(get_entry(nxt, "reward")).reshape(n)
         terminated = host_view(get_entry(nxt, "terminated")).reshape(n)
         truncated = host_view(get_entry(nxt, "truncated")).reshape(n)
@@ -122,10 +125,15 @@ class SB3VecEnv(vec_env.VecEnv):
         for key in self._info_keys:
             self._add_info(infos, key, host_copy(leaf(nxt, key)))
         if np.count_nonzero(dones):
-            ended = np.flatnonzero(dones).tolist()
-            final = {key: host_copy(leaf(nxt, key)) for key in self._layout.keys}  # the caller's (rows are views)
-            for i in ended:
-                infos[i][FINAL_OBS_KEY] = self._layout.build(lambda key, i=i: final[key][i])
+            ended = dones.nonzero()[0].tolist()
+            if layout.lone:
+                rows = host_copy(get_entry(nxt, "observation"))  # the caller's (rows are views)
+                for i in ended:
+                    infos[i][FINAL_OBS_KEY] = rows[i]
+            else:
+                final = {key: host_copy(leaf(nxt, key)) for key in layout.keys}  # the caller's (rows are views)
+                for i in ended:
+                    infos[i][FINAL_OBS_KEY] = layout.build(lambda key, i=i: final[key][i])
             missing = get_entry(nxt, "final_obs_missing")
             if missing is not None:
                 missing = host_view(missing).reshape(n)

@@ -38,8 +38,12 @@ Data path per step: the action tensor becomes numpy once (the tensor's own memor
 the CPU, one copy into a pinned buffer from CUDA). Each result is copied once: for a
 CUDA target into ONE reused packed staging buffer (pinned) that crosses in one
 non-blocking copy, for a CPU target into a fresh array shared by ``torch.from_numpy``
+(arrays the backend or gymnasium's own vector envs make fresh each step -- done, the
+final observations, their mask, SyncVectorEnv's flags -- are shared without a copy)
 (:class:`gpu_envs.utils.arrays.HostStaging`, the fields named once by a
-:class:`~gpu_envs.backends.layout.StepLayout`). No Python loop over sub-envs, except over
+:class:`~gpu_envs.backends.layout.StepLayout`, whose bound
+:meth:`~gpu_envs.backends.layout.StepLayout.publisher` turns a step's arrays into its
+RawStep in one call). No Python loop over sub-envs, except over
 the rows that ended, to collect their final observations from gymnasium's object array
 (the final-observation rule's numpy form,
 :func:`~gpu_envs.contract.final_obs.final_obs_numpy`, which also copies a NEXT_STEP
@@ -216,6 +220,7 @@ class GymnasiumBackend(Backend):
         self._step_layout: StepLayout | None = None
         # how the rule's numpy form reads one row of gymnasium's per-row final observations
         self._read_row = None if self._layout.single_leaf else self._layout.read
+        self._lone_leaf = self._layout.single_leaf  # the observation is the one leaf (ObsLayout.read's shortcut)
         self._dtypes = self._layout.dtypes
         self._info_keys: list = []
         self._last_obs: ObsDict | None = None
@@ -311,7 +316,7 @@ class GymnasiumBackend(Backend):
         if self._stage is None:
             self._build_step_stage(info)
         n = self.num_envs
-        leaves = self._layout.read(obs)
+        leaves = [obs] if self._lone_leaf else self._layout.read(obs)
         done = np.logical_or(terminated, truncated)  # a fresh array
         final, final_mask = None, None  # None: the step's observations are the final ones (no row ended)
         if self._same_step:
@@ -325,11 +330,17 @@ class GymnasiumBackend(Backend):
                     dtypes=self._dtypes,
                     every_end=self._final_for_every_end,
                 )
-        elif done.any():  # the step's observation IS the final one; reset the ended rows (same step)
+        elif np.count_nonzero(done):  # the step's observation IS the final one; reset the ended rows (same step)
             final, _ = final_obs_numpy(leaves, done, None, dtypes=self._dtypes)  # copies, before the reset rewrites them
             obs, _ = self._call("reset", self.env.reset, options={"reset_mask": done})
             leaves = self._layout.read(obs)
-        values = self._step_layout.pack(
+        if self._info_keys:
+            info_values = self._info.read(info, self._same_step, terminated, truncated)
+        else:
+            info_values = ()
+            if info:
+                self._info.warn_new_keys(info)  # warns about dropped entries once
+        raw = self._publish(
             leaves,
             reward.reshape(self._reward_shape),
             terminated.reshape(n, 1),
@@ -337,11 +348,9 @@ class GymnasiumBackend(Backend):
             done.reshape(n, 1),
             final,
             final_mask,
-            self._info.read(info, self._same_step, terminated, truncated) if self._info_keys else (),
+            info_values,
+            final is None,
         )
-        if not self._info_keys and info:
-            self._info.warn_new_keys(info)  # warns about dropped entries once
-        raw = self._step_layout.unpack(self._stage.publish(values, owned=self._owned), obs_are_final=final is None)
         guard.pending = None  # guard.finish()
         return raw
 
@@ -364,7 +373,9 @@ class GymnasiumBackend(Backend):
         # the ones this backend makes (done, final obs and mask), gymnasium's own vector envs return
         # fresh terminated/truncated arrays (np.copy) each step.
         k, fresh_flags = len(self._keys), self._final_for_every_end
-        self._owned = [False] * k + [False, fresh_flags, fresh_flags, True] + [True] * (k + 1) + [False] * len(info_fields)
+        owned = [False] * k + [False, fresh_flags, fresh_flags, True] + [True] * (k + 1) + [False] * len(info_fields)
+        # pack, stage and unpack in one call (on the CPU: each array straight into its tensor)
+        self._publish = self._step_layout.publisher(self._stage, owned)
 
     # -------------------------------------------------------------- lifecycle
     # ------------------------------------------------------------ row snapshots

@@ -195,8 +195,12 @@ class InfoReader:
     def warn_new_keys(self, info: Mapping) -> None:
         """Warn about entries that are not kept, once per new key set of ``info`` (cheap otherwise)."""
         keys = info.keys()
-        if keys == self._last_keys and not any(v.__class__ is dict and v for v in info.values()):
-            return  # the key set of the last call, nothing nested: seen already
+        if keys == self._last_keys:
+            for value in info.values():  # a loop, not any(): no generator per step
+                if value.__class__ is dict and value:
+                    break
+            else:
+                return  # the key set of the last call, nothing nested: seen already
         self._last_keys = frozenset(keys)
         signature = _signature(info)
         if signature not in self._seen:  # a new key set: look for entries to warn about (rare)

@@ -16,6 +16,12 @@ the task with the same fixed, smooth actions at the same N:
   writes it (``pool.step`` then ``torch.as_tensor`` of every output), Brax's
   ``TorchWrapper(VectorGymWrapper)``, Playground's ``RSLRLBraxWrapper``, ManiSkill's
   ``ManiSkillVectorEnv``;
+* ``floor`` (EnvPool): the pool's step plus ONLY the work the exact TensorDict contract
+  needs, in the same run: the action as numpy, ``pool.reset(ids)`` of the rows that ended
+  (in the same step, as any exact wrapper must: EnvPool would otherwise ignore their next
+  action), their reset observations swapped into a copy of the observations, one
+  ``from_numpy`` per leaf (float32 reward, ``[N, 1]`` flags, info entries) and the two
+  TensorDicts. ``gpu_envs - floor`` is what gpu_envs spends above it (in points of raw);
 * ``collect`` (EnvPool Pong only): ``gpu_envs.rollout.collect`` per step, against
   gpu_envs' single step (target: within +10%).
 
@@ -60,6 +66,9 @@ COLUMNS = [
     ("gpu_envs_overhead", "gpu_envs vs raw"),
     ("trainer_us", "trainer path us/step"),
     ("trainer_overhead", "trainer vs raw"),
+    ("floor_us", "floor us/step"),
+    ("floor_overhead", "floor vs raw"),
+    ("gpu_envs_vs_floor", "gpu_envs - floor"),
     ("collect_us", "collect us/step"),
     ("collect_vs_step", "collect vs gpu_envs step"),
     ("resets_per_step", "resets/step"),
@@ -115,6 +124,42 @@ def _envpool_actions(task: str, n: int) -> list[np.ndarray]:
     return [rng.integers(0, high, size=n) for _ in range(64)]
 
 
+def envpool_floor(pool: Any, n: int, action: Callable[[], torch.Tensor], info_names: list[str]) -> Callable[[], None]:
+    """EnvPool's step plus only the exact contract's work (the module docstring's ``floor``)."""
+    from gpu_envs.utils.tensordicts import new_td, set_entry
+
+    batch, device = torch.Size([n]), torch.device("cpu")
+    false = torch.zeros(n, 1, dtype=torch.bool)
+    first, _ = pool.reset()
+    state = {"td": new_td({"observation": torch.from_numpy(first)}, batch, device)}
+
+    def step() -> None:
+        td = state["td"]
+        act = action()
+        td.set("action", act)
+        obs, reward, terminated, truncated, info = pool.step(act.numpy())
+        done = terminated | truncated
+        root = obs
+        if done.any():  # the ended rows start again now, not on the next step
+            reset_obs, reset_info = pool.reset(np.flatnonzero(done).astype(np.int32))
+            root = obs.copy()
+            root[reset_info["env_id"]] = reset_obs
+        nxt = {
+            "observation": torch.from_numpy(obs),
+            "reward": torch.from_numpy(reward.astype(np.float32).reshape(n, 1)),
+            "done": torch.from_numpy(done.reshape(n, 1)),
+            "terminated": torch.from_numpy(terminated.reshape(n, 1)),
+            "truncated": torch.from_numpy(truncated.reshape(n, 1)),
+            "final_obs_missing": false,
+        }
+        for name in info_names:
+            nxt[name] = torch.from_numpy(np.asarray(info[name]))
+        set_entry(td, "next", new_td(nxt, batch, device))
+        state["td"] = new_td({"observation": torch.from_numpy(root), "done": false, "terminated": false, "truncated": false}, batch, device)
+
+    return step
+
+
 def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
     import envpool
 
@@ -128,6 +173,7 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
                 warnings.simplefilter("ignore")
                 raw_pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
                 trainer_pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
+                floor_pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
             trainer_pool.reset()
             actions = _envpool_actions(task, n)
             torch_actions = [torch.as_tensor(a) for a in actions]
@@ -146,6 +192,8 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
                 "raw": lambda pool=raw_pool, action=raw_action: pool.step(action()),
                 "gpu_envs": loop,
                 "trainer": trainer_step,
+                # the info entries gpu_envs hands over too (its key names aside)
+                "floor": envpool_floor(floor_pool, n, _cycle(torch_actions), [f[0] for f in ours.backend._info]),
             }
             if task == "Pong-v5":
                 collected = gpu_envs.make(task, num_envs=n, backend="envpool", device="cpu", seed=0)
@@ -163,6 +211,7 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
             rows.append(row)
             print(f"  [envpool] {task} N={n}: {row}", file=sys.stderr)
             ours.close()
+            floor_pool.close()
     return rows
 
 

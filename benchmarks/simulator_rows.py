@@ -22,6 +22,11 @@ the task with the same fixed, smooth actions at the same N:
   action), their reset observations swapped into a copy of the observations, one
   ``from_numpy`` per leaf (float32 reward, ``[N, 1]`` flags, info entries) and the two
   TensorDicts. ``gpu_envs - floor`` is what gpu_envs spends above it (in points of raw);
+  Brax / Playground: the raw jitted training step handed over to torch the cheapest way
+  -- the torch action as a numpy view into the jitted call, the observation, reward and
+  done read back as zero-copy tensors, the two TensorDicts. Its auto-reset is Brax's
+  own (final observations lost, no fresh reset draws): gpu_envs' exact same-step reset
+  runs fused in its one jitted call, and ``gpu_envs - floor`` counts it too;
 * ``collect`` (EnvPool Pong only): ``gpu_envs.rollout.collect`` per step, against
   gpu_envs' single step (target: within +10%).
 
@@ -77,23 +82,27 @@ COLUMNS = [
 
 
 class _TdLoop:
-    """gpu_envs' ``step_and_maybe_reset`` in a loop, ``action()`` each step; counts ended rows."""
+    """gpu_envs' ``step_and_maybe_reset`` in a loop, ``action()`` each step; counts ended rows.
+
+    The transitions are kept and their ended rows counted when asked, after the timing:
+    summing ``done`` every step (two torch ops and a nested lookup) would charge the
+    benchmark's own bookkeeping to gpu_envs -- about a tenth of an EnvPool CartPole step.
+    """
 
     def __init__(self, env: Any, action: Callable[[], torch.Tensor]) -> None:
         self.env, self.action = env, action
         self.td = env.reset(seed=0)
-        self.ended = torch.zeros((), dtype=torch.long)
-        self.steps = 0
+        self.stepped: list = []
 
     def __call__(self) -> None:
         self.td.set("action", self.action())
         td, self.td = self.env.step_and_maybe_reset(self.td)
-        self.ended += td["next", "done"].sum()
-        self.steps += 1
+        self.stepped.append(td)
 
     @property
     def resets_per_step(self) -> float:
-        return round(float(self.ended) / max(self.steps, 1), 3)
+        ended = sum(int(td["next", "done"].sum()) for td in self.stepped)
+        return round(ended / max(len(self.stepped), 1), 3)
 
 
 def _cycle(actions: list) -> Callable[[], Any]:
@@ -238,6 +247,35 @@ def _jax_raw(training_env: Any, n: int, size: int, key_per_row: bool) -> Callabl
     return raw
 
 
+def _jax_floor(training_env: Any, n: int, size: int, key_per_row: bool) -> Callable[[], None]:
+    """The raw training step plus only the torch handover (the module docstring's Brax ``floor``)."""
+    import jax
+
+    from gpu_envs.utils.tensordicts import new_td, set_entry
+
+    step = jax.jit(training_env.step)
+    key = jax.random.PRNGKey(0)
+    state = [jax.jit(training_env.reset)(jax.random.split(key, n) if key_per_row else key)]
+    action = _cycle([torch.as_tensor(a) for a in _smooth(n, size)])
+    batch, device = torch.Size([n]), torch.device("cpu")
+    false = torch.zeros(n, 1, dtype=torch.bool)
+    read = lambda x: torch.from_dlpack(np.asarray(x))  # noqa: E731 - a CPU JAX array's buffer, shared
+    tds = [new_td({"observation": read(state[0].obs)}, batch, device)]
+
+    def floor() -> None:
+        td = tds[0]
+        act = action()
+        td.set("action", act)
+        state[0] = out = step(state[0], act.numpy())
+        obs, done = read(out.obs), read(out.done).bool().view(n, 1)
+        nxt = {"observation": obs, "reward": read(out.reward).view(n, 1), "done": done, "terminated": done}
+        nxt["truncated"] = nxt["final_obs_missing"] = false
+        set_entry(td, "next", new_td(nxt, batch, device))
+        tds[0] = new_td({"observation": obs, "done": false, "terminated": false, "truncated": false}, batch, device)
+
+    return floor
+
+
 def brax_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
     import brax.envs
     from brax.envs.wrappers import gym as brax_gym
@@ -258,6 +296,7 @@ def brax_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
             trainer.reset()
             trainer_action = _cycle([torch.as_tensor(a) for a in _smooth(n, size)])
             contenders = {"raw": raw, "gpu_envs": loop, "trainer": lambda t=trainer, a=trainer_action: t.step(a())}
+            contenders["floor"] = _jax_floor(brax.envs.create(task, batch_size=n, episode_length=1000), n, size, False)
             times = interleave(contenders, steps=steps, rounds=rounds, warmup=2, timer=time.process_time)
             row = overhead_row(times, simulator="Brax 0.14.2 (jax cpu)", task=task, N=n, target="<= +10% at N=8")
             row["resets_per_step"] = loop.resets_per_step
@@ -289,6 +328,8 @@ def playground_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dic
                     sys.stdout = stdout
             trainer_action = _cycle([torch.as_tensor(a) for a in _smooth(n, env.action_size)])
             contenders = {"raw": raw, "gpu_envs": loop, "trainer": lambda t=trainer, a=trainer_action: t.step(a())}
+            training = wrapper.wrap_for_brax_training(registry.load(task, config_overrides=overrides), episode_length=1000)
+            contenders["floor"] = _jax_floor(training, n, env.action_size, True)
             times = interleave(contenders, steps=steps, rounds=rounds, warmup=2, timer=time.process_time)
             row = overhead_row(times, simulator="MuJoCo Playground 0.2.0 (mjx jax cpu)", task=task, N=n, target="<= +10% at N=8")
             row["resets_per_step"] = loop.resets_per_step

@@ -16,6 +16,17 @@ the task with the same fixed, smooth actions at the same N:
   writes it (``pool.step`` then ``torch.as_tensor`` of every output), Brax's
   ``TorchWrapper(VectorGymWrapper)``, Playground's ``RSLRLBraxWrapper``, ManiSkill's
   ``ManiSkillVectorEnv``;
+* ``floor`` (EnvPool): the pool's step plus ONLY the work the exact TensorDict contract
+  needs, in the same run: the action as numpy, ``pool.reset(ids)`` of the rows that ended
+  (in the same step, as any exact wrapper must: EnvPool would otherwise ignore their next
+  action), their reset observations swapped into a copy of the observations, one
+  ``from_numpy`` per leaf (float32 reward, ``[N, 1]`` flags, info entries) and the two
+  TensorDicts. ``gpu_envs - floor`` is what gpu_envs spends above it (in points of raw);
+  Brax / Playground: the raw jitted training step handed over to torch the cheapest way
+  -- the torch action as a numpy view into the jitted call, the observation, reward and
+  done read back as zero-copy tensors, the two TensorDicts. Its auto-reset is Brax's
+  own (final observations lost, no fresh reset draws): gpu_envs' exact same-step reset
+  runs fused in its one jitted call, and ``gpu_envs - floor`` counts it too;
 * ``collect`` (EnvPool Pong only): ``gpu_envs.rollout.collect`` per step, against
   gpu_envs' single step (target: within +10%).
 
@@ -60,6 +71,9 @@ COLUMNS = [
     ("gpu_envs_overhead", "gpu_envs vs raw"),
     ("trainer_us", "trainer path us/step"),
     ("trainer_overhead", "trainer vs raw"),
+    ("floor_us", "floor us/step"),
+    ("floor_overhead", "floor vs raw"),
+    ("gpu_envs_vs_floor", "gpu_envs - floor"),
     ("collect_us", "collect us/step"),
     ("collect_vs_step", "collect vs gpu_envs step"),
     ("resets_per_step", "resets/step"),
@@ -68,23 +82,27 @@ COLUMNS = [
 
 
 class _TdLoop:
-    """gpu_envs' ``step_and_maybe_reset`` in a loop, ``action()`` each step; counts ended rows."""
+    """gpu_envs' ``step_and_maybe_reset`` in a loop, ``action()`` each step; counts ended rows.
+
+    The transitions are kept and their ended rows counted when asked, after the timing:
+    summing ``done`` every step (two torch ops and a nested lookup) would charge the
+    benchmark's own bookkeeping to gpu_envs -- about a tenth of an EnvPool CartPole step.
+    """
 
     def __init__(self, env: Any, action: Callable[[], torch.Tensor]) -> None:
         self.env, self.action = env, action
         self.td = env.reset(seed=0)
-        self.ended = torch.zeros((), dtype=torch.long)
-        self.steps = 0
+        self.stepped: list = []
 
     def __call__(self) -> None:
         self.td.set("action", self.action())
         td, self.td = self.env.step_and_maybe_reset(self.td)
-        self.ended += td["next", "done"].sum()
-        self.steps += 1
+        self.stepped.append(td)
 
     @property
     def resets_per_step(self) -> float:
-        return round(float(self.ended) / max(self.steps, 1), 3)
+        ended = sum(int(td["next", "done"].sum()) for td in self.stepped)
+        return round(ended / max(len(self.stepped), 1), 3)
 
 
 def _cycle(actions: list) -> Callable[[], Any]:
@@ -115,6 +133,42 @@ def _envpool_actions(task: str, n: int) -> list[np.ndarray]:
     return [rng.integers(0, high, size=n) for _ in range(64)]
 
 
+def envpool_floor(pool: Any, n: int, action: Callable[[], torch.Tensor], info_names: list[str]) -> Callable[[], None]:
+    """EnvPool's step plus only the exact contract's work (the module docstring's ``floor``)."""
+    from gpu_envs.utils.tensordicts import new_td, set_entry
+
+    batch, device = torch.Size([n]), torch.device("cpu")
+    false = torch.zeros(n, 1, dtype=torch.bool)
+    first, _ = pool.reset()
+    state = {"td": new_td({"observation": torch.from_numpy(first)}, batch, device)}
+
+    def step() -> None:
+        td = state["td"]
+        act = action()
+        td.set("action", act)
+        obs, reward, terminated, truncated, info = pool.step(act.numpy())
+        done = terminated | truncated
+        root = obs
+        if done.any():  # the ended rows start again now, not on the next step
+            reset_obs, reset_info = pool.reset(np.flatnonzero(done).astype(np.int32))
+            root = obs.copy()
+            root[reset_info["env_id"]] = reset_obs
+        nxt = {
+            "observation": torch.from_numpy(obs),
+            "reward": torch.from_numpy(reward.astype(np.float32).reshape(n, 1)),
+            "done": torch.from_numpy(done.reshape(n, 1)),
+            "terminated": torch.from_numpy(terminated.reshape(n, 1)),
+            "truncated": torch.from_numpy(truncated.reshape(n, 1)),
+            "final_obs_missing": false,
+        }
+        for name in info_names:
+            nxt[name] = torch.from_numpy(np.asarray(info[name]))
+        set_entry(td, "next", new_td(nxt, batch, device))
+        state["td"] = new_td({"observation": torch.from_numpy(root), "done": false, "terminated": false, "truncated": false}, batch, device)
+
+    return step
+
+
 def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
     import envpool
 
@@ -128,6 +182,7 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
                 warnings.simplefilter("ignore")
                 raw_pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
                 trainer_pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
+                floor_pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
             trainer_pool.reset()
             actions = _envpool_actions(task, n)
             torch_actions = [torch.as_tensor(a) for a in actions]
@@ -146,6 +201,8 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
                 "raw": lambda pool=raw_pool, action=raw_action: pool.step(action()),
                 "gpu_envs": loop,
                 "trainer": trainer_step,
+                # the info entries gpu_envs hands over too (its key names aside)
+                "floor": envpool_floor(floor_pool, n, _cycle(torch_actions), [f[0] for f in ours.backend._info]),
             }
             if task == "Pong-v5":
                 collected = gpu_envs.make(task, num_envs=n, backend="envpool", device="cpu", seed=0)
@@ -163,6 +220,7 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
             rows.append(row)
             print(f"  [envpool] {task} N={n}: {row}", file=sys.stderr)
             ours.close()
+            floor_pool.close()
     return rows
 
 
@@ -189,6 +247,35 @@ def _jax_raw(training_env: Any, n: int, size: int, key_per_row: bool) -> Callabl
     return raw
 
 
+def _jax_floor(training_env: Any, n: int, size: int, key_per_row: bool) -> Callable[[], None]:
+    """The raw training step plus only the torch handover (the module docstring's Brax ``floor``)."""
+    import jax
+
+    from gpu_envs.utils.tensordicts import new_td, set_entry
+
+    step = jax.jit(training_env.step)
+    key = jax.random.PRNGKey(0)
+    state = [jax.jit(training_env.reset)(jax.random.split(key, n) if key_per_row else key)]
+    action = _cycle([torch.as_tensor(a) for a in _smooth(n, size)])
+    batch, device = torch.Size([n]), torch.device("cpu")
+    false = torch.zeros(n, 1, dtype=torch.bool)
+    read = lambda x: torch.from_dlpack(np.asarray(x))  # noqa: E731 - a CPU JAX array's buffer, shared
+    tds = [new_td({"observation": read(state[0].obs)}, batch, device)]
+
+    def floor() -> None:
+        td = tds[0]
+        act = action()
+        td.set("action", act)
+        state[0] = out = step(state[0], act.numpy())
+        obs, done = read(out.obs), read(out.done).bool().view(n, 1)
+        nxt = {"observation": obs, "reward": read(out.reward).view(n, 1), "done": done, "terminated": done}
+        nxt["truncated"] = nxt["final_obs_missing"] = false
+        set_entry(td, "next", new_td(nxt, batch, device))
+        tds[0] = new_td({"observation": obs, "done": false, "terminated": false, "truncated": false}, batch, device)
+
+    return floor
+
+
 def brax_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
     import brax.envs
     from brax.envs.wrappers import gym as brax_gym
@@ -209,6 +296,7 @@ def brax_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
             trainer.reset()
             trainer_action = _cycle([torch.as_tensor(a) for a in _smooth(n, size)])
             contenders = {"raw": raw, "gpu_envs": loop, "trainer": lambda t=trainer, a=trainer_action: t.step(a())}
+            contenders["floor"] = _jax_floor(brax.envs.create(task, batch_size=n, episode_length=1000), n, size, False)
             times = interleave(contenders, steps=steps, rounds=rounds, warmup=2, timer=time.process_time)
             row = overhead_row(times, simulator="Brax 0.14.2 (jax cpu)", task=task, N=n, target="<= +10% at N=8")
             row["resets_per_step"] = loop.resets_per_step
@@ -240,6 +328,8 @@ def playground_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dic
                     sys.stdout = stdout
             trainer_action = _cycle([torch.as_tensor(a) for a in _smooth(n, env.action_size)])
             contenders = {"raw": raw, "gpu_envs": loop, "trainer": lambda t=trainer, a=trainer_action: t.step(a())}
+            training = wrapper.wrap_for_brax_training(registry.load(task, config_overrides=overrides), episode_length=1000)
+            contenders["floor"] = _jax_floor(training, n, env.action_size, True)
             times = interleave(contenders, steps=steps, rounds=rounds, warmup=2, timer=time.process_time)
             row = overhead_row(times, simulator="MuJoCo Playground 0.2.0 (mjx jax cpu)", task=task, N=n, target="<= +10% at N=8")
             row["resets_per_step"] = loop.resets_per_step

@@ -4,7 +4,8 @@ The backend half of :mod:`gpu_envs.backends.jax` (read the package docstring for
 is wrapped and why): it takes a *core* from :mod:`gpu_envs.backends.jax.cores`, derives the specs
 from the env's spaces, checks the observation structure once by tracing (no
 compilation), jit-compiles ``init`` / ``reset`` / ``step`` and keeps the carry (per-row
-keys, env state) on the JAX device matching the torch device. ``step`` hands the action
+keys, env state) on the JAX device matching the torch device; ``step`` donates it (the
+next carry is written into its buffers). ``step`` hands the action
 to JAX without a host copy (:func:`gpu_envs.utils.arrays.jax_argument`) and gets every output
 back as views of a few packed buffers, one per dtype (:mod:`gpu_envs.backends.jax.pack`).
 
@@ -155,7 +156,10 @@ class JaxBackend(Backend):
         self._seed_keys = jax.jit(lambda seed: row_keys(seed[0], self.num_envs, seed[1]))
         self._init = jax.jit(lambda keys: self._pack_obs(*core.init(keys)))
         self._reset = jax.jit(lambda carry, keys, mask: self._pack_obs(*core.reset(carry, keys, mask)))
-        self._step = jax.jit(self._step_impl)
+        # the carry is donated: XLA writes the next carry into its buffers instead of allocating
+        # and filling new ones (about 5% of a Brax step at N=8 on the CPU). Nothing else holds it:
+        # torch only views the packed outputs and the observations, which are buffers of their own
+        self._step = jax.jit(self._step_impl, donate_argnums=0)
 
     # ------------------------------------------------------------ structure, once
     def _check_structure(self, expose_info: bool) -> None:
@@ -256,6 +260,8 @@ class JaxBackend(Backend):
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
         import jax
 
+        if self._carry is not None and any(leaf.is_deleted() for leaf in jax.tree_util.tree_leaves(self._carry)):
+            self._carry = None  # a step failed after donating it: start again as the first reset does
         keys = self._keys_for(seed)
         if self._carry is None:
             self._carry, obs = self._init(keys)

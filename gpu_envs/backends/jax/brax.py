@@ -21,7 +21,8 @@ Options: ``num_envs``, ``episode_length`` (default: the ``EpisodeWrapper``'s, el
 Playground env's ``config.episode_length``, else 1000 as in ``brax.envs.create``;
 ``None``: no time limit), ``action_repeat`` (default 1, or the wrapper's / config's),
 ``expose_info`` (the env's per-step ``metrics`` under ``("next", name)``), ``reset_batch``
-(how many ended rows a step resets by gathering them; default ``N / 8``, at least 4). Actions are
+(how many ended rows a step resets by gathering them; default ``N / 8``, at least 4, and
+every row up to N = 8). Actions are
 ``[-1, 1]`` boxes of ``action_size``: what Brax's and Playground's envs take (they scale
 to the actuators themselves) and their trainers produce.
 

@@ -167,7 +167,7 @@ class StepLayout:
         if stage.packed:
             return self._packed_publisher(stage, owned)
         # per field: None to share the given-away array, else the numpy dtype to copy it into
-        plan = [None if give else _numpy_dtype(dtype) for give, (_, dtype) in zip(owned, self.fields, strict=True)]
+        plan = [None if give else np_dtype for give, np_dtype in zip(owned, stage.np_dtypes, strict=True)]
         return self._host_publisher(plan)
 
     def _packed_publisher(self, stage: HostStaging, owned: list[bool]) -> Publisher:
@@ -192,21 +192,20 @@ class StepLayout:
         mask_dt = plan[self._mask] if has_mask else None
 
         def tensor(value: Any, dtype: np.dtype | None) -> torch.Tensor:
+            """The value shared (``dtype`` None: given away) or copied once into ``dtype``."""
             return _from_numpy(value) if dtype is None else _from_numpy(_array(value, dtype))
 
         def publish_host(
             obs, reward, terminated, truncated, done, final_obs=None, final_mask=None, info=(), obs_are_final=False
         ) -> RawStep:
             if lone is not None:
-                leaf = obs[0]
-                obs_t = {lone: _from_numpy(leaf) if lone_dt is None else _from_numpy(_array(leaf, lone_dt))}
+                obs_t = {lone: tensor(obs[0], lone_dt)}
             else:
                 obs_t = {key: tensor(leaf, dt) for key, leaf, dt in zip(keys, obs, obs_plan, strict=True)}
             final_t = obs_t if obs_are_final else None
             if has_final and final_obs is not None:
                 if lone is not None:
-                    leaf = final_obs[0]
-                    final_t = {lone: _from_numpy(leaf) if lone_final_dt is None else _from_numpy(_array(leaf, lone_final_dt))}
+                    final_t = {lone: tensor(final_obs[0], lone_final_dt)}
                 else:
                     final_t = {key: tensor(leaf, dt) for key, leaf, dt in zip(keys, final_obs, final_plan, strict=True)}
             mask_t = None if final_mask is None or not has_mask else tensor(final_mask, mask_dt)
@@ -214,22 +213,8 @@ class StepLayout:
             if info_keys:
                 info_t = {key: tensor(leaf, dt) for key, leaf, dt in zip(info_keys, info, info_plan, strict=True)}
             # RawStep(obs, reward, terminated, truncated, done, final_obs, final_mask, info), positionally (see unpack)
-            return _new_tuple(
-                RawStep,
-                (
-                    obs_t,
-                    _from_numpy(reward) if reward_dt is None else _from_numpy(_array(reward, reward_dt)),
-                    _from_numpy(terminated) if terminated_dt is None else _from_numpy(_array(terminated, terminated_dt)),
-                    _from_numpy(truncated) if truncated_dt is None else _from_numpy(_array(truncated, truncated_dt)),
-                    _from_numpy(done) if done_dt is None else _from_numpy(_array(done, done_dt)),
-                    final_t,
-                    mask_t,
-                    info_t,
-                ),
-            )
+            flags = (tensor(reward, reward_dt), tensor(terminated, terminated_dt), tensor(truncated, truncated_dt))
+            return _new_tuple(RawStep, (obs_t, *flags, tensor(done, done_dt), final_t, mask_t, info_t))
 
         return publish_host
 
-
-def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
-    return torch.empty((), dtype=dtype).numpy().dtype

@@ -207,6 +207,11 @@ class HostStaging:
         packed: ``None`` picks the packed buffer for accelerators and fresh arrays for
             the CPU; ``True`` forces the packed path (tests run it on the CPU).
 
+    Attributes:
+        fields: the fields, as given.
+        np_dtypes: each field's numpy dtype (what a value is copied into on the CPU).
+        packed: whether the values cross in one packed buffer.
+
     Example::
 
         stage = HostStaging([((8, 4), torch.float32), ((8,), torch.bool)], "cuda")
@@ -222,7 +227,7 @@ class HostStaging:
     ) -> None:
         self.device = torch.device(device)
         self.fields = [(tuple(shape), dtype) for shape, dtype in fields]
-        self._np_dtypes = [_numpy_dtype(dtype) for _, dtype in self.fields]
+        self.np_dtypes = [_numpy_dtype(dtype) for _, dtype in self.fields]
         self.packed = self.device.type != "cpu" if packed is None else bool(packed)
         self._rows = [shape[0] if shape else 0 for shape, _ in self.fields]
         self._copy_all = [False] * len(self.fields)
@@ -248,7 +253,7 @@ class HostStaging:
         host_np = self.host.numpy()
         self._views = [
             host_np.view(np_dtype)[start:end].reshape(shape)  # total is a multiple of 8: every dtype fits
-            for (_, start, end, shape), np_dtype in zip(self._slices, self._np_dtypes, strict=True)
+            for (_, start, end, shape), np_dtype in zip(self._slices, self.np_dtypes, strict=True)
         ]
         self._event = torch.cuda.Event() if self.device.type == "cuda" else None
 
@@ -260,7 +265,7 @@ class HostStaging:
         """
         if not self.packed:
             out: list[torch.Tensor | None] = []
-            for value, np_dtype, give, rows in zip(values, self._np_dtypes, owned or self._copy_all, self._rows, strict=True):
+            for value, np_dtype, give, rows in zip(values, self.np_dtypes, owned or self._copy_all, self._rows, strict=True):
                 if value is None:
                     out.append(None)
                 elif give and value.__class__ is not RowBlocks:

@@ -120,9 +120,7 @@ class QuarantineMarks(Transform):
         finite = torch.ones_like(self.to_reset)
         if self.float_keys:
             missing = nxt.get("final_obs_missing", None)  # placeholders (NaN) stand in for a final obs
-            obs_ok = finite
-            for key in self.float_keys:
-                obs_ok = obs_ok & _finite_rows(nxt.get(key))
+            obs_ok = self._finite_obs(nxt)  # the next observations, screened as roots are
             finite = obs_ok if missing is None else obs_ok | missing
         reward = nxt.get("reward")
         if self.reward_is_float:
@@ -171,7 +169,7 @@ class QuarantineMarks(Transform):
         """
         if not self.float_keys:
             return td
-        bad = ~self._finite_root(td)
+        bad = ~self._finite_obs(td)
         counted = (bad & (mask | ~self.pending)).view(-1)
         for key in self.float_keys:
             value = td.get(key)
@@ -187,9 +185,9 @@ class QuarantineMarks(Transform):
         """The root with non-finite observation rows replaced by zeros (no counting: that is :meth:`reset`'s)."""
         if not self.float_keys:
             return td
-        return self._placeholders(td, ~self._finite_root(td).view(-1))
+        return self._placeholders(td, ~self._finite_obs(td).view(-1))
 
-    def _finite_root(self, td: TensorDictBase) -> torch.Tensor:
+    def _finite_obs(self, td: TensorDictBase) -> torch.Tensor:
         """``[N, 1]`` bool: every floating-point observation of the row is finite."""
         finite = torch.ones_like(self.pending)
         for key in self.float_keys:

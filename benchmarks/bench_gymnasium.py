@@ -17,7 +17,14 @@ CartPole-v1 in a gymnasium ``SyncVectorEnv`` with SAME_STEP auto-reset, at N in 
     run: the action as numpy, the final observations of ended rows swapped into a copy
     of the observations (numpy), one ``from_numpy`` per leaf (root and next
     observations, reward as float32 ``[N, 1]``, the three flags ``[N, 1]``), the two
-    TensorDicts and the caller's ``td.set``: the limit of any wrapper over this env.
+    TensorDicts and the caller's ``td.set``: the limit of any wrapper over this env;
+(f) guarded floor: (e) plus the per-step guards gpu_envs' contract keeps on every
+    step of every backend, written inline: the action's metadata (type, shape, dtype,
+    device) compared with the spec's, the call guard (refuse while a call is
+    unfinished, the call number a second thread would change) and the stale-input
+    check (the root's stamp read, the next root and ``td["next"]`` stamped). Its
+    distance to (e) is what those checks cost; gpu_envs' distance to (f) is the rest
+    of the wrapper (its layers, the backend's own bookkeeping).
 
 Time is thread CPU time, ``torch.set_num_threads(1)``, interleaved rounds in one
 process, medians.
@@ -39,9 +46,11 @@ if __package__ in (None, ""):  # run as a script: our benchmarks package, not to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+from tensordict import TensorDict
 
 import gpu_envs
 from benchmarks.timing import interleave, overhead_row, sizes_main
+from gpu_envs.core.step_path import STAMP
 from gpu_envs.utils.tensordicts import new_td, set_entry
 
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
@@ -53,6 +62,8 @@ COLUMNS = [
     ("gpu_envs_us", "gpu_envs us/step"),
     ("gpu_envs_overhead", "gpu_envs overhead"),
     ("gpu_envs_vs_floor", "gpu_envs - floor"),
+    ("guarded_floor_us", "guarded floor us/step"),
+    ("gpu_envs_vs_guarded_floor", "gpu_envs - guarded floor"),
     ("torchrl_us", "torchrl us/step"),
     ("torchrl_overhead", "torchrl overhead"),
     ("gym_lean_us", "raw, gpu_envs' build us/step"),
@@ -66,18 +77,37 @@ def _raw_venv(n: int, lean: bool = False) -> gym.vector.VectorEnv:
     return gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync", vector_kwargs=vector_kwargs, **extra)
 
 
-def floor_step_fn(n: int, action: torch.Tensor) -> tuple:
-    """The lean vector env + numpy final-obs swap + one from_numpy per leaf + two TensorDicts + td.set."""
+def floor_step_fn(n: int, action: torch.Tensor, guards: bool = False) -> tuple:
+    """The lean vector env + numpy final-obs swap + one from_numpy per leaf + two TensorDicts + td.set.
+
+    ``guards``: with the contract's per-step checks written inline (the module's (f)).
+    """
     venv = _raw_venv(n, lean=True)
     obs, _ = venv.reset(seed=0)
     batch, device = torch.Size([n]), torch.device("cpu")
     false = torch.zeros(n, 1, dtype=torch.bool)
     root = {"observation": torch.from_numpy(obs.copy()), "done": false, "terminated": false, "truncated": false}
-    state = {"td": new_td(root, batch, device)}
+    state = {"td": new_td(root, batch, device), "pending": None, "calls": 0, "stamp": 0}
+    shape, dtype = action.shape, action.dtype
+
+    def guard_in(td: TensorDict) -> int:
+        """The checks before the env moves: unfinished call, stale input, action metadata."""
+        if state["pending"] is not None:
+            raise RuntimeError("an earlier call did not finish")
+        stamp = td.__dict__.get(STAMP)
+        if stamp is not None and stamp != state["stamp"]:
+            raise RuntimeError("stale input")
+        act = td._tensordict["action"]
+        if act.__class__ is not torch.Tensor or act.shape != shape or act.dtype is not dtype or act.device != device:
+            raise RuntimeError("bad action")
+        state["pending"] = "step"
+        call = state["calls"] = state["calls"] + 1
+        return call
 
     def step() -> None:
         td = state["td"]
         td.set("action", action)
+        call = guard_in(td) if guards else 0
         obs, reward, terminated, truncated, info = venv.step(action.numpy())
         done = np.logical_or(terminated, truncated)
         root_obs = torch.from_numpy(obs.copy())
@@ -93,9 +123,17 @@ def floor_step_fn(n: int, action: torch.Tensor) -> tuple:
         nxt["terminated"] = torch.from_numpy(terminated.reshape(n, 1))
         nxt["truncated"] = torch.from_numpy(truncated.reshape(n, 1))
         nxt["final_obs_missing"] = false
-        set_entry(td, "next", new_td(nxt, batch, device))
+        following = new_td(nxt, batch, device)
+        set_entry(td, "next", following)
         root = {"observation": root_obs, "done": false, "terminated": false, "truncated": false}
         state["td"] = new_td(root, batch, device)
+        if guards:  # date the outputs, release the guard (refused if another thread stepped meanwhile)
+            state["stamp"] = stamp = state["stamp"] + 1
+            following.__dict__[STAMP] = -stamp
+            state["td"].__dict__[STAMP] = stamp
+            if state["calls"] != call:
+                raise RuntimeError("overlapping calls")
+            state["pending"] = None
 
     return step, venv
 
@@ -119,13 +157,15 @@ def contenders(n: int) -> tuple[dict, list]:
     lean = _raw_venv(n, lean=True)
     lean.reset(seed=0)
     floor, floor_venv = floor_step_fn(n, action)
+    guarded_floor, guarded_venv = floor_step_fn(n, action, guards=True)
     out = {
         "raw": lambda: raw.step(action_np),
         "floor": floor,
+        "guarded_floor": guarded_floor,
         "gpu_envs": ours_step,
         "gym_lean": lambda: lean.step(action_np),
     }
-    envs = [raw, ours, lean, floor_venv]
+    envs = [raw, ours, lean, floor_venv, guarded_venv]
     if importlib.util.find_spec("torchrl") is not None:
         from torchrl.envs import GymWrapper
 
@@ -158,7 +198,9 @@ def run(
             times = interleave(fns, steps=per_round, rounds=rounds or (5 if quick else 21))
         for env in envs:
             env.close()
-        rows.append(overhead_row(times, N=n))
+        row = overhead_row(times, N=n)
+        row["gpu_envs_vs_guarded_floor"] = f"{(times['gpu_envs'] - times['guarded_floor']) / times['raw'] * 100:+.1f} pts"
+        rows.append(row)
     columns = [c for c in COLUMNS if any(c[0] in r for r in rows)]
     return {
         "title": "bench_gymnasium: CartPole-v1 SyncVectorEnv (SAME_STEP) on cpu, 1 thread",

@@ -81,6 +81,7 @@ from gpu_envs.core.validation import HealthMonitor, health_mode
 from gpu_envs.utils.arguments import as_bool, as_seed, check_td, optional_seconds
 from gpu_envs.utils.devices import normalize_device, same_device
 from gpu_envs.utils.state_dicts import DatedState, check_state, prefixed, refuse_stale, under
+from gpu_envs.utils.tensordicts import get_entry
 from gpu_envs.utils.watchdog import Watchdog
 
 
@@ -209,7 +210,7 @@ class BatchedEnv(BatchedSpecs):
         mask = None
         if td is not None:
             check_td(td, "reset")
-            mask = td.get("_reset", None)
+            mask = get_entry(td, "_reset")
             if mask is not None:
                 mask = self._check_reset_mask(mask)
         path, guard = self._path, self._path.guard
@@ -260,7 +261,8 @@ class BatchedEnv(BatchedSpecs):
 
     def _partial_reset(self, mask: torch.Tensor, seed: int | None) -> None:
         path = self._path
-        todo = mask & ~path.last_done  # rows not already reset by the backend
+        # rows not already reset by the backend (none since a step_and_maybe_reset: the constant False)
+        todo = mask if path.last_done is path.false else mask & ~path.last_done
         if self.backend.supports_partial_reset:
             # an all-False mask is a no-op for the backend: no host sync to find out
             path.guard.start("reset")

@@ -192,6 +192,7 @@ class HostActions:
         self.dtype: torch.dtype = self.spec.dtype
         # a spec without one numpy dtype (a Composite, bfloat16) is passed to action_tensor unchecked
         self._checked = isinstance(self.dtype, torch.dtype) and self.dtype in _NUMPY_TORCH_DTYPES
+        self._fast_dtype: np.dtype | None = None  # no array takes the fast path of __call__
         if not self._checked:
             return
         self.np_dtype = numpy_dtype(self.dtype)
@@ -208,9 +209,28 @@ class HostActions:
             self._low, self._high = start, start + single.nvec.cpu().numpy() - 1
         elif isinstance(single, Binary) and self._integer:
             self._low, self._high = 0, 1
+        # the common case, checked in a few Python operations: an array of the spec's dtype and shape (see __call__)
+        self._fast_dtype = self.np_dtype
+        few = self.spec.shape.numel() <= _FEW
+        self._few_bounds: tuple[int, int] | None = None  # integer bounds checked over a list of a few values
+        if self._integer and isinstance(self._low, int) and few:
+            self._few_bounds = (self._low, self._high)
+        elif not (self._integer and self._low is None):  # (no bounds: nothing to check beyond dtype and shape)
+            self._fast_dtype = None  # float values, array bounds or many values: the general path (_check)
+        self._flat = len(self.shape) == 1
 
     def __call__(self, actions: Any) -> torch.Tensor:
         """``actions`` checked (see the class docstring), as a tensor for ``td["action"]``."""
+        if actions.__class__ is np.ndarray and actions.dtype is self._fast_dtype and actions.shape == self.shape:
+            # the common case (a policy's int64 indices): _check's checks, in fewer Python calls
+            bounds = self._few_bounds
+            if bounds is not None:
+                values = actions.tolist() if self._flat else actions.reshape(-1).tolist()
+                if values and not (bounds[0] <= min(values) and max(values) <= bounds[1]):
+                    self._raise_out_of_range(actions)
+            if actions.flags.c_contiguous:
+                tensor = torch.from_numpy(actions)
+                return tensor if self._on_cpu else tensor.to(self.device)
         if not self._checked:
             return action_tensor(actions, self.spec, self.device)
         if isinstance(actions, torch.Tensor):

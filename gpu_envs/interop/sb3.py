@@ -105,11 +105,16 @@ class SB3VecEnv(vec_env.VecEnv):
         :class:`~gpu_envs.interop.conversions.HostActions`); a refused batch raises
         :class:`~gpu_envs.contract.errors.ActionError` and leaves the env as it was.
 
-        Arrays and info dicts are new on every step and the caller's (SB3's PPO adds
-        to ``rewards`` in place; ``VecMonitor`` writes into the info dicts). One host
-        copy per leaf: the observations, rewards and dones on every step; the
-        ``terminated`` flags and final observations (and ``final_obs_missing``, unless
-        it is the env's constant "none missing") only on steps where a row ended.
+        Arrays and info dicts are new on every step and the caller's to keep or modify
+        (SB3's PPO adds to ``rewards`` in place; ``VecMonitor`` writes into the info
+        dicts), as ``DummyVecEnv``'s copies are. Rewards, dones and final observations
+        are the host memory of this step's ``td["next"]`` tensors (on the CPU, no copy):
+        the env made them for this step, never writes them again and never reads them
+        after it (``td`` is dropped here). The observations are copied: the env keeps
+        its root. One host read per leaf: the observations, rewards and dones on every
+        step; the ``terminated`` flags and final observations (and
+        ``final_obs_missing``, unless it is the env's constant "none missing") only on
+        steps where a row ended.
         """
         td = self._root
         if td is None:
@@ -123,8 +128,8 @@ class SB3VecEnv(vec_env.VecEnv):
             obs = host_copy(get_entry(root, "observation"))
         else:
             obs = layout.build(lambda key: host_copy(leaf(root, key)))
-        rewards = host_copy(get_entry(nxt, "reward")).reshape(n)
-        dones = host_copy(get_entry(nxt, "done")).reshape(n)  # done == terminated | truncated (the contract)
+        rewards = host_view(get_entry(nxt, "reward")).reshape(n)  # the caller's: the env is done with td["next"]
+        dones = host_view(get_entry(nxt, "done")).reshape(n)  # done == terminated | truncated (the contract)
         ended = dones.tolist()
         infos = self._ended_infos(nxt, ended) if True in ended else [{TRUNCATED_KEY: False} for _ in self._rows]
         info_keys = self._info_keys
@@ -146,13 +151,13 @@ class SB3VecEnv(vec_env.VecEnv):
         rows = [i for i in self._rows if ended[i]]
         terminated = host_view(get_entry(nxt, "terminated")).reshape(n).tolist()
         if layout.lone:
-            final = host_copy(get_entry(nxt, "observation"))  # the caller's (rows are views)
+            final = host_view(get_entry(nxt, "observation"))  # the caller's, as rewards (rows are views)
             for i in rows:
                 info = infos[i]
                 info[TRUNCATED_KEY] = not terminated[i]
                 info[FINAL_OBS_KEY] = final[i]
         else:
-            leaves = {key: host_copy(leaf(nxt, key)) for key in layout.keys}  # the caller's (rows are views)
+            leaves = {key: host_view(leaf(nxt, key)) for key in layout.keys}  # the caller's (rows are views)
             for i in rows:
                 info = infos[i]
                 info[TRUNCATED_KEY] = not terminated[i]

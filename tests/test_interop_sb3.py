@@ -8,6 +8,8 @@ and infos at every step, for the torch and gymnasium backends and a TransformedE
 
 from __future__ import annotations
 
+from copy import deepcopy
+
 import numpy as np
 import pytest
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor
@@ -63,6 +65,58 @@ def test_steps_equal_sb3_dummy_vec_env(source):
     assert truncated.any() and (dones & ~truncated).any()
     ours.close()
     assert ours.env.is_closed
+
+
+@pytest.mark.parametrize("source", ["builtin", "torch", "gymnasium"])
+def test_returned_arrays_and_infos_are_the_callers(source):
+    """What a step returns is the caller's, as DummyVecEnv's copies are: writing into it changes nothing else.
+
+    SB3's PPO adds to ``rewards`` in place, VecMonitor writes into the info dicts and
+    users keep observations: neither the env (its root, its later steps) nor arrays
+    handed out on other steps may see those writes, and later steps never rewrite
+    what an earlier step returned.
+    """
+    def make():
+        if source == "builtin":
+            return to_sb3(gpu_envs.make("CartPole-v1", num_envs=N, device="cpu", seed=5))
+        return to_sb3(counting_env(source))
+
+    ours, twin = make(), make()
+    ours.reset(), twin.reset()
+    actions = np.random.default_rng(1).integers(0, 2, size=(60, N))
+    kept, ended_steps = [], 0
+    for t in range(60):
+        got = ours.step(actions[t])
+        want = twin.step(actions[t])
+        obs, rewards, dones, infos = got
+        np.testing.assert_array_equal(obs, want[0])
+        np.testing.assert_array_equal(rewards, want[1])
+        np.testing.assert_array_equal(dones, want[2])
+        for info, other in zip(infos, want[3], strict=True):
+            assert info.keys() == other.keys() and info is not other
+        kept.append((obs, rewards, dones, infos, deepcopy((obs, rewards, dones, infos))))
+        ended_steps += bool(dones.any())
+        # the caller writes into everything it was given
+        obs += 100.0
+        rewards += 7.0
+        dones[:] = ~dones
+        for info in infos:
+            info["episode"] = {"r": 1.0}
+            if "terminal_observation" in info:
+                info["terminal_observation"] += 50.0
+    assert ended_steps > 0
+    np.testing.assert_array_equal(ours.env.root()["observation"].numpy(), twin.env.root()["observation"].numpy())
+    for _, _, _, infos, _ in kept[1:]:
+        assert all(info is not earlier for info in infos for earlier in kept[0][3])  # fresh dicts on every step
+    # nothing a later step did rewrote what an earlier step handed out (the caller's writes stay as made)
+    for obs, rewards, dones, infos, (obs0, rewards0, dones0, infos0) in kept:
+        np.testing.assert_array_equal(obs, obs0 + 100.0)
+        np.testing.assert_array_equal(rewards, rewards0 + 7.0)
+        np.testing.assert_array_equal(dones, ~dones0)
+        for info, info0 in zip(infos, infos0, strict=True):
+            if "terminal_observation" in info0:
+                np.testing.assert_array_equal(info["terminal_observation"], info0["terminal_observation"] + 50.0)
+    ours.close(), twin.close()
 
 
 def test_seed_attributes_methods_and_wrappers():

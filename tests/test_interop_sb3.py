@@ -19,7 +19,7 @@ from gpu_envs.contract.errors import InvalidArgumentError, ResetNeededError
 from gpu_envs.interop import to_sb3
 from gpu_envs.transforms import EpisodeStats, TransformedEnv
 from tests.example_files import load_example
-from tests.fakes import CountingEnv, CountingTorchVectorEnv
+from tests.fakes import CountingEnv, CountingTorchVectorEnv, reference_rollout
 from tests.gym_fakes import counting_vector_env
 
 N, T = 6, 160
@@ -117,6 +117,32 @@ def test_returned_arrays_and_infos_are_the_callers(source):
             if "terminal_observation" in info0:
                 np.testing.assert_array_equal(info["terminal_observation"], info0["terminal_observation"] + 50.0)
     ours.close(), twin.close()
+
+
+@pytest.mark.parametrize("final_obs", ["info", "masked", "none"])
+def test_withheld_final_observations_are_marked_against_the_oracle(final_obs):
+    """``final_obs_missing`` exactly on the ended rows whose final observation the env withheld (placeholders NaN)."""
+    actions = np.random.default_rng(2).integers(0, 2, size=(N, T))
+    ref = reference_rollout(N, actions, final_obs)
+    venv = to_sb3(gpu_envs.wrap(CountingTorchVectorEnv(N, final_obs=final_obs), device="cpu"))
+    np.testing.assert_array_equal(venv.reset(), ref["observation"][:, 0])
+    given = withheld = 0
+    for t in range(T):
+        obs, rewards, dones, infos = venv.step(actions[:, t])
+        np.testing.assert_array_equal(obs, ref["root"][:, t])
+        np.testing.assert_array_equal(rewards, ref["reward"][:, t])
+        ended = ref["terminated"][:, t] | ref["truncated"][:, t]
+        np.testing.assert_array_equal(dones, ended)
+        for i, info in enumerate(infos):
+            missing = bool(ref["final_obs_missing"][i, t])
+            assert info.get("final_obs_missing", False) is missing, (t, i)
+            assert info["TimeLimit.truncated"] == bool(ref["truncated"][i, t] and not ref["terminated"][i, t])
+            assert ("terminal_observation" in info) == ended[i], (t, i)
+            if ended[i]:  # the true final observation, or the NaN placeholder where withheld
+                np.testing.assert_array_equal(info["terminal_observation"], ref["next_observation"][i, t])
+                given, withheld = given + (not missing), withheld + missing
+    assert (withheld > 0) == (final_obs != "info") and (given > 0) == (final_obs != "none")
+    venv.close()
 
 
 def test_seed_attributes_methods_and_wrappers():

@@ -17,20 +17,32 @@ Each contender steps with fixed actions (numpy for the numpy libraries, a tensor
 once from the action spec for torchrl); env-steps/s = N / time per step. Interleaved rounds in one process,
 thread CPU time, ``torch.set_num_threads(1)``, medians (see ``benchmarks/timing.py``).
 
-For the gymnasium and SB3 rows a ``floor`` runs in the same rounds: the gpu_envs env
-calls the adapter cannot avoid, with tensors and nothing else -- ``step_and_maybe_reset``
-(SB3), plus gymnasium NEXT_STEP's masked ``reset`` of the rows that ended on the
-previous step (gymnasium; the env below resets ended rows itself, so their next step is
-discarded and they start afresh). ``floor speedup`` is the best any adapter over this
-env could reach; ``adapter / floor`` is the share of the adapter's step that is the
-env's work. The ``target`` column reads issue 16's targets (gymnasium: >= 1x at N = 8,
->= 5x at N = 256; SB3: >= 1x at N = 8; torchrl: >= 2x).
+For the gymnasium and SB3 rows a ``floor`` runs in the same rounds: what any adapter
+over this env must do, in the cheapest way and nothing else.
+
+* gymnasium: the gpu_envs env calls with tensors -- ``step_and_maybe_reset``, plus
+  NEXT_STEP's masked ``reset`` of the rows that ended on the previous step (the env
+  below resets ended rows itself, so their next step is discarded and they start
+  afresh).
+* SB3 (``sb3_floor_stepper``): the VecEnv contract as ``DummyVecEnv`` keeps it, on top
+  of ``step_and_maybe_reset``: SB3's numpy actions as a tensor (``torch.from_numpy``),
+  numpy views of the observations, rewards ``[N]`` and dones ``[N]``, and a fresh list
+  of N fresh info dicts with ``"TimeLimit.truncated"`` (and, on rows that ended, their
+  ``"terminal_observation"``; the ``terminated`` flags and final observations are read
+  only on steps where a row ended). No checks, no copies.
+
+``floor speedup`` is the best any adapter over this env could reach; ``adapter /
+floor`` is the share of the adapter's step that the floor's work takes. The ``target``
+column reads issue 16's targets (gymnasium: >= 1x at N = 8, >= 5x at N = 256; SB3:
+>= 1x at N = 8; torchrl: >= 2x).
 
     python -m benchmarks.bench_interop --json benchmarks/results/interop.json
+    python -m benchmarks.bench_interop --libraries stable-baselines3 --rounds 21   # one library's rows
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import sys
 import warnings
@@ -46,9 +58,9 @@ if __package__ in (None, ""):  # run as a script: our benchmarks package
 import torch
 
 import gpu_envs
-from benchmarks.timing import bench_result, interleave, sizes_main
+from benchmarks.timing import bench_result, format_table, interleave, save_json
 from gpu_envs.interop import to_gymnasium
-from gpu_envs.utils.tensordicts import new_td
+from gpu_envs.utils.tensordicts import get_entry, new_td, set_entry
 
 TORCHRL_SIZES = (64, 4096)
 # torchrl's GymWrapper in its fastest form for the built-in envs: actions stay index tensors
@@ -91,6 +103,36 @@ def floor_stepper(env, next_step: bool) -> Callable[[], None]:
     return step
 
 
+def sb3_floor_stepper(env) -> Callable[[], object]:
+    """What any SB3 VecEnv over ``env`` must do per step (module docstring), and nothing else."""
+    n = env.num_envs
+    actions = (np.arange(n) % 2).astype(np.int64)
+    rows = range(n)
+    state = {"td": env.reset(seed=0)}
+
+    def step() -> object:
+        td = state["td"]
+        set_entry(td, "action", torch.from_numpy(actions))
+        td, root = env.step_and_maybe_reset(td)
+        state["td"] = root
+        nxt = get_entry(td, "next")
+        obs = get_entry(root, "observation").numpy()
+        rewards = get_entry(nxt, "reward").numpy().reshape(n)
+        dones = get_entry(nxt, "done").numpy().reshape(n)
+        infos = [{"TimeLimit.truncated": False} for _ in rows]
+        ended = dones.tolist()
+        if True in ended:
+            terminated = get_entry(nxt, "terminated").numpy().reshape(n).tolist()
+            final = get_entry(nxt, "observation").numpy()
+            for i in rows:
+                if ended[i]:
+                    infos[i]["TimeLimit.truncated"] = not terminated[i]
+                    infos[i]["terminal_observation"] = final[i]
+        return obs, rewards, dones, infos
+
+    return step
+
+
 def gymnasium_contenders(n: int) -> tuple[dict[str, Callable[[], object]], list]:
     actions = (np.arange(n) % 2).astype(np.int64)
     theirs = gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync")
@@ -119,7 +161,7 @@ def sb3_contenders(n: int) -> tuple[dict[str, Callable[[], object]], list]:
     ours.reset()
     fns = {
         "sb3_dummy": lambda: theirs.step(actions),
-        "floor": floor_stepper(floor, next_step=False),
+        "floor": sb3_floor_stepper(floor),
         "gpu_envs": lambda: ours.step(actions),
     }
     return fns, [theirs, ours, floor]
@@ -190,17 +232,40 @@ def torchrl_rows(quick: bool, steps: int | None, rounds: int | None) -> list[dic
     return [measure("torchrl", n, torchrl_contenders, quick, steps, rounds) for n in TORCHRL_SIZES]
 
 
+LIBRARIES = ("gymnasium", "stable-baselines3", "torchrl")
+
+
 def run(
-    quick: bool = False, sizes: tuple[int, ...] = (8, 256), steps: int | None = None, rounds: int | None = None
+    quick: bool = False,
+    sizes: tuple[int, ...] = (8, 256),
+    steps: int | None = None,
+    rounds: int | None = None,
+    libraries: tuple[str, ...] = LIBRARIES,
 ) -> dict:
-    """Every row of the table (the ``gpu-envs bench`` interface); ``sizes`` are the gymnasium rows' N."""
+    """The table's rows for ``libraries`` (the ``gpu-envs bench`` interface: all); ``sizes`` are the gymnasium rows' N."""
     torch.set_num_threads(1)
-    rows = gymnasium_rows(quick, sizes, steps, rounds) + sb3_rows(quick, steps, rounds) + torchrl_rows(quick, steps, rounds)
+    rows: list[dict] = []
+    if "gymnasium" in libraries:
+        rows += gymnasium_rows(quick, sizes, steps, rounds)
+    if "stable-baselines3" in libraries:
+        rows += sb3_rows(quick, steps, rounds)
+    if "torchrl" in libraries:
+        rows += torchrl_rows(quick, steps, rounds)
     return bench_result("bench_interop: CartPole-v1 through the interop adapters on cpu, 1 thread", rows, COLUMNS)
 
 
 def main() -> None:
-    sizes_main(__doc__, run, "interop", [8, 256])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[8, 256], help="the gymnasium rows' N")
+    parser.add_argument("--steps", type=int, default=None, help="steps per round (default: by N)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 15)")
+    parser.add_argument("--quick", action="store_true", help="fewer steps and rounds")
+    parser.add_argument("--libraries", nargs="+", choices=LIBRARIES, default=list(LIBRARIES), help="rows to measure")
+    parser.add_argument("--json", default=None, help="where to save the numbers")
+    args = parser.parse_args()
+    result = run(args.quick, tuple(args.sizes), args.steps, args.rounds, tuple(args.libraries))
+    print(format_table(result["title"], result["rows"], result["columns"]))
+    save_json(args.json, {"benchmark": "interop", "device": "cpu", "rows": result["rows"]})
 
 
 if __name__ == "__main__":

@@ -164,3 +164,14 @@ def test_index_ranges_are_checked_the_same_for_few_and_many_actions(n, dtype):
             wrong[row] = bad
             with pytest.raises(ActionError, match=rf"row\(s\) \[{row}\]"):
                 actions(wrong)
+
+
+def test_non_contiguous_actions_are_checked_and_taken_contiguous():
+    """An array of the spec's dtype and shape that is not C-contiguous (a strided view) is checked, then copied."""
+    actions = HostActions(gpu_envs.make("CartPole-v1", num_envs=N, device="cpu"), "to_sb3")
+    strided = np.array([0, 9, 1, 9, 1, 9, 0, 9], np.int64)[::2]
+    assert not strided.flags.c_contiguous
+    out = actions(strided)
+    assert out.is_contiguous() and out.tolist() == [0, 1, 1, 0]
+    with pytest.raises(ActionError, match=r"row\(s\) \[1\]"):
+        actions(np.array([0, 9, 5, 9, 1, 9, 0, 9], np.int64)[::2])

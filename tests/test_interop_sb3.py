@@ -8,6 +8,8 @@ and infos at every step, for the torch and gymnasium backends and a TransformedE
 
 from __future__ import annotations
 
+from copy import deepcopy
+
 import numpy as np
 import pytest
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor
@@ -17,7 +19,7 @@ from gpu_envs.contract.errors import InvalidArgumentError, ResetNeededError
 from gpu_envs.interop import to_sb3
 from gpu_envs.transforms import EpisodeStats, TransformedEnv
 from tests.example_files import load_example
-from tests.fakes import CountingEnv, CountingTorchVectorEnv
+from tests.fakes import CountingEnv, CountingTorchVectorEnv, reference_rollout
 from tests.gym_fakes import counting_vector_env
 
 N, T = 6, 160
@@ -63,6 +65,84 @@ def test_steps_equal_sb3_dummy_vec_env(source):
     assert truncated.any() and (dones & ~truncated).any()
     ours.close()
     assert ours.env.is_closed
+
+
+@pytest.mark.parametrize("source", ["builtin", "torch", "gymnasium"])
+def test_returned_arrays_and_infos_are_the_callers(source):
+    """What a step returns is the caller's, as DummyVecEnv's copies are: writing into it changes nothing else.
+
+    SB3's PPO adds to ``rewards`` in place, VecMonitor writes into the info dicts and
+    users keep observations: neither the env (its root, its later steps) nor arrays
+    handed out on other steps may see those writes, and later steps never rewrite
+    what an earlier step returned.
+    """
+    def make():
+        if source == "builtin":
+            return to_sb3(gpu_envs.make("CartPole-v1", num_envs=N, device="cpu", seed=5))
+        return to_sb3(counting_env(source))
+
+    ours, twin = make(), make()
+    ours.reset(), twin.reset()
+    actions = np.random.default_rng(1).integers(0, 2, size=(60, N))
+    kept, ended_steps = [], 0
+    for t in range(60):
+        got = ours.step(actions[t])
+        want = twin.step(actions[t])
+        obs, rewards, dones, infos = got
+        np.testing.assert_array_equal(obs, want[0])
+        np.testing.assert_array_equal(rewards, want[1])
+        np.testing.assert_array_equal(dones, want[2])
+        for info, other in zip(infos, want[3], strict=True):
+            assert info.keys() == other.keys() and info is not other
+        kept.append((obs, rewards, dones, infos, deepcopy((obs, rewards, dones, infos))))
+        ended_steps += bool(dones.any())
+        # the caller writes into everything it was given
+        obs += 100.0
+        rewards += 7.0
+        dones[:] = ~dones
+        for info in infos:
+            info["episode"] = {"r": 1.0}
+            if "terminal_observation" in info:
+                info["terminal_observation"] += 50.0
+    assert ended_steps > 0
+    np.testing.assert_array_equal(ours.env.root()["observation"].numpy(), twin.env.root()["observation"].numpy())
+    for _, _, _, infos, _ in kept[1:]:
+        assert all(info is not earlier for info in infos for earlier in kept[0][3])  # fresh dicts on every step
+    # nothing a later step did rewrote what an earlier step handed out (the caller's writes stay as made)
+    for obs, rewards, dones, infos, (obs0, rewards0, dones0, infos0) in kept:
+        np.testing.assert_array_equal(obs, obs0 + 100.0)
+        np.testing.assert_array_equal(rewards, rewards0 + 7.0)
+        np.testing.assert_array_equal(dones, ~dones0)
+        for info, info0 in zip(infos, infos0, strict=True):
+            if "terminal_observation" in info0:
+                np.testing.assert_array_equal(info["terminal_observation"], info0["terminal_observation"] + 50.0)
+    ours.close(), twin.close()
+
+
+@pytest.mark.parametrize("final_obs", ["info", "masked", "none"])
+def test_withheld_final_observations_are_marked_against_the_oracle(final_obs):
+    """``final_obs_missing`` exactly on the ended rows whose final observation the env withheld (placeholders NaN)."""
+    actions = np.random.default_rng(2).integers(0, 2, size=(N, T))
+    ref = reference_rollout(N, actions, final_obs)
+    venv = to_sb3(gpu_envs.wrap(CountingTorchVectorEnv(N, final_obs=final_obs), device="cpu"))
+    np.testing.assert_array_equal(venv.reset(), ref["observation"][:, 0])
+    given = withheld = 0
+    for t in range(T):
+        obs, rewards, dones, infos = venv.step(actions[:, t])
+        np.testing.assert_array_equal(obs, ref["root"][:, t])
+        np.testing.assert_array_equal(rewards, ref["reward"][:, t])
+        ended = ref["terminated"][:, t] | ref["truncated"][:, t]
+        np.testing.assert_array_equal(dones, ended)
+        for i, info in enumerate(infos):
+            missing = bool(ref["final_obs_missing"][i, t])
+            assert info.get("final_obs_missing", False) is missing, (t, i)
+            assert info["TimeLimit.truncated"] == bool(ref["truncated"][i, t] and not ref["terminated"][i, t])
+            assert ("terminal_observation" in info) == ended[i], (t, i)
+            if ended[i]:  # the true final observation, or the NaN placeholder where withheld
+                np.testing.assert_array_equal(info["terminal_observation"], ref["next_observation"][i, t])
+                given, withheld = given + (not missing), withheld + missing
+    assert (withheld > 0) == (final_obs != "info") and (given > 0) == (final_obs != "none")
+    venv.close()
 
 
 def test_seed_attributes_methods_and_wrappers():

@@ -192,6 +192,7 @@ class HostActions:
         self.dtype: torch.dtype = self.spec.dtype
         # a spec without one numpy dtype (a Composite, bfloat16) is passed to action_tensor unchecked
         self._checked = isinstance(self.dtype, torch.dtype) and self.dtype in _NUMPY_TORCH_DTYPES
+        self._fast_dtype: np.dtype | None = None  # no array takes the fast path of __call__
         if not self._checked:
             return
         self.np_dtype = numpy_dtype(self.dtype)
@@ -208,9 +209,27 @@ class HostActions:
             self._low, self._high = start, start + single.nvec.cpu().numpy() - 1
         elif isinstance(single, Binary) and self._integer:
             self._low, self._high = 0, 1
+        # the common case, checked in a few Python operations: an array of the spec's dtype and shape (see __call__)
+        self._fast_dtype = self.np_dtype
+        few = self.spec.shape.numel() <= _FEW
+        self._allowed: frozenset[int] | None = None  # every valid index, for a few values checked as a set
+        if self._integer and isinstance(self._low, int) and few and self._high - self._low < _ALLOWED_MAX:
+            self._allowed = frozenset(range(self._low, self._high + 1))
+        elif not (self._integer and self._low is None):  # (no bounds: nothing to check beyond dtype and shape)
+            self._fast_dtype = None  # float values, array bounds, wide ranges, many values: the general path (_check)
+        self._flat = len(self.shape) == 1
+        self._contiguous = np.empty(self.shape, self.np_dtype).strides  # a C-contiguous array's strides
 
     def __call__(self, actions: Any) -> torch.Tensor:
         """``actions`` checked (see the class docstring), as a tensor for ``td["action"]``."""
+        if actions.__class__ is np.ndarray and actions.dtype is self._fast_dtype and actions.shape == self.shape:
+            # the common case (a policy's int64 indices): _check's checks, in two C calls
+            allowed = self._allowed
+            if allowed is not None and not allowed.issuperset(actions.tolist() if self._flat else actions.ravel().tolist()):
+                self._raise_out_of_range(actions)
+            if actions.strides == self._contiguous:
+                tensor = torch.from_numpy(actions)
+                return tensor if self._on_cpu else tensor.to(self.device)
         if not self._checked:
             return action_tensor(actions, self.spec, self.device)
         if isinstance(actions, torch.Tensor):
@@ -295,6 +314,7 @@ _NUMPY_TORCH_DTYPES = {
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _SHOWN_ROWS = 8
 _FEW = 32  # up to this many action values, HostActions checks an index range in Python (N = 8: ~1 us less)
+_ALLOWED_MAX = 4096  # index ranges up to this wide are checked as a set of valid indices (few values, right dtype)
 
 
 def _bad_rows(array: np.ndarray, bad: np.ndarray) -> tuple[list[int], str]:

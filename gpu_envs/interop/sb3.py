@@ -79,6 +79,9 @@ class SB3VecEnv(vec_env.VecEnv):
         self._actions: Any = None
         self._host_actions = HostActions(env, "to_sb3")
         self._info_keys: list[Key] | None = None  # read after the first step (backends may add keys then)
+        self._rows = range(env.num_envs)
+        # a final_obs_missing tensor read once with no True row (the env's constant): not read again
+        self._none_missing: Any = None
         super().__init__(env.num_envs, self._layout.single_space, env.single_action_spec.to_gym())
 
     # ------------------------------------------------------------ reset/step
@@ -101,6 +104,17 @@ class SB3VecEnv(vec_env.VecEnv):
         The actions are checked first (count, dtype, index ranges, finite values:
         :class:`~gpu_envs.interop.conversions.HostActions`); a refused batch raises
         :class:`~gpu_envs.contract.errors.ActionError` and leaves the env as it was.
+
+        Arrays and info dicts are new on every step and the caller's to keep or modify
+        (SB3's PPO adds to ``rewards`` in place; ``VecMonitor`` writes into the info
+        dicts), as ``DummyVecEnv``'s copies are. Rewards, dones and final observations
+        are the host memory of this step's ``td["next"]`` tensors (on the CPU, no copy):
+        the env made them for this step, never writes them again and never reads them
+        after it (``td`` is dropped here). The observations are copied: the env keeps
+        its root. One host read per leaf: the observations, rewards and dones on every
+        step; the ``terminated`` flags and final observations (and
+        ``final_obs_missing``, unless it is the env's constant "none missing") only on
+        steps where a row ended.
         """
         td = self._root
         if td is None:
@@ -114,33 +128,50 @@ class SB3VecEnv(vec_env.VecEnv):
             obs = host_copy(get_entry(root, "observation"))
         else:
             obs = layout.build(lambda key: host_copy(leaf(root, key)))
-        rewards = host_copy(get_entry(nxt, "reward")).reshape(n)
-        terminated = host_view(get_entry(nxt, "terminated")).reshape(n)
-        truncated = host_view(get_entry(nxt, "truncated")).reshape(n)
-        dones = terminated | truncated  # a fresh array
-        infos = [{TRUNCATED_KEY: cut} for cut in (truncated > terminated).tolist()]  # truncated and not terminated
-        if self._info_keys is None:
+        rewards = host_view(get_entry(nxt, "reward")).reshape(n)  # the caller's: the env is done with td["next"]
+        dones = host_view(get_entry(nxt, "done")).reshape(n)  # done == terminated | truncated (the contract)
+        ended = dones.tolist()
+        infos = self._ended_infos(nxt, ended) if True in ended else [{TRUNCATED_KEY: False} for _ in self._rows]
+        info_keys = self._info_keys
+        if info_keys is None:
             spec = getattr(self.env, "single_info_spec", None)
-            self._info_keys = [] if spec is None else list(spec.keys(include_nested=True, leaves_only=True))
-        for key in self._info_keys:
+            info_keys = self._info_keys = [] if spec is None else list(spec.keys(include_nested=True, leaves_only=True))
+        for key in info_keys:
             self._add_info(infos, key, host_copy(leaf(nxt, key)))
-        if np.count_nonzero(dones):
-            ended = dones.nonzero()[0].tolist()
-            if layout.lone:
-                rows = host_copy(get_entry(nxt, "observation"))  # the caller's (rows are views)
-                for i in ended:
-                    infos[i][FINAL_OBS_KEY] = rows[i]
-            else:
-                final = {key: host_copy(leaf(nxt, key)) for key in layout.keys}  # the caller's (rows are views)
-                for i in ended:
-                    infos[i][FINAL_OBS_KEY] = layout.build(lambda key, i=i: final[key][i])
-            missing = get_entry(nxt, "final_obs_missing")
-            if missing is not None:
-                missing = host_view(missing).reshape(n)
-                for i in ended:
-                    if missing[i]:
-                        infos[i]["final_obs_missing"] = True
         return obs, rewards, dones, infos
+
+    def _ended_infos(self, nxt: TensorDictBase, ended: list[bool]) -> list[dict[str, Any]]:
+        """The info dicts of a step where rows ended (``ended``: each row's done).
+
+        ``TimeLimit.truncated`` is ``done and not terminated`` (= truncated and not
+        terminated, as ``DummyVecEnv`` gives it); ended rows get their final observation.
+        """
+        n, layout = self.num_envs, self._layout
+        infos = [{TRUNCATED_KEY: False} for _ in self._rows]
+        rows = [i for i in self._rows if ended[i]]
+        terminated = host_view(get_entry(nxt, "terminated")).reshape(n).tolist()
+        if layout.lone:
+            final = host_view(get_entry(nxt, "observation"))  # the caller's, as rewards (rows are views)
+            for i in rows:
+                info = infos[i]
+                info[TRUNCATED_KEY] = not terminated[i]
+                info[FINAL_OBS_KEY] = final[i]
+        else:
+            leaves = {key: host_view(leaf(nxt, key)) for key in layout.keys}  # the caller's (rows are views)
+            for i in rows:
+                info = infos[i]
+                info[TRUNCATED_KEY] = not terminated[i]
+                info[FINAL_OBS_KEY] = layout.build(lambda key, i=i: leaves[key][i])
+        missing = get_entry(nxt, "final_obs_missing")
+        if missing is not None and missing is not self._none_missing:
+            flags = host_view(missing).reshape(n).tolist()
+            if True in flags:
+                for i in rows:
+                    if flags[i]:
+                        infos[i]["final_obs_missing"] = True
+            else:  # the env's tensors are never written again: this one holds no True row, ever
+                self._none_missing = missing
+        return infos
 
     @staticmethod
     def _add_info(infos: list[dict[str, Any]], key: Key, values: np.ndarray) -> None:

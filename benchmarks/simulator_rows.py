@@ -7,7 +7,8 @@ the columns of ``benchmarks/bench_simulators.py``. Contenders step their own ins
 the task with the same fixed, smooth actions at the same N:
 
 * ``raw``: the simulator's own batched step as it ships (EnvPool ``pool.step`` -- of the
-  very pool gpu_envs wraps, so both pay for the same simulator state --, Brax's /
+  very pool gpu_envs wraps: EnvPool's contenders all drive that ONE pool, so they pay
+  for the same simulator state and the same worker threads --, Brax's /
   Playground's jitted training env ``VmapWrapper + EpisodeWrapper + AutoResetWrapper``,
   ManiSkill's bare env ``step``), numpy/JAX out, final observations lost or not kept;
 * ``gpu_envs``: ``step_and_maybe_reset`` of ``gpu_envs.wrap``/``make``, exact final
@@ -31,7 +32,14 @@ the task with the same fixed, smooth actions at the same N:
   gpu_envs' single step (target: within +10%).
 
 Time is the process's CPU time (``time.process_time``, every thread: EnvPool's and XLA's
-workers included), interleaved rounds, medians, ``torch.set_num_threads(1)``.
+workers included), interleaved rounds, medians, ``torch.set_num_threads(1)``. EnvPool and
+ManiSkill rows also keep every round on the calling thread's clock and on wall time
+(``benchmarks.timing.interleave_clocks``) and add ``bench_simulators``' spread columns:
+paired per-round overheads ``median [quartiles] (min..max)``, the main-thread extra in %
+of the raw step's CPU time (what a wrapper's own Python costs: EnvPool's worker threads,
+whose CPU time moves with how long the main thread stays away, are not in it) and a
+verdict (met / not met / unresolved). ManiSkill's ``gpu_envs vs trainer`` is what gpu_envs
+adds on top of the ``ManiSkillVectorEnv`` it steps.
 
     python -m benchmarks.simulator_rows --json benchmarks/results/simulators_jax_envpool.json
     python -m benchmarks.simulator_rows --only envpool --sizes 8
@@ -59,7 +67,20 @@ if __package__ in (None, ""):  # run as a script
 import numpy as np
 import torch
 
-from benchmarks.timing import format_table, interleave, overhead_row, save_json
+from benchmarks.timing import (
+    CLOCKS,
+    format_table,
+    interleave,
+    interleave_clocks,
+    load_average,
+    medians,
+    overhead_row,
+    paired_ratios,
+    per_round_us,
+    save_json,
+    spread,
+    spread_columns,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 COLUMNS = [
@@ -78,6 +99,19 @@ COLUMNS = [
     ("collect_vs_step", "collect vs gpu_envs step"),
     ("resets_per_step", "resets/step"),
     ("target", "target"),
+    # per interleaved round, against the raw step of the same round: median [quartiles] (min..max)
+    ("gpu_envs_spread", "gpu_envs vs raw per round"),
+    ("floor_spread", "floor vs raw per round"),
+    ("trainer_spread", "trainer vs raw per round"),
+    ("gpu_envs_vs_trainer", "gpu_envs vs trainer per round"),
+    ("gpu_envs_floor_pts", "gpu_envs - floor per round, % of raw"),
+    ("gpu_envs_thread_pts", "gpu_envs main-thread extra, % of raw"),
+    ("floor_thread_pts", "floor main-thread extra, % of raw"),
+    ("gpu_envs_wall", "gpu_envs vs raw, wall"),
+    ("verdict", "verdict (cpu)"),
+    ("thread_verdict", "verdict (main thread)"),
+    ("rounds", "rounds"),
+    ("load", "load avg"),
 ]
 
 
@@ -180,47 +214,50 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
         for n in sizes:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                raw_pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
-                trainer_pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
-                floor_pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
-            trainer_pool.reset()
+                pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
             actions = _envpool_actions(task, n)
             torch_actions = [torch.as_tensor(a) for a in actions]
-            # gpu_envs drives the raw pool itself: both step one simulator (no instance-to-instance
-            # variance of EnvPool's worker threads); their interleaved steps only mix the episodes
-            ours = gpu_envs.wrap(raw_pool, device="cpu")
+            # Every contender drives this ONE pool (gpu_envs wraps it): they all pay for the same
+            # simulator state and the same worker threads, whose CPU time varies from one pool
+            # instance to the next; their interleaved steps only mix the episodes.
+            ours = gpu_envs.wrap(pool, device="cpu")
+            # the info entries gpu_envs hands over too (its key names aside)
+            floor = envpool_floor(pool, n, _cycle(torch_actions), [f[0] for f in ours.backend._info])
             loop = _TdLoop(ours, _cycle(torch_actions))
             raw_action, trainer_action = _cycle(actions), _cycle(torch_actions)
 
-            def trainer_step(pool=trainer_pool, action=trainer_action) -> None:
+            def trainer_step(pool=pool, action=trainer_action) -> None:
                 # CleanRL's envpool loop: numpy in, every output to a torch tensor on the device
                 obs, reward, terminated, truncated, _ = pool.step(action().numpy())
                 torch.as_tensor(obs), torch.as_tensor(reward).view(-1), torch.as_tensor(terminated | truncated)
 
             contenders: dict[str, Callable[[], object]] = {
-                "raw": lambda pool=raw_pool, action=raw_action: pool.step(action()),
+                "raw": lambda pool=pool, action=raw_action: pool.step(action()),
                 "gpu_envs": loop,
                 "trainer": trainer_step,
-                # the info entries gpu_envs hands over too (its key names aside)
-                "floor": envpool_floor(floor_pool, n, _cycle(torch_actions), [f[0] for f in ours.backend._info]),
+                "floor": floor,
             }
             if task == "Pong-v5":
                 collected = gpu_envs.make(task, num_envs=n, backend="envpool", device="cpu", seed=0)
                 collected.reset(seed=0)
                 collect(collected, None, steps=steps)  # allocates the cached buffer
                 contenders["collect"] = lambda env=collected: collect(env, None, steps=steps)
-            times = interleave(contenders, steps=steps, rounds=rounds, warmup=1, timer=time.process_time)
+            load = load_average()
+            samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks=CLOCKS, warmup=1)
+            times = medians(samples["cpu"])
             if "collect" in times:
                 times["collect"] /= steps  # one call collects `steps` steps
             row = overhead_row(times, simulator="EnvPool 1.2.5 (cpu)", task=task, N=n, target="<= +10% at N=8")
+            row |= spread_columns(samples, 1.10, names=("gpu_envs", "floor"))
             row["resets_per_step"] = loop.resets_per_step
+            row["rounds"], row["load"] = f"{rounds} x {steps} steps", f"{load}..{load_average()}"
+            row["per_round_us"] = per_round_us(samples)  # JSON only
             if "collect" in times:
                 row["collect_vs_step"] = f"{times['collect'] / times['gpu_envs'] - 1:+.1%}"
                 row.pop("collect_overhead", None)
             rows.append(row)
             print(f"  [envpool] {task} N={n}: {row}", file=sys.stderr)
             ours.close()
-            floor_pool.close()
     return rows
 
 
@@ -365,9 +402,16 @@ def maniskill_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict
             "gpu_envs": loop,
             "trainer": lambda a=vector_action, env=vector: env.step(a()),
         }
-        times = interleave(contenders, steps=steps, rounds=rounds, warmup=1, timer=time.process_time)
-        row = overhead_row(times, simulator="ManiSkill3 3.0.1 (physx cpu)", task=task, N=1, target="<= +5%")
+        load = load_average()
+        samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks=CLOCKS, warmup=1)
+        row = overhead_row(medians(samples["cpu"]), simulator="ManiSkill3 3.0.1 (physx cpu)", task=task, N=1, target="<= +5%")
+        row |= spread_columns(samples, 1.05, names=("gpu_envs", "trainer"))
+        # gpu_envs steps a ManiSkillVectorEnv (auto-reset, final observations kept): the trainer
+        # contender is that very wrapper, so this is what gpu_envs adds on top of it
+        row["gpu_envs_vs_trainer"] = spread(paired_ratios(samples["cpu"], "gpu_envs", baseline="trainer"))
         row["resets_per_step"] = loop.resets_per_step
+        row["rounds"], row["load"] = f"{rounds} x {steps} steps", f"{load}..{load_average()}"
+        row["per_round_us"] = per_round_us(samples)  # JSON only
         rows.append(row)
         print(f"  [maniskill] {task} N=1: {row}", file=sys.stderr)
     return rows

@@ -133,3 +133,129 @@ def save_json(path: str | Path | None, payload: dict) -> None:
     }
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(payload, indent=2))
+
+
+def interleave_clocks(
+    contenders: dict[str, Callable[[], object]],
+    steps: int,
+    rounds: int,
+    clocks: dict[str, Callable[[], float]],
+    warmup: int = 1,
+) -> dict[str, dict[str, list[float]]]:
+    """Seconds per call of each contender in every round, on every clock: ``{clock: {contender: [per round]}}``.
+
+    Like :func:`interleave`, but it keeps each round's sample (for a spread, and for ratios
+    paired round by round: contenders of one round ran seconds apart, under the same load)
+    and reads several clocks around the same calls -- e.g. ``time.process_time`` (every
+    thread: a simulator's workers too), ``time.thread_time`` (the calling thread: where a
+    wrapper's own Python runs) and ``time.perf_counter`` (wall).
+
+        samples = interleave_clocks({"raw": raw, "gpu_envs": ours}, 20, 15, {"cpu": time.process_time})
+        paired_ratios(samples["cpu"], "gpu_envs")  # one gpu_envs/raw ratio per round
+    """
+    samples: dict[str, dict[str, list[float]]] = {c: {name: [] for name in contenders} for c in clocks}
+    readers = list(clocks.items())
+    for r in range(warmup + rounds):
+        for name, fn in contenders.items():
+            start = [read() for _, read in readers]
+            for _ in range(steps):
+                fn()
+            end = [read() for _, read in readers]
+            if r >= warmup:
+                for (clock, _), a, b in zip(readers, start, end, strict=True):
+                    samples[clock][name].append((b - a) / steps)
+    return samples
+
+
+def paired_ratios(per_round: dict[str, list[float]], name: str, baseline: str = "raw") -> list[float]:
+    """``name``'s time over ``baseline``'s, round by round (both from :func:`interleave_clocks`)."""
+    return [a / b for a, b in zip(per_round[name], per_round[baseline], strict=True)]
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """Lower quartile, median, upper quartile (``statistics.quantiles``, inclusive method)."""
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def verdict(values: list[float], limit: float) -> str:
+    """``met`` when even the upper quartile of ``values`` is within ``limit``, ``not met`` when even the
+    lower quartile is above it, else ``unresolved`` (the spread straddles the target: run longer).
+    Fewer than 5 rounds decide nothing (quartiles of 2-4 samples are the samples)."""
+    if len(values) < 5:
+        return "unresolved (< 5 rounds)"
+    q1, _, q3 = quartiles(values)
+    return "met" if q3 <= limit else "not met" if q1 > limit else "unresolved"
+
+
+def spread(values: list[float], fmt: str = "{:+.1%}", shift: float = -1.0) -> str:
+    """``median [q1..q3] (min..max)`` of ``values`` (each shifted by ``shift``: ratios shown as overheads)."""
+    q1, q2, q3 = quartiles(values)
+    low, high = min(values), max(values)
+    f = lambda v: fmt.format(v + shift)  # noqa: E731
+    return f"{f(q2)} [{f(q1)}..{f(q3)}] ({f(low)}..{f(high)})"
+
+
+def spread_columns(
+    samples: dict[str, dict[str, list[float]]],
+    limit: float,
+    names: tuple[str, ...] = ("gpu_envs",),
+    cpu: str = "cpu",
+    thread: str | None = "thread",
+    wall: str | None = "wall",
+) -> dict:
+    """A step row's columns that say whether a difference is resolved, from :func:`interleave_clocks`' samples.
+
+    For each contender of ``names`` (against ``raw``, round by round): ``<name>_spread`` (its
+    overhead on the ``cpu`` clock as ``median [q1..q3] (min..max)``), ``<name>_thread_pts``
+    (what it adds on the calling thread, in % of the raw step's ``cpu`` time: a wrapper's own
+    Python runs there, a simulator's worker threads do not) and ``<name>_wall``; for the first
+    name a ``verdict`` (and ``thread_verdict``) against ``limit`` (:func:`verdict`: met / not met /
+    unresolved), e.g. ``limit=1.05`` for +5%; with a ``floor`` contender, ``<first name>_floor_pts``:
+    its distance to the floor per round, in % of that round's raw step.
+    """
+    row: dict = {}
+    raw_cpu = samples[cpu]["raw"]
+    for i, name in enumerate(names):
+        if name not in samples[cpu]:
+            continue
+        ratios = paired_ratios(samples[cpu], name)
+        row[f"{name}_spread"] = spread(ratios)
+        if i == 0:
+            row["verdict"] = verdict(ratios, limit)
+        if thread is not None:
+            own, base = samples[thread][name], samples[thread]["raw"]
+            pts = [1 + (a - b) / c for a, b, c in zip(own, base, raw_cpu, strict=True)]
+            row[f"{name}_thread_pts"] = spread(pts)
+            if i == 0:
+                row["thread_verdict"] = verdict(pts, limit)
+        if wall is not None:
+            row[f"{name}_wall"] = spread(paired_ratios(samples[wall], name))
+    if "floor" in samples[cpu] and names and names[0] != "floor":
+        # the first contender's distance to the floor, round by round, in points of that round's raw step
+        first, floor = samples[cpu][names[0]], samples[cpu]["floor"]
+        row[f"{names[0]}_floor_pts"] = spread(
+            [(a - b) / c for a, b, c in zip(first, floor, raw_cpu, strict=True)], fmt="{:+.1%}", shift=0.0
+        )
+    return row
+
+
+def per_round_us(samples: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, list[float]]]:
+    """:func:`interleave_clocks`' samples in microseconds per step, rounded: for a row's JSON."""
+    return {c: {name: [round(v * 1e6, 1) for v in values] for name, values in by.items()} for c, by in samples.items()}
+
+
+def load_average() -> str:
+    """The machine's 1-minute load average (``uptime``'s first number), to print with a table."""
+    return f"{os.getloadavg()[0]:.2f}"
+
+
+CLOCKS = {"cpu": time.process_time, "thread": time.thread_time, "wall": time.perf_counter}
+"""The clocks of :func:`interleave_clocks` in the simulator benchmarks: process CPU, calling thread, wall."""
+
+
+def medians(per_round: dict[str, list[float]]) -> dict[str, float]:
+    """Each contender's median over rounds (what :func:`interleave` returns)."""
+    return {name: statistics.median(values) for name, values in per_round.items()}

@@ -1,0 +1,48 @@
+"""benchmarks/timing.py's per-round tools: paired ratios, quartile spread and the met / not met / unresolved verdict."""
+
+from __future__ import annotations
+
+import itertools
+
+from benchmarks.timing import interleave_clocks, paired_ratios, spread, spread_columns, verdict
+
+
+def test_paired_ratios_pair_each_round_with_the_raw_step_of_that_round():
+    per_round = {"raw": [1.0, 2.0, 4.0], "gpu_envs": [1.1, 2.0, 5.0]}
+    assert paired_ratios(per_round, "gpu_envs") == [1.1, 1.0, 1.25]
+
+
+def test_verdict_needs_the_whole_interquartile_range_on_one_side_of_the_limit():
+    assert verdict([1.01, 1.02, 1.03, 1.04, 1.049, 1.2], 1.05) == "met"  # upper quartile 1.047
+    assert verdict([1.04, 1.06, 1.07, 1.08, 1.09, 1.10], 1.05) == "not met"  # lower quartile 1.0625
+    assert verdict([1.00, 1.02, 1.04, 1.06, 1.08, 1.10], 1.05) == "unresolved"
+    assert verdict([1.0, 1.0, 1.0, 1.0], 1.05).startswith("unresolved")  # too few rounds to say
+
+
+def test_spread_shows_median_quartiles_and_range_as_overheads():
+    assert spread([1.0, 1.1, 1.2, 1.3, 1.4]) == "+20.0% [+10.0%..+30.0%] (+0.0%..+40.0%)"
+
+
+def test_interleave_clocks_reads_every_clock_around_the_same_rounds():
+    ticks = itertools.count()
+    fake = lambda: float(next(ticks))  # noqa: E731 - one tick per reading
+    calls = {"raw": 0, "gpu_envs": 0}
+
+    def bump(name):
+        return lambda: calls.__setitem__(name, calls[name] + 1)
+
+    samples = interleave_clocks({n: bump(n) for n in calls}, steps=4, rounds=3, clocks={"a": fake, "b": fake}, warmup=1)
+    assert calls == {"raw": 16, "gpu_envs": 16}  # (1 warmup + 3 rounds) x 4 steps
+    assert set(samples) == {"a", "b"} and all(len(v) == 3 for by in samples.values() for v in by.values())
+    # the clocks are read in order before and after each contender: a=t, b=t+1 ... a=t+2, b=t+3 -> 2 ticks / 4 steps
+    assert samples["a"]["raw"] == [0.5, 0.5, 0.5]
+
+
+def test_spread_columns_measure_the_distance_to_the_floor_per_round():
+    cpu = {"raw": [1.0] * 5, "gpu_envs": [1.12] * 5, "floor": [1.10] * 5}
+    thread = {"raw": [0.2] * 5, "gpu_envs": [0.3] * 5, "floor": [0.28] * 5}
+    row = spread_columns({"cpu": cpu, "thread": thread}, 1.10, names=("gpu_envs", "floor"), wall=None)
+    assert row["verdict"] == "not met"  # +12% every round
+    assert row["gpu_envs_thread_pts"].startswith("+10.0%") and row["thread_verdict"] == "met"
+    assert row["gpu_envs_floor_pts"].startswith("+2.0%")
+    assert row["floor_spread"].startswith("+10.0%")

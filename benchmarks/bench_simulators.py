@@ -38,12 +38,13 @@ within +5% of the raw step.
 Whether a difference is resolved: every round's time is kept on three clocks (process
 CPU, the calling thread's CPU, wall: ``benchmarks.timing.interleave_clocks``) and each
 contender is compared with the raw step OF THE SAME ROUND (seconds apart, under the same
-load). The ``... per round`` columns give those paired overheads as ``median [lower..upper
-quartile] (min..max)``; ``main-thread extra`` is what a contender adds on the calling
-thread in % of the raw step's process CPU time (where a wrapper's own Python runs; a
-simulator's worker threads -- EnvPool's -- are not counted); ``verdict`` is ``met`` when
-even the upper quartile is within the target, ``not met`` when even the lower quartile
-is above it, ``unresolved`` otherwise (run longer: ``--steps``, ``--rounds``). Each row
+load). The ``... per round`` columns give those paired overheads as ``median [95%
+confidence interval of the median] (min..max)`` (the interval is distribution-free:
+order statistics, ``benchmarks.timing.median_ci``); ``main-thread extra`` is what a
+contender adds on the calling thread in % of the raw step's process CPU time (where a
+wrapper's own Python runs; a simulator's worker threads -- EnvPool's -- are not counted);
+``verdict`` is ``met`` when the whole interval is within the target, ``not met`` when it
+is all above, ``unresolved`` otherwise (run longer: ``--steps``, ``--rounds``). Each row
 says its rounds and the machine's 1-minute load average before..after it.
 
     python -m benchmarks.bench_simulators --json benchmarks/results/simulators.json
@@ -111,7 +112,7 @@ COLUMNS = [
     ("collect_vs_step", "collect vs gpu_envs step"),
     ("resets_per_step", "resets/step"),
     ("target", "target"),
-    # per interleaved round, against the raw step of the same round: median [quartiles] (min..max)
+    # per interleaved round, against the raw step of the same round: median [95% CI of the median] (min..max)
     ("gpu_envs_spread", "gpu_envs vs raw per round"),
     ("gpu_envs_floor_pts", "gpu_envs - floor per round, % of raw"),
     ("gpu_envs_thread_pts", "gpu_envs main-thread extra, % of raw"),

@@ -35,7 +35,7 @@ Time is the process's CPU time (``time.process_time``, every thread: EnvPool's a
 workers included), interleaved rounds, medians, ``torch.set_num_threads(1)``. EnvPool and
 ManiSkill rows also keep every round on the calling thread's clock and on wall time
 (``benchmarks.timing.interleave_clocks``) and add ``bench_simulators``' spread columns:
-paired per-round overheads ``median [quartiles] (min..max)``, the main-thread extra in %
+paired per-round overheads ``median [95% CI of the median] (min..max)``, the main-thread extra in %
 of the raw step's CPU time (what a wrapper's own Python costs: EnvPool's worker threads,
 whose CPU time moves with how long the main thread stays away, are not in it) and a
 verdict (met / not met / unresolved). ManiSkill's ``gpu_envs vs trainer`` is what gpu_envs
@@ -99,7 +99,7 @@ COLUMNS = [
     ("collect_vs_step", "collect vs gpu_envs step"),
     ("resets_per_step", "resets/step"),
     ("target", "target"),
-    # per interleaved round, against the raw step of the same round: median [quartiles] (min..max)
+    # per interleaved round, against the raw step of the same round: median [95% CI of the median] (min..max)
     ("gpu_envs_spread", "gpu_envs vs raw per round"),
     ("floor_spread", "floor vs raw per round"),
     ("trainer_spread", "trainer vs raw per round"),

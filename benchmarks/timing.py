@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -172,30 +173,39 @@ def paired_ratios(per_round: dict[str, list[float]], name: str, baseline: str = 
     return [a / b for a, b in zip(per_round[name], per_round[baseline], strict=True)]
 
 
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    """Lower quartile, median, upper quartile (``statistics.quantiles``, inclusive method)."""
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
+def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval of the median: the order statistics ``x(k)..x(n+1-k)``.
+
+    The true median lies below ``x(k)`` only when fewer than ``k`` samples fall below it, a
+    Binomial(n, 1/2) tail: ``k`` is the largest with both tails within ``1 - confidence``
+    together (n = 15 rounds: the 4th to the 12th smallest, 96%). Too few samples for the
+    confidence (n < 6 at 95%) give the whole range.
+    """
+    ordered, n = sorted(values), len(values)
+    k, tail = 0, 0.0
+    while k < n // 2:
+        nxt = tail + math.comb(n, k) / 2**n  # P(fewer than k + 1 samples below the median)
+        if 2 * nxt > 1 - confidence:
+            break
+        k, tail = k + 1, nxt
+    k = max(k, 1)
+    return ordered[k - 1], ordered[n - k]
 
 
-def verdict(values: list[float], limit: float) -> str:
-    """``met`` when even the upper quartile of ``values`` is within ``limit``, ``not met`` when even the
-    lower quartile is above it, else ``unresolved`` (the spread straddles the target: run longer).
-    Fewer than 5 rounds decide nothing (quartiles of 2-4 samples are the samples)."""
-    if len(values) < 5:
-        return "unresolved (< 5 rounds)"
-    q1, _, q3 = quartiles(values)
-    return "met" if q3 <= limit else "not met" if q1 > limit else "unresolved"
+def verdict(values: list[float], limit: float, confidence: float = 0.95) -> str:
+    """``met`` when the median of ``values`` is within ``limit`` with ``confidence`` (:func:`median_ci`'s upper
+    end is), ``not met`` when it is above it (the lower end is), else ``unresolved``: run longer."""
+    if len(values) < 6:
+        return "unresolved (< 6 rounds)"
+    low, high = median_ci(values, confidence)
+    return "met" if high <= limit else "not met" if low > limit else "unresolved"
 
 
 def spread(values: list[float], fmt: str = "{:+.1%}", shift: float = -1.0) -> str:
-    """``median [q1..q3] (min..max)`` of ``values`` (each shifted by ``shift``: ratios shown as overheads)."""
-    q1, q2, q3 = quartiles(values)
-    low, high = min(values), max(values)
+    """``median [95% CI of the median] (min..max)`` of ``values`` (each shifted by ``shift``: ratios as overheads)."""
+    low, high = median_ci(values)
     f = lambda v: fmt.format(v + shift)  # noqa: E731
-    return f"{f(q2)} [{f(q1)}..{f(q3)}] ({f(low)}..{f(high)})"
+    return f"{f(statistics.median(values))} [{f(low)}..{f(high)}] ({f(min(values))}..{f(max(values))})"
 
 
 def spread_columns(
@@ -209,11 +219,11 @@ def spread_columns(
     """A step row's columns that say whether a difference is resolved, from :func:`interleave_clocks`' samples.
 
     For each contender of ``names`` (against ``raw``, round by round): ``<name>_spread`` (its
-    overhead on the ``cpu`` clock as ``median [q1..q3] (min..max)``), ``<name>_thread_pts``
+    overhead on the ``cpu`` clock as ``median [95% CI of the median] (min..max)``, :func:`spread`), ``<name>_thread_pts``
     (what it adds on the calling thread, in % of the raw step's ``cpu`` time: a wrapper's own
     Python runs there, a simulator's worker threads do not) and ``<name>_wall``; for the first
     name a ``verdict`` (and ``thread_verdict``) against ``limit`` (:func:`verdict`: met / not met /
-    unresolved), e.g. ``limit=1.05`` for +5%; with a ``floor`` contender, ``<first name>_floor_pts``:
+    unresolved, from the CI), e.g. ``limit=1.05`` for +5%; with a ``floor`` contender, ``<first name>_floor_pts``:
     its distance to the floor per round, in % of that round's raw step.
     """
     row: dict = {}

@@ -1,10 +1,10 @@
-"""benchmarks/timing.py's per-round tools: paired ratios, quartile spread and the met / not met / unresolved verdict."""
+"""benchmarks/timing.py's per-round tools: paired ratios, the median's confidence interval and the met / not met / unresolved verdict."""
 
 from __future__ import annotations
 
 import itertools
 
-from benchmarks.timing import interleave_clocks, paired_ratios, spread, spread_columns, verdict
+from benchmarks.timing import interleave_clocks, median_ci, paired_ratios, spread, spread_columns, verdict
 
 
 def test_paired_ratios_pair_each_round_with_the_raw_step_of_that_round():
@@ -12,15 +12,22 @@ def test_paired_ratios_pair_each_round_with_the_raw_step_of_that_round():
     assert paired_ratios(per_round, "gpu_envs") == [1.1, 1.0, 1.25]
 
 
-def test_verdict_needs_the_whole_interquartile_range_on_one_side_of_the_limit():
-    assert verdict([1.01, 1.02, 1.03, 1.04, 1.049, 1.2], 1.05) == "met"  # upper quartile 1.047
-    assert verdict([1.04, 1.06, 1.07, 1.08, 1.09, 1.10], 1.05) == "not met"  # lower quartile 1.0625
-    assert verdict([1.00, 1.02, 1.04, 1.06, 1.08, 1.10], 1.05) == "unresolved"
-    assert verdict([1.0, 1.0, 1.0, 1.0], 1.05).startswith("unresolved")  # too few rounds to say
+def test_median_ci_is_the_binomial_order_statistics_interval():
+    values = [float(v) for v in range(1, 16)]  # 15 rounds: the 4th..12th smallest (96.5%)
+    assert median_ci(values) == (4.0, 12.0)
+    assert median_ci([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]) == (1.0, 6.0)  # 6 rounds: only the range reaches 95%
 
 
-def test_spread_shows_median_quartiles_and_range_as_overheads():
-    assert spread([1.0, 1.1, 1.2, 1.3, 1.4]) == "+20.0% [+10.0%..+30.0%] (+0.0%..+40.0%)"
+def test_verdict_needs_the_whole_interval_of_the_median_on_one_side_of_the_limit():
+    base = [1.00, 1.01, 1.02, 1.03, 1.04, 1.05]
+    assert verdict(base + [1.03] * 9, 1.05) == "met"  # 15 rounds, 4th..12th smallest all <= 1.05
+    assert verdict([v + 0.06 for v in base] + [1.09] * 9, 1.05) == "not met"
+    assert verdict([1.00, 1.02, 1.04, 1.06, 1.08, 1.10] * 2, 1.05) == "unresolved"
+    assert verdict([1.0, 1.0, 1.0, 1.0, 1.0], 1.05).startswith("unresolved")  # too few rounds to say
+
+
+def test_spread_shows_median_interval_and_range_as_overheads():
+    assert spread([1.0, 1.1, 1.2, 1.3, 1.4, 1.5]) == "+25.0% [+0.0%..+50.0%] (+0.0%..+50.0%)"
 
 
 def test_interleave_clocks_reads_every_clock_around_the_same_rounds():
@@ -39,8 +46,8 @@ def test_interleave_clocks_reads_every_clock_around_the_same_rounds():
 
 
 def test_spread_columns_measure_the_distance_to_the_floor_per_round():
-    cpu = {"raw": [1.0] * 5, "gpu_envs": [1.12] * 5, "floor": [1.10] * 5}
-    thread = {"raw": [0.2] * 5, "gpu_envs": [0.3] * 5, "floor": [0.28] * 5}
+    cpu = {"raw": [1.0] * 6, "gpu_envs": [1.12] * 6, "floor": [1.10] * 6}
+    thread = {"raw": [0.2] * 6, "gpu_envs": [0.3] * 6, "floor": [0.28] * 6}
     row = spread_columns({"cpu": cpu, "thread": thread}, 1.10, names=("gpu_envs", "floor"), wall=None)
     assert row["verdict"] == "not met"  # +12% every round
     assert row["gpu_envs_thread_pts"].startswith("+10.0%") and row["thread_verdict"] == "met"

@@ -50,7 +50,8 @@ says its rounds and the machine's 1-minute load average before..after it.
     python -m benchmarks.bench_simulators --json benchmarks/results/simulators.json
     python -m benchmarks.bench_simulators --only mjlab --sizes 16 64
     python -m benchmarks.bench_simulators --only envpool brax     # at their default N=8
-    python -m benchmarks.bench_simulators --only mjlab --sizes 8 --steps 10 --rounds 15   # resolves +-5%
+    python -m benchmarks.bench_simulators --only mjlab --sizes 8 --steps 10 --rounds 25 \
+        --mjlab-contenders floor     # long enough to resolve +-5% (see "verdict" below)
 
 Adding a simulator: write ``<name>_rows(sizes, steps, rounds) -> list[dict]`` (run in a
 process that has it) and add a :class:`Simulator` entry naming its package, venv and default sizes.
@@ -269,6 +270,12 @@ def _quietly(step: Callable[[], object]) -> Callable[[], None]:
     return run
 
 
+MJLAB_CONTENDERS: tuple[str, ...] | None = None
+"""``--mjlab-contenders``: the mjlab contenders timed besides ``raw`` and ``gpu_envs``; None: all six.
+
+Fewer per round, more rounds per minute."""
+
+
 def mjlab_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
     """In a process that has mjlab: every task, both regimes, at each N."""
     rows = []
@@ -276,6 +283,8 @@ def mjlab_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
         for swing in (False, True):
             for n in sizes:
                 contenders, counter = mjlab_contenders(task_id, n, swing)
+                if MJLAB_CONTENDERS is not None:
+                    contenders = {k: v for k, v in contenders.items() if k in ("raw", "gpu_envs") or k in MJLAB_CONTENDERS}
                 load = load_average()
                 samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks=CLOCKS, warmup=1)
                 regime = "1 s episodes, swinging" if swing else "own episodes, standing"
@@ -414,6 +423,8 @@ def rows_for(sim: Simulator, sizes: tuple[int, ...], steps: int, rounds: int) ->
         out = Path(tmp) / "rows.json"
         cmd = [str(venv / "bin" / "python"), "-m", "benchmarks.bench_simulators", "--only", sim.name, "--in-process"]
         cmd += ["--sizes", *map(str, sizes), "--steps", str(steps), "--rounds", str(rounds), "--json", str(out)]
+        if sim.name == "mjlab" and MJLAB_CONTENDERS is not None:
+            cmd += ["--mjlab-contenders", *MJLAB_CONTENDERS]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
         if done.returncode != 0 or not out.exists():
@@ -460,8 +471,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--in-process", action="store_true", help="run the simulators here (a venv's python)")
     parser.add_argument("--json", default=None, help="where to save the numbers")
+    parser.add_argument(
+        "--mjlab-contenders",
+        nargs="+",
+        default=None,
+        choices=["gpu_envs_auto", "trainer", "gpu_envs_rsl_rl", "floor"],
+        help="time only these mjlab contenders besides raw and gpu_envs (more rounds in the same time)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    global MJLAB_CONTENDERS
+    MJLAB_CONTENDERS = tuple(args.mjlab_contenders) if args.mjlab_contenders else None
     if args.in_process:
         steps, rounds = args.steps or 10, args.rounds or 9
         names = args.only or list(SIMULATORS)

@@ -82,12 +82,14 @@ import torch
 
 from benchmarks.timing import (
     CLOCKS,
+    CallClock,
     format_table,
     interleave,
     interleave_clocks,
     load_average,
     medians,
     overhead_row,
+    own_columns,
     per_round_us,
     save_json,
     spread_columns,
@@ -123,8 +125,12 @@ COLUMNS = [
     ("trainer_spread", "trainer vs raw per round"),
     ("gpu_envs_vs_trainer", "gpu_envs vs trainer per round"),
     ("gpu_envs_auto_spread", "gpu_envs (no final obs) per round"),
+    ("gpu_envs_own_us", "gpu_envs own us/step (outside the simulator's calls)"),
+    ("gpu_envs_own_pct", "gpu_envs own, % of raw per round"),
+    ("floor_own_us", "floor own us/step"),
     ("verdict", "verdict (cpu)"),
     ("thread_verdict", "verdict (main thread)"),
+    ("own_verdict", "verdict (gpu_envs own)"),
     ("rounds", "rounds"),
     ("load", "load avg"),
 ]
@@ -211,8 +217,14 @@ def _mjlab_actions(n: int, size: int, swing: bool) -> Callable[[], torch.Tensor]
     return next_action
 
 
-def mjlab_contenders(task_id: str, n: int, swing: bool) -> tuple[dict[str, Callable[[], None]], _ResetCounter]:
-    """The six contenders over their own instances of ``task_id`` (see the module doc)."""
+def mjlab_contenders(
+    task_id: str, n: int, swing: bool
+) -> tuple[dict[str, Callable[[], None]], _ResetCounter, CallClock]:
+    """The six contenders over their own instances of ``task_id`` (see the module doc).
+
+    The :class:`CallClock` times the mjlab calls of the ``gpu_envs`` and ``floor`` contenders
+    (their instances' ``step`` and ``reset``): what each spends outside them is its own cost.
+    """
     from mjlab.rl import RslRlVecEnvWrapper
 
     import gpu_envs
@@ -255,11 +267,14 @@ def mjlab_contenders(task_id: str, n: int, swing: bool) -> tuple[dict[str, Calla
             "gpu_envs_rsl_rl": lambda: ours_rsl.step(action["rsl_rl"]()),
             "floor": floor_step,
         }
+    inside = CallClock()
+    inside.instrument(ours.backend.env, "step", "reset")
+    inside.instrument(floor, "step", "reset")
     if swing:  # mid-episode everywhere, as in training (rsl_rl's init_at_random_ep_len): resets from the first step
         for sim in (raw, ours.backend.base, auto.backend.base, trainer.unwrapped, ours_rsl.env.backend.base, floor):
             generator = torch.Generator().manual_seed(1)
             sim.episode_length_buf = torch.randint(0, sim.max_episode_length, (n,), generator=generator)
-    return {name: _quietly(step) for name, step in steps.items()}, counter
+    return {name: _quietly(step) for name, step in steps.items()}, counter, inside
 
 
 def _quietly(step: Callable[[], object]) -> Callable[[], None]:
@@ -282,17 +297,19 @@ def mjlab_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
     for task_id in MJLAB_TASKS:
         for swing in (False, True):
             for n in sizes:
-                contenders, counter = mjlab_contenders(task_id, n, swing)
+                contenders, counter, inside = mjlab_contenders(task_id, n, swing)
                 if MJLAB_CONTENDERS is not None:
                     contenders = {k: v for k, v in contenders.items() if k in ("raw", "gpu_envs") or k in MJLAB_CONTENDERS}
                 load = load_average()
-                samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks=CLOCKS, warmup=1)
+                clocks = {**CLOCKS, "inside": inside}
+                samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks=clocks, warmup=1)
                 regime = "1 s episodes, swinging" if swing else "own episodes, standing"
                 row = overhead_row(
                     medians(samples["cpu"]), simulator="mjlab 1.6.0 (cpu)", task=task_id, regime=regime, N=n, target="<= +5%"
                 )
                 # mjlab steps in the calling thread (its Warp CPU kernels too): thread time = process time
                 row |= spread_columns(samples, 1.05, names=("gpu_envs", "floor", "gpu_envs_auto"), thread=None)
+                row |= own_columns(samples, 1.05, names=("gpu_envs", "floor"))
                 row["resets_per_step"] = counter.per_step
                 row["rounds"], row["load"] = f"{rounds} x {steps} steps", f"{load}..{load_average()}"
                 row["per_round_us"] = per_round_us(samples)  # JSON only

@@ -269,3 +269,70 @@ CLOCKS = {"cpu": time.process_time, "thread": time.thread_time, "wall": time.per
 def medians(per_round: dict[str, list[float]]) -> dict[str, float]:
     """Each contender's median over rounds (what :func:`interleave` returns)."""
     return {name: statistics.median(values) for name, values in per_round.items()}
+
+
+class CallClock:
+    """A clock for :func:`interleave_clocks` that advances only inside some methods: the simulator's calls.
+
+    ``instrument(obj, "step", "reset")`` replaces those methods ON THAT OBJECT with timed
+    calls (calling-thread CPU time, the outermost call only). A contender's time on this
+    clock is what it spent inside the simulator; its thread time minus that is its OWN
+    cost -- the wrapper's Python around the simulator, measured without the simulator's
+    noise (``own_columns``). Contenders that must not pay the timing keep the originals.
+
+        inside = CallClock()
+        raw_step = pool.step            # the original, for the raw contender
+        inside.instrument(pool, "step", "reset")
+        samples = interleave_clocks(contenders, 20, 15, {**CLOCKS, "inside": inside})
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._depth = 0
+
+    def __call__(self) -> float:
+        return self.seconds
+
+    def instrument(self, obj: object, *names: str) -> None:
+        for name in names:
+            setattr(obj, name, self._timed(getattr(obj, name)))
+
+    def _timed(self, fn: Callable) -> Callable:
+        def timed(*args: object, **kwargs: object) -> object:
+            self._depth += 1
+            start = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self.seconds += time.thread_time() - start
+
+        return timed
+
+
+def own_columns(
+    samples: dict[str, dict[str, list[float]]],
+    limit: float,
+    names: tuple[str, ...] = ("gpu_envs",),
+    cpu: str = "cpu",
+    thread: str = "thread",
+    inside: str = "inside",
+) -> dict:
+    """Each contender's own cost per step (thread time outside the simulator's calls: :class:`CallClock`).
+
+    ``<name>_own_us`` (median us/step), ``<name>_own_pct`` (per round, in % of that round's raw
+    step: ``median [95% CI] (min..max)``) and, for the first name, ``own_verdict`` against ``limit``.
+    """
+    row: dict = {}
+    raw_cpu = samples[cpu]["raw"]
+    for i, name in enumerate(names):
+        if name not in samples[cpu]:
+            continue
+        own = [t - s for t, s in zip(samples[thread][name], samples[inside][name], strict=True)]
+        row[f"{name}_own_us"] = round(statistics.median(own) * 1e6, 1)
+        pct = [1 + o / r for o, r in zip(own, raw_cpu, strict=True)]
+        row[f"{name}_own_pct"] = spread(pct)
+        if i == 0:
+            row["own_verdict"] = verdict(pct, limit)
+    return row

@@ -128,6 +128,7 @@ COLUMNS = [
     ("gpu_envs_own_us", "gpu_envs own us/step (outside the simulator's calls)"),
     ("gpu_envs_own_pct", "gpu_envs own, % of raw per round"),
     ("floor_own_us", "floor own us/step"),
+    ("trainer_own_us", "trainer own us/step"),
     ("verdict", "verdict (cpu)"),
     ("thread_verdict", "verdict (main thread)"),
     ("own_verdict", "verdict (gpu_envs own)"),

@@ -69,12 +69,14 @@ import torch
 
 from benchmarks.timing import (
     CLOCKS,
+    CallClock,
     format_table,
     interleave,
     interleave_clocks,
     load_average,
     medians,
     overhead_row,
+    own_columns,
     paired_ratios,
     per_round_us,
     save_json,
@@ -108,8 +110,13 @@ COLUMNS = [
     ("gpu_envs_thread_pts", "gpu_envs main-thread extra, % of raw"),
     ("floor_thread_pts", "floor main-thread extra, % of raw"),
     ("gpu_envs_wall", "gpu_envs vs raw, wall"),
+    ("gpu_envs_own_us", "gpu_envs own us/step (outside the simulator's calls)"),
+    ("gpu_envs_own_pct", "gpu_envs own, % of raw per round"),
+    ("floor_own_us", "floor own us/step"),
+    ("trainer_own_us", "trainer own us/step"),
     ("verdict", "verdict (cpu)"),
     ("thread_verdict", "verdict (main thread)"),
+    ("own_verdict", "verdict (gpu_envs own)"),
     ("rounds", "rounds"),
     ("load", "load avg"),
 ]
@@ -225,14 +232,19 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
             floor = envpool_floor(pool, n, _cycle(torch_actions), [f[0] for f in ours.backend._info])
             loop = _TdLoop(ours, _cycle(torch_actions))
             raw_action, trainer_action = _cycle(actions), _cycle(torch_actions)
+            # gpu_envs and the floor call the pool's step / reset timed (their own cost is the rest);
+            # raw and the trainer loop call the untimed originals
+            pool_step = pool.step
+            inside = CallClock()
+            inside.instrument(pool, "step", "reset")
 
-            def trainer_step(pool=pool, action=trainer_action) -> None:
+            def trainer_step(step=pool_step, action=trainer_action) -> None:
                 # CleanRL's envpool loop: numpy in, every output to a torch tensor on the device
-                obs, reward, terminated, truncated, _ = pool.step(action().numpy())
+                obs, reward, terminated, truncated, _ = step(action().numpy())
                 torch.as_tensor(obs), torch.as_tensor(reward).view(-1), torch.as_tensor(terminated | truncated)
 
             contenders: dict[str, Callable[[], object]] = {
-                "raw": lambda pool=pool, action=raw_action: pool.step(action()),
+                "raw": lambda step=pool_step, action=raw_action: step(action()),
                 "gpu_envs": loop,
                 "trainer": trainer_step,
                 "floor": floor,
@@ -243,12 +255,13 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
                 collect(collected, None, steps=steps)  # allocates the cached buffer
                 contenders["collect"] = lambda env=collected: collect(env, None, steps=steps)
             load = load_average()
-            samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks=CLOCKS, warmup=1)
+            samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks={**CLOCKS, "inside": inside}, warmup=1)
             times = medians(samples["cpu"])
             if "collect" in times:
                 times["collect"] /= steps  # one call collects `steps` steps
             row = overhead_row(times, simulator="EnvPool 1.2.5 (cpu)", task=task, N=n, target="<= +10% at N=8")
             row |= spread_columns(samples, 1.10, names=("gpu_envs", "floor"))
+            row |= own_columns(samples, 1.10, names=("gpu_envs", "floor"))
             row["resets_per_step"] = loop.resets_per_step
             row["rounds"], row["load"] = f"{rounds} x {steps} steps", f"{load}..{load_average()}"
             row["per_round_us"] = per_round_us(samples)  # JSON only
@@ -393,7 +406,12 @@ def maniskill_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict
         bare.reset(seed=0)
         vector = ManiSkillVectorEnv(gym.make(task, **kw))
         vector.reset(seed=0)
-        ours = gpu_envs.wrap(gym.make(task, **kw))
+        # the simulator's calls inside gpu_envs and ManiSkillVectorEnv, timed: their own cost is the rest
+        inside = CallClock()
+        inside.instrument(vector._env, "step", "reset")
+        bare_of_ours = gym.make(task, **kw)
+        inside.instrument(bare_of_ours, "step", "reset")
+        ours = gpu_envs.wrap(bare_of_ours)
         actions = [torch.as_tensor(a) for a in _smooth(1, 8)]
         loop = _TdLoop(ours, _cycle(actions))
         raw_action, vector_action = _cycle(actions), _cycle(actions)
@@ -403,9 +421,10 @@ def maniskill_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict
             "trainer": lambda a=vector_action, env=vector: env.step(a()),
         }
         load = load_average()
-        samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks=CLOCKS, warmup=1)
+        samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks={**CLOCKS, "inside": inside}, warmup=1)
         row = overhead_row(medians(samples["cpu"]), simulator="ManiSkill3 3.0.1 (physx cpu)", task=task, N=1, target="<= +5%")
         row |= spread_columns(samples, 1.05, names=("gpu_envs", "trainer"))
+        row |= own_columns(samples, 1.05, names=("gpu_envs", "trainer"))
         # gpu_envs steps a ManiSkillVectorEnv (auto-reset, final observations kept): the trainer
         # contender is that very wrapper, so this is what gpu_envs adds on top of it
         row["gpu_envs_vs_trainer"] = spread(paired_ratios(samples["cpu"], "gpu_envs", baseline="trainer"))

@@ -96,6 +96,13 @@ from benchmarks.timing import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _brief(row: dict) -> dict:
+    """A row as printed while the benchmark runs: without its per-round samples (those go to the JSON)."""
+    return {k: v for k, v in row.items() if k != "per_round_us"}
+
+
 COLUMNS = [
     ("simulator", "simulator"),
     ("task", "task"),
@@ -300,13 +307,20 @@ def mjlab_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
             for n in sizes:
                 contenders, counter, inside = mjlab_contenders(task_id, n, swing)
                 if MJLAB_CONTENDERS is not None:
-                    contenders = {k: v for k, v in contenders.items() if k in ("raw", "gpu_envs") or k in MJLAB_CONTENDERS}
+                    contenders = {
+                        k: v for k, v in contenders.items() if k in ("raw", "gpu_envs") or k in MJLAB_CONTENDERS
+                    }
                 load = load_average()
                 clocks = {**CLOCKS, "inside": inside}
                 samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks=clocks, warmup=1)
                 regime = "1 s episodes, swinging" if swing else "own episodes, standing"
                 row = overhead_row(
-                    medians(samples["cpu"]), simulator="mjlab 1.6.0 (cpu)", task=task_id, regime=regime, N=n, target="<= +5%"
+                    medians(samples["cpu"]),
+                    simulator="mjlab 1.6.0 (cpu)",
+                    task=task_id,
+                    regime=regime,
+                    N=n,
+                    target="<= +5%",
                 )
                 # mjlab steps in the calling thread (its Warp CPU kernels too): thread time = process time
                 row |= spread_columns(samples, 1.05, names=("gpu_envs", "floor", "gpu_envs_auto"), thread=None)
@@ -315,7 +329,7 @@ def mjlab_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
                 row["rounds"], row["load"] = f"{rounds} x {steps} steps", f"{load}..{load_average()}"
                 row["per_round_us"] = per_round_us(samples)  # JSON only
                 rows.append(row)
-                print(f"  [mjlab] {task_id} {regime} N={n}: {row}", file=sys.stderr)
+                print(f"  [mjlab] {task_id} {regime} N={n}: {_brief(row)}", file=sys.stderr)
     return rows
 
 

@@ -85,6 +85,13 @@ from benchmarks.timing import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _brief(row: dict) -> dict:
+    """A row as printed while the benchmark runs: without its per-round samples (those go to the JSON)."""
+    return {k: v for k, v in row.items() if k != "per_round_us"}
+
+
 COLUMNS = [
     ("simulator", "simulator"),
     ("task", "task"),
@@ -205,7 +212,11 @@ def envpool_floor(pool: Any, n: int, action: Callable[[], torch.Tensor], info_na
         for name in info_names:
             nxt[name] = torch.from_numpy(np.asarray(info[name]))
         set_entry(td, "next", new_td(nxt, batch, device))
-        state["td"] = new_td({"observation": torch.from_numpy(root), "done": false, "terminated": false, "truncated": false}, batch, device)
+        state["td"] = new_td(
+            {"observation": torch.from_numpy(root), "done": false, "terminated": false, "truncated": false},
+            batch,
+            device,
+        )
 
     return step
 
@@ -253,12 +264,21 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
                 collected = gpu_envs.make(task, num_envs=n, backend="envpool", device="cpu", seed=0)
                 collected.reset(seed=0)
                 collect(collected, None, steps=steps)  # allocates the cached buffer
-                contenders["collect"] = lambda env=collected: collect(env, None, steps=steps)
+                calls = [0]
+
+                def collect_chunk(env=collected, calls=calls) -> None:
+                    # a round calls each contender `steps` times: the first call collects all `steps`
+                    # steps, so a round's time per call is collect's time per step
+                    if calls[0] % steps == 0:
+                        collect(env, None, steps=steps)
+                    calls[0] += 1
+
+                contenders["collect"] = collect_chunk
             load = load_average()
-            samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks={**CLOCKS, "inside": inside}, warmup=1)
+            samples = interleave_clocks(
+                contenders, steps=steps, rounds=rounds, clocks={**CLOCKS, "inside": inside}, warmup=1
+            )
             times = medians(samples["cpu"])
-            if "collect" in times:
-                times["collect"] /= steps  # one call collects `steps` steps
             row = overhead_row(times, simulator="EnvPool 1.2.5 (cpu)", task=task, N=n, target="<= +10% at N=8")
             row |= spread_columns(samples, 1.10, names=("gpu_envs", "floor"))
             row |= own_columns(samples, 1.10, names=("gpu_envs", "floor"))
@@ -269,7 +289,7 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
                 row["collect_vs_step"] = f"{times['collect'] / times['gpu_envs'] - 1:+.1%}"
                 row.pop("collect_overhead", None)
             rows.append(row)
-            print(f"  [envpool] {task} N={n}: {row}", file=sys.stderr)
+            print(f"  [envpool] {task} N={n}: {_brief(row)}", file=sys.stderr)
             ours.close()
     return rows
 
@@ -351,7 +371,7 @@ def brax_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
             row = overhead_row(times, simulator="Brax 0.14.2 (jax cpu)", task=task, N=n, target="<= +10% at N=8")
             row["resets_per_step"] = loop.resets_per_step
             rows.append(row)
-            print(f"  [brax] {task} N={n}: {row}", file=sys.stderr)
+            print(f"  [brax] {task} N={n}: {_brief(row)}", file=sys.stderr)
     return rows
 
 
@@ -366,7 +386,9 @@ def playground_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dic
     for task in ("CartpoleBalance",):
         for n in sizes:
             env = registry.load(task, config_overrides=overrides)
-            raw = _jax_raw(wrapper.wrap_for_brax_training(env, episode_length=1000), n, env.action_size, key_per_row=True)
+            raw = _jax_raw(
+                wrapper.wrap_for_brax_training(env, episode_length=1000), n, env.action_size, key_per_row=True
+            )
             ours = gpu_envs.make(f"playground/{task}", num_envs=n, device="cpu", config_overrides=overrides)
             loop = _TdLoop(ours, _cycle([torch.as_tensor(a) for a in _smooth(n, env.action_size)]))
             with open(os.devnull, "w") as sink:  # it prints while it compiles
@@ -378,13 +400,17 @@ def playground_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dic
                     sys.stdout = stdout
             trainer_action = _cycle([torch.as_tensor(a) for a in _smooth(n, env.action_size)])
             contenders = {"raw": raw, "gpu_envs": loop, "trainer": lambda t=trainer, a=trainer_action: t.step(a())}
-            training = wrapper.wrap_for_brax_training(registry.load(task, config_overrides=overrides), episode_length=1000)
+            training = wrapper.wrap_for_brax_training(
+                registry.load(task, config_overrides=overrides), episode_length=1000
+            )
             contenders["floor"] = _jax_floor(training, n, env.action_size, True)
             times = interleave(contenders, steps=steps, rounds=rounds, warmup=2, timer=time.process_time)
-            row = overhead_row(times, simulator="MuJoCo Playground 0.2.0 (mjx jax cpu)", task=task, N=n, target="<= +10% at N=8")
+            row = overhead_row(
+                times, simulator="MuJoCo Playground 0.2.0 (mjx jax cpu)", task=task, N=n, target="<= +10% at N=8"
+            )
             row["resets_per_step"] = loop.resets_per_step
             rows.append(row)
-            print(f"  [playground] {task} N={n}: {row}", file=sys.stderr)
+            print(f"  [playground] {task} N={n}: {_brief(row)}", file=sys.stderr)
     return rows
 
 
@@ -421,8 +447,12 @@ def maniskill_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict
             "trainer": lambda a=vector_action, env=vector: env.step(a()),
         }
         load = load_average()
-        samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks={**CLOCKS, "inside": inside}, warmup=1)
-        row = overhead_row(medians(samples["cpu"]), simulator="ManiSkill3 3.0.1 (physx cpu)", task=task, N=1, target="<= +5%")
+        samples = interleave_clocks(
+            contenders, steps=steps, rounds=rounds, clocks={**CLOCKS, "inside": inside}, warmup=1
+        )
+        row = overhead_row(
+            medians(samples["cpu"]), simulator="ManiSkill3 3.0.1 (physx cpu)", task=task, N=1, target="<= +5%"
+        )
         row |= spread_columns(samples, 1.05, names=("gpu_envs", "trainer"))
         row |= own_columns(samples, 1.05, names=("gpu_envs", "trainer"))
         # gpu_envs steps a ManiSkillVectorEnv (auto-reset, final observations kept): the trainer
@@ -432,7 +462,7 @@ def maniskill_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict
         row["rounds"], row["load"] = f"{rounds} x {steps} steps", f"{load}..{load_average()}"
         row["per_round_us"] = per_round_us(samples)  # JSON only
         rows.append(row)
-        print(f"  [maniskill] {task} N=1: {row}", file=sys.stderr)
+        print(f"  [maniskill] {task} N=1: {_brief(row)}", file=sys.stderr)
     return rows
 
 
@@ -447,7 +477,9 @@ SIMULATORS: dict[str, tuple[str, Callable[..., list[dict]], str | None]] = {
 
 
 def _venv(name: str) -> Path | None:
-    done = subprocess.run(["bash", str(REPO / "scripts" / "simulator_venv.sh"), name], capture_output=True, text=True, timeout=7200)
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "simulator_venv.sh"), name], capture_output=True, text=True, timeout=7200
+    )
     lines = done.stdout.strip().splitlines()
     path = Path(lines[-1]) if done.returncode == 0 and lines else None
     return path if path is not None and (path / ".complete").exists() else None
@@ -459,12 +491,25 @@ def rows_for(name: str, sizes: tuple[int, ...], steps: int, rounds: int) -> tupl
         return rows(sizes, steps, rounds), None
     venv = _venv(venv_name) if venv_name else None
     if venv is None:
-        return [], f"{name} skipped: {package} is not installed here" + (f" (scripts/simulator_venv.sh {venv_name})" if venv_name else "")
+        return [], f"{name} skipped: {package} is not installed here" + (
+            f" (scripts/simulator_venv.sh {venv_name})" if venv_name else ""
+        )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
-        cmd = [str(venv / "bin" / "python"), "-m", "benchmarks.simulator_rows", "--only", name, "--in-process", "--json", str(out)]
+        cmd = [
+            str(venv / "bin" / "python"),
+            "-m",
+            "benchmarks.simulator_rows",
+            "--only",
+            name,
+            "--in-process",
+            "--json",
+            str(out),
+        ]
         cmd += ["--sizes", *map(str, sizes), "--steps", str(steps), "--rounds", str(rounds)]
-        done = subprocess.run(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=7200)
+        done = subprocess.run(
+            cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=7200
+        )
         sys.stderr.write(done.stderr[-4000:])
         if done.returncode != 0 or not out.exists():
             return [], f"{name} failed (exit {done.returncode})"
@@ -493,7 +538,13 @@ def main() -> None:
         rows += found
         notes += [note] if note else []
     title = "simulators: raw step vs gpu_envs vs the trainer path (cpu, process CPU time)"
-    print(format_table(title + (" -- " + "; ".join(notes) if notes else ""), rows, [c for c in COLUMNS if any(c[0] in r for r in rows)]))
+    print(
+        format_table(
+            title + (" -- " + "; ".join(notes) if notes else ""),
+            rows,
+            [c for c in COLUMNS if any(c[0] in r for r in rows)],
+        )
+    )
     save_json(args.json, {"benchmark": "simulators", "device": "cpu", "rows": rows, "notes": notes})
 
 

@@ -17,7 +17,7 @@ the task with the same fixed, smooth actions at the same N:
   writes it (``pool.step`` then ``torch.as_tensor`` of every output), Brax's
   ``TorchWrapper(VectorGymWrapper)``, Playground's ``RSLRLBraxWrapper``, ManiSkill's
   ``ManiSkillVectorEnv``;
-* ``floor`` (EnvPool): the pool's step plus ONLY the work the exact TensorDict contract
+* ``floor``: EnvPool: the pool's step plus ONLY the work the exact TensorDict contract
   needs, in the same run: the action as numpy, ``pool.reset(ids)`` of the rows that ended
   (in the same step, as any exact wrapper must: EnvPool would otherwise ignore their next
   action), their reset observations swapped into a copy of the observations, one
@@ -28,6 +28,9 @@ the task with the same fixed, smooth actions at the same N:
   done read back as zero-copy tensors, the two TensorDicts. Its auto-reset is Brax's
   own (final observations lost, no fresh reset draws): gpu_envs' exact same-step reset
   runs fused in its one jitted call, and ``gpu_envs - floor`` counts it too;
+  ManiSkill: the bare env's step plus ManiSkill's own partial reset of the envs that
+  ended (``reset(options={"env_idx": ...})``, as ``ManiSkillVectorEnv`` calls it): the
+  raw step never resets, any exact auto-reset must;
 * ``collect`` (EnvPool Pong only): ``gpu_envs.rollout.collect`` per step, against
   gpu_envs' single step (target: within +10%).
 
@@ -415,6 +418,21 @@ def playground_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dic
 
 
 # ----------------------------------------------------------------------- ManiSkill
+def maniskill_floor(env: Any, action: Callable[[], torch.Tensor]) -> Callable[[], None]:
+    """The bare env's step plus only what an exact same-step auto-reset must add: ManiSkill's own
+    partial reset of the ended envs (``reset(options={"env_idx": ...})``, as ``ManiSkillVectorEnv``
+    calls it), the step's observation kept as the final one. The raw step never resets: a
+    PickCube episode is 50 steps, and its reset costs ManiSkill a few steps' worth."""
+
+    def step() -> None:
+        _, _, terminated, truncated, _ = env.step(action())
+        done = terminated | truncated
+        if done.any():
+            env.reset(options={"env_idx": done.nonzero().view(-1)})
+
+    return step
+
+
 def maniskill_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
     icd = os.path.join(sys.prefix, "lavapipe", "lvp_icd.json")
     if os.path.exists(icd):
@@ -441,10 +459,14 @@ def maniskill_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict
         actions = [torch.as_tensor(a) for a in _smooth(1, 8)]
         loop = _TdLoop(ours, _cycle(actions))
         raw_action, vector_action = _cycle(actions), _cycle(actions)
+        floor_env = gym.make(task, **kw)
+        floor_env.reset(seed=0)
+        inside.instrument(floor_env, "step", "reset")
         contenders = {
             "raw": lambda a=raw_action, env=bare: env.step(a()),
             "gpu_envs": loop,
             "trainer": lambda a=vector_action, env=vector: env.step(a()),
+            "floor": maniskill_floor(floor_env, _cycle(actions)),
         }
         load = load_average()
         samples = interleave_clocks(
@@ -453,8 +475,8 @@ def maniskill_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict
         row = overhead_row(
             medians(samples["cpu"]), simulator="ManiSkill3 3.0.1 (physx cpu)", task=task, N=1, target="<= +5%"
         )
-        row |= spread_columns(samples, 1.05, names=("gpu_envs", "trainer"))
-        row |= own_columns(samples, 1.05, names=("gpu_envs", "trainer"))
+        row |= spread_columns(samples, 1.05, names=("gpu_envs", "floor", "trainer"))
+        row |= own_columns(samples, 1.05, names=("gpu_envs", "floor", "trainer"))
         # gpu_envs steps a ManiSkillVectorEnv (auto-reset, final observations kept): the trainer
         # contender is that very wrapper, so this is what gpu_envs adds on top of it
         row["gpu_envs_vs_trainer"] = spread(paired_ratios(samples["cpu"], "gpu_envs", baseline="trainer"))

@@ -293,6 +293,10 @@ def _quietly(step: Callable[[], object]) -> Callable[[], None]:
     return run
 
 
+MJLAB_TASK_IDS: tuple[str, ...] | None = None
+"""``--mjlab-tasks``: the mjlab tasks measured; None: all of :data:`MJLAB_TASKS`."""
+MJLAB_REGIMES: tuple[str, ...] = ("standing", "swinging")
+"""``--mjlab-regimes``: ``standing`` (own episodes, resets rare), ``swinging`` (1 s episodes)."""
 MJLAB_CONTENDERS: tuple[str, ...] | None = None
 """``--mjlab-contenders``: the mjlab contenders timed besides ``raw`` and ``gpu_envs``; None: all six.
 
@@ -302,8 +306,8 @@ Fewer per round, more rounds per minute."""
 def mjlab_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
     """In a process that has mjlab: every task, both regimes, at each N."""
     rows = []
-    for task_id in MJLAB_TASKS:
-        for swing in (False, True):
+    for task_id in MJLAB_TASK_IDS or tuple(MJLAB_TASKS):
+        for swing in [regime == "swinging" for regime in MJLAB_REGIMES]:
             for n in sizes:
                 contenders, counter, inside = mjlab_contenders(task_id, n, swing)
                 if MJLAB_CONTENDERS is not None:
@@ -455,8 +459,10 @@ def rows_for(sim: Simulator, sizes: tuple[int, ...], steps: int, rounds: int) ->
         out = Path(tmp) / "rows.json"
         cmd = [str(venv / "bin" / "python"), "-m", "benchmarks.bench_simulators", "--only", sim.name, "--in-process"]
         cmd += ["--sizes", *map(str, sizes), "--steps", str(steps), "--rounds", str(rounds), "--json", str(out)]
-        if sim.name == "mjlab" and MJLAB_CONTENDERS is not None:
-            cmd += ["--mjlab-contenders", *MJLAB_CONTENDERS]
+        if sim.name == "mjlab":
+            cmd += ["--mjlab-regimes", *MJLAB_REGIMES]
+            cmd += ["--mjlab-contenders", *MJLAB_CONTENDERS] if MJLAB_CONTENDERS is not None else []
+            cmd += ["--mjlab-tasks", *MJLAB_TASK_IDS] if MJLAB_TASK_IDS is not None else []
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
         if done.returncode != 0 or not out.exists():
@@ -493,6 +499,7 @@ def run(
 
 
 def main() -> None:
+    global MJLAB_CONTENDERS, MJLAB_TASK_IDS, MJLAB_REGIMES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=list(SIMULATORS), default=None)
     parser.add_argument(
@@ -510,10 +517,13 @@ def main() -> None:
         choices=["gpu_envs_auto", "trainer", "gpu_envs_rsl_rl", "floor"],
         help="time only these mjlab contenders besides raw and gpu_envs (more rounds in the same time)",
     )
+    parser.add_argument("--mjlab-tasks", nargs="+", default=None, choices=list(MJLAB_TASKS))
+    parser.add_argument("--mjlab-regimes", nargs="+", default=list(MJLAB_REGIMES), choices=["standing", "swinging"])
     args = parser.parse_args()
     torch.set_num_threads(1)
-    global MJLAB_CONTENDERS
     MJLAB_CONTENDERS = tuple(args.mjlab_contenders) if args.mjlab_contenders else None
+    MJLAB_TASK_IDS = tuple(args.mjlab_tasks) if args.mjlab_tasks else None
+    MJLAB_REGIMES = tuple(args.mjlab_regimes)
     if args.in_process:
         steps, rounds = args.steps or 10, args.rounds or 9
         names = args.only or list(SIMULATORS)

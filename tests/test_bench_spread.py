@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+
+import pytest
 
 from benchmarks.timing import interleave_clocks, median_ci, paired_ratios, spread, spread_columns, verdict
 
@@ -53,3 +56,29 @@ def test_spread_columns_measure_the_distance_to_the_floor_per_round():
     assert row["gpu_envs_thread_pts"].startswith("+10.0%") and row["thread_verdict"] == "met"
     assert row["gpu_envs_floor_pts"].startswith("+2.0%")
     assert row["floor_spread"].startswith("+10.0%")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("envpool") is None, reason="envpool not installed (CI installs it)")
+def test_envpool_rows_report_resolved_spreads_and_own_costs(monkeypatch):
+    """simulator_rows' EnvPool rows (one pool for every contender): the spread, own-cost and verdict columns are there,
+    and the CallClock saw the pool calls made inside gpu_envs (its own time is a part of its whole step)."""
+    from benchmarks import simulator_rows
+
+    monkeypatch.setattr(simulator_rows, "ENVPOOL_TASKS", {"CartPole-v1": {}})
+    (row,) = simulator_rows.envpool_rows((4,), steps=3, rounds=6)
+    for column in (
+        "gpu_envs_spread",
+        "floor_spread",
+        "gpu_envs_thread_pts",
+        "gpu_envs_own_pct",
+        "verdict",
+        "own_verdict",
+    ):
+        assert column in row, column
+    assert row["verdict"] in ("met", "not met", "unresolved")
+    rounds = row["per_round_us"]
+    inside, thread = rounds["inside"], rounds["thread"]
+    assert all(v == 0.0 for v in inside["raw"])  # raw calls the untimed pool.step
+    assert all(0 < i <= t for i, t in zip(inside["gpu_envs"], thread["gpu_envs"], strict=True))
+    assert 0 < row["gpu_envs_own_us"] < row["gpu_envs_us"]

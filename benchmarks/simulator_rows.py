@@ -29,8 +29,9 @@ the task with the same fixed, smooth actions at the same N:
   own (final observations lost, no fresh reset draws): gpu_envs' exact same-step reset
   runs fused in its one jitted call, and ``gpu_envs - floor`` counts it too;
   ManiSkill: the bare env's step plus ManiSkill's own partial reset of the envs that
-  ended (``reset(options={"env_idx": ...})``, as ``ManiSkillVectorEnv`` calls it): the
-  raw step never resets, any exact auto-reset must;
+  ended (``reset(options={"env_idx": ...})``, as ``ManiSkillVectorEnv`` calls it: the
+  raw step never resets, any exact auto-reset must), ``[N, 1]`` views and the two
+  TensorDicts;
 * ``collect`` (EnvPool Pong only): ``gpu_envs.rollout.collect`` per step, against
   gpu_envs' single step (target: within +10%).
 
@@ -419,16 +420,43 @@ def playground_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dic
 
 # ----------------------------------------------------------------------- ManiSkill
 def maniskill_floor(env: Any, action: Callable[[], torch.Tensor]) -> Callable[[], None]:
-    """The bare env's step plus only what an exact same-step auto-reset must add: ManiSkill's own
-    partial reset of the ended envs (``reset(options={"env_idx": ...})``, as ``ManiSkillVectorEnv``
-    calls it), the step's observation kept as the final one. The raw step never resets: a
-    PickCube episode is 50 steps, and its reset costs ManiSkill a few steps' worth."""
+    """The bare env's step plus only what the exact TensorDict contract needs (the module docstring's ``floor``).
+
+    ManiSkill's own partial reset of the ended envs (``reset(options={"env_idx": ...})``, as
+    ``ManiSkillVectorEnv`` calls it) -- the raw step never resets: a PickCube episode is 50
+    steps and its reset costs ManiSkill a few steps' worth --, the step's observation kept
+    as the final one, the caller's ``td.set("action")``, ``[N, 1]`` reward and flags and
+    the two TensorDicts, as EnvPool's floor.
+    """
+    from gpu_envs.utils.tensordicts import new_td, set_entry
+
+    first, _ = env.reset(seed=0)
+    n = first.shape[0]
+    batch, device = torch.Size([n]), first.device
+    false = torch.zeros(n, 1, dtype=torch.bool)
+    state = {"td": new_td({"observation": first}, batch, device)}
 
     def step() -> None:
-        _, _, terminated, truncated, _ = env.step(action())
+        td = state["td"]
+        act = action()
+        td.set("action", act)
+        obs, reward, terminated, truncated, _ = env.step(act)
         done = terminated | truncated
-        if done.any():
-            env.reset(options={"env_idx": done.nonzero().view(-1)})
+        root = obs
+        if done.any():  # ManiSkill's observations are fresh tensors: obs stays the final one
+            root, _ = env.reset(options={"env_idx": done.nonzero().view(-1)})
+        nxt = {
+            "observation": obs,
+            "reward": reward.view(n, 1),
+            "done": done.view(n, 1),
+            "terminated": terminated.view(n, 1),
+            "truncated": truncated.view(n, 1),
+            "final_obs_missing": false,
+        }
+        set_entry(td, "next", new_td(nxt, batch, device))
+        state["td"] = new_td(
+            {"observation": root, "done": false, "terminated": false, "truncated": false}, batch, device
+        )
 
     return step
 
@@ -460,13 +488,13 @@ def maniskill_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict
         loop = _TdLoop(ours, _cycle(actions))
         raw_action, vector_action = _cycle(actions), _cycle(actions)
         floor_env = gym.make(task, **kw)
-        floor_env.reset(seed=0)
+        floor = maniskill_floor(floor_env, _cycle(actions))
         inside.instrument(floor_env, "step", "reset")
         contenders = {
             "raw": lambda a=raw_action, env=bare: env.step(a()),
             "gpu_envs": loop,
             "trainer": lambda a=vector_action, env=vector: env.step(a()),
-            "floor": maniskill_floor(floor_env, _cycle(actions)),
+            "floor": floor,
         }
         load = load_average()
         samples = interleave_clocks(

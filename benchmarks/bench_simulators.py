@@ -44,14 +44,19 @@ order statistics, ``benchmarks.timing.median_ci``); ``main-thread extra`` is wha
 contender adds on the calling thread in % of the raw step's process CPU time (where a
 wrapper's own Python runs; a simulator's worker threads -- EnvPool's -- are not counted);
 ``verdict`` is ``met`` when the whole interval is within the target, ``not met`` when it
-is all above, ``unresolved`` otherwise (run longer: ``--steps``, ``--rounds``). Each row
-says its rounds and the machine's 1-minute load average before..after it.
+is all above, ``unresolved`` otherwise (run longer: ``--steps``, ``--rounds``). ``own``
+is a contender's thread time OUTSIDE the simulator's calls it makes (mjlab's ``step`` /
+``reset``, timed by a ``benchmarks.timing.CallClock``): the wrapper's own Python, free of
+the simulator's noise, so it decides what gpu_envs adds even where whole steps of the
+same work differ by tens of percent between rounds (``verdict (gpu_envs own)``). Each
+row says its rounds and the machine's 1-minute load average before..after it; the JSON
+keeps every round (``per_round_us``).
 
     python -m benchmarks.bench_simulators --json benchmarks/results/simulators.json
     python -m benchmarks.bench_simulators --only mjlab --sizes 16 64
     python -m benchmarks.bench_simulators --only envpool brax     # at their default N=8
     python -m benchmarks.bench_simulators --only mjlab --sizes 8 --steps 10 --rounds 25 \
-        --mjlab-contenders floor     # long enough to resolve +-5% (see "verdict" below)
+        --mjlab-contenders floor     # long enough to resolve +-5% (see "verdict" above)
 
 Adding a simulator: write ``<name>_rows(sizes, steps, rounds) -> list[dict]`` (run in a
 process that has it) and add a :class:`Simulator` entry naming its package, venv and default sizes.

@@ -19,7 +19,11 @@ all stepping the same task with the same fixed actions at the same N:
 * ``trainer``: the simulator's own trainer wrapper (mjlab's and Isaac Lab's rsl_rl
   ``RslRlVecEnvWrapper``), ``step``;
 * ``gpu_envs_rsl_rl``: ``gpu_envs.interop.to_rsl_rl(gpu_envs.wrap(env))``, ``step``: what
-  replaces that trainer wrapper, exact final observations included.
+  replaces that trainer wrapper, exact final observations included;
+* ``floor``: mjlab only, mjlab's own exact flow with no wrapper -- its auto-reset off, the
+  ended rows reset by ``reset(env_ids=...)`` right after ``step`` -- what exact final
+  observations cost mjlab itself (a second forward / sense / observation pass on steps
+  where rows end). ``gpu_envs - floor`` is what gpu_envs adds above it.
 
 Each contender steps its own instance of the task (gpu_envs changes how mjlab resets).
 Two regimes per task: the task's own episode length with standing-still actions (resets
@@ -31,9 +35,28 @@ time of the process (``time.process_time``: other processes on a shared machine 
 count), interleaved rounds, medians, ``torch.set_num_threads(1)``; target: gpu_envs
 within +5% of the raw step.
 
+Whether a difference is resolved: every round's time is kept on three clocks (process
+CPU, the calling thread's CPU, wall: ``benchmarks.timing.interleave_clocks``) and each
+contender is compared with the raw step OF THE SAME ROUND (seconds apart, under the same
+load). The ``... per round`` columns give those paired overheads as ``median [95%
+confidence interval of the median] (min..max)`` (the interval is distribution-free:
+order statistics, ``benchmarks.timing.median_ci``); ``main-thread extra`` is what a
+contender adds on the calling thread in % of the raw step's process CPU time (where a
+wrapper's own Python runs; a simulator's worker threads -- EnvPool's -- are not counted);
+``verdict`` is ``met`` when the whole interval is within the target, ``not met`` when it
+is all above, ``unresolved`` otherwise (run longer: ``--steps``, ``--rounds``). ``own``
+is a contender's thread time OUTSIDE the simulator's calls it makes (mjlab's ``step`` /
+``reset``, timed by a ``benchmarks.timing.CallClock``): the wrapper's own Python, free of
+the simulator's noise, so it decides what gpu_envs adds even where whole steps of the
+same work differ by tens of percent between rounds (``verdict (gpu_envs own)``). Each
+row says its rounds and the machine's 1-minute load average before..after it; the JSON
+keeps every round (``per_round_us``).
+
     python -m benchmarks.bench_simulators --json benchmarks/results/simulators.json
     python -m benchmarks.bench_simulators --only mjlab --sizes 16 64
     python -m benchmarks.bench_simulators --only envpool brax     # at their default N=8
+    python -m benchmarks.bench_simulators --only mjlab --sizes 8 --steps 10 --rounds 25 \
+        --mjlab-contenders floor     # long enough to resolve +-5% (see "verdict" above)
 
 Adding a simulator: write ``<name>_rows(sizes, steps, rounds) -> list[dict]`` (run in a
 process that has it) and add a :class:`Simulator` entry naming its package, venv and default sizes.
@@ -62,9 +85,29 @@ if __package__ in (None, ""):  # run as a script
 
 import torch
 
-from benchmarks.timing import format_table, interleave, overhead_row, save_json
+from benchmarks.timing import (
+    CLOCKS,
+    CallClock,
+    format_table,
+    interleave,
+    interleave_clocks,
+    load_average,
+    medians,
+    overhead_row,
+    own_columns,
+    per_round_us,
+    save_json,
+    spread_columns,
+)
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _brief(row: dict) -> dict:
+    """A row as printed while the benchmark runs: without its per-round samples (those go to the JSON)."""
+    return {k: v for k, v in row.items() if k != "per_round_us"}
+
+
 COLUMNS = [
     ("simulator", "simulator"),
     ("task", "task"),
@@ -84,6 +127,25 @@ COLUMNS = [
     ("collect_vs_step", "collect vs gpu_envs step"),
     ("resets_per_step", "resets/step"),
     ("target", "target"),
+    # per interleaved round, against the raw step of the same round: median [95% CI of the median] (min..max)
+    ("gpu_envs_spread", "gpu_envs vs raw per round"),
+    ("gpu_envs_floor_pts", "gpu_envs - floor per round, % of raw"),
+    ("gpu_envs_thread_pts", "gpu_envs main-thread extra, % of raw"),
+    ("floor_thread_pts", "floor main-thread extra, % of raw"),
+    ("gpu_envs_wall", "gpu_envs vs raw, wall"),
+    ("floor_spread", "floor vs raw per round"),
+    ("trainer_spread", "trainer vs raw per round"),
+    ("gpu_envs_vs_trainer", "gpu_envs vs trainer per round"),
+    ("gpu_envs_auto_spread", "gpu_envs (no final obs) per round"),
+    ("gpu_envs_own_us", "gpu_envs own us/step (outside the simulator's calls)"),
+    ("gpu_envs_own_pct", "gpu_envs own, % of raw per round"),
+    ("floor_own_us", "floor own us/step"),
+    ("trainer_own_us", "trainer own us/step"),
+    ("verdict", "verdict (cpu)"),
+    ("thread_verdict", "verdict (main thread)"),
+    ("own_verdict", "verdict (gpu_envs own)"),
+    ("rounds", "rounds"),
+    ("load", "load avg"),
 ]
 
 
@@ -118,19 +180,21 @@ class _TdLoop:
 
 
 class _ResetCounter:
-    """Counts the rows a contender's steps end (reported as resets per step)."""
+    """Counts the rows a contender's steps end (reported as resets per step).
+
+    It keeps each step's ``done`` and sums them when asked, after the timing: summing in
+    the step would charge the benchmark's bookkeeping to the contender that keeps count.
+    """
 
     def __init__(self) -> None:
-        self.ended = torch.zeros((), dtype=torch.long)
-        self.steps = 0
+        self.dones: list[torch.Tensor] = []
 
     def add(self, done: torch.Tensor) -> None:
-        self.ended += done.sum()
-        self.steps += 1
+        self.dones.append(done)
 
     @property
     def per_step(self) -> float:
-        return round(float(self.ended) / max(self.steps, 1), 2)
+        return round(sum(int(d.sum()) for d in self.dones) / max(len(self.dones), 1), 2)
 
 
 # --------------------------------------------------------------------------- mjlab
@@ -166,8 +230,14 @@ def _mjlab_actions(n: int, size: int, swing: bool) -> Callable[[], torch.Tensor]
     return next_action
 
 
-def mjlab_contenders(task_id: str, n: int, swing: bool) -> tuple[dict[str, Callable[[], None]], _ResetCounter]:
-    """The five contenders over their own instances of ``task_id`` (see the module doc)."""
+def mjlab_contenders(
+    task_id: str, n: int, swing: bool
+) -> tuple[dict[str, Callable[[], None]], _ResetCounter, CallClock]:
+    """The six contenders over their own instances of ``task_id`` (see the module doc).
+
+    The :class:`CallClock` times the mjlab calls of the ``gpu_envs`` and ``floor`` contenders
+    (their instances' ``step`` and ``reset``): what each spends outside them is its own cost.
+    """
     from mjlab.rl import RslRlVecEnvWrapper
 
     import gpu_envs
@@ -175,11 +245,15 @@ def mjlab_contenders(task_id: str, n: int, swing: bool) -> tuple[dict[str, Calla
 
     episode = 1.0 if swing else None
     size = MJLAB_TASKS[task_id]
-    action = {name: _mjlab_actions(n, size, swing) for name in ("raw", "gpu_envs", "auto", "trainer", "rsl_rl")}
+    names = ("raw", "gpu_envs", "auto", "trainer", "rsl_rl", "floor")
+    action = {name: _mjlab_actions(n, size, swing) for name in names}
     counter = _ResetCounter()
     raw = _mjlab_env(task_id, n, episode)
+    floor = _mjlab_env(task_id, n, episode)
+    floor.cfg.auto_reset = False  # mjlab's own exact flow: step returns the final observations
     with _quiet():
         raw.reset(seed=0)
+        floor.reset(seed=0)
         ours = gpu_envs.wrap(_mjlab_env(task_id, n, episode))
         auto = gpu_envs.wrap(_mjlab_env(task_id, n, episode), exact_final_obs=False)
         trainer = RslRlVecEnvWrapper(_mjlab_env(task_id, n, episode))
@@ -189,6 +263,14 @@ def mjlab_contenders(task_id: str, n: int, swing: bool) -> tuple[dict[str, Calla
         _, _, terminated, truncated, _ = raw.step(action["raw"]())
         counter.add(terminated | truncated)
 
+    def floor_step() -> None:
+        # what exact final observations cost mjlab itself, with no wrapper: the ended rows
+        # reset by the caller in the same step (a second forward / sense / observation pass)
+        _, _, terminated, truncated, _ = floor.step(action["floor"]())
+        ended = (terminated | truncated).nonzero().view(-1)
+        if ended.numel():
+            floor.reset(env_ids=ended)
+
     with _quiet():
         steps = {
             "raw": raw_step,
@@ -196,12 +278,16 @@ def mjlab_contenders(task_id: str, n: int, swing: bool) -> tuple[dict[str, Calla
             "gpu_envs_auto": _TdLoop(auto, action["auto"]),
             "trainer": lambda: trainer.step(action["trainer"]()),
             "gpu_envs_rsl_rl": lambda: ours_rsl.step(action["rsl_rl"]()),
+            "floor": floor_step,
         }
+    inside = CallClock()
+    inside.instrument(ours.backend.env, "step", "reset")
+    inside.instrument(floor, "step", "reset")
     if swing:  # mid-episode everywhere, as in training (rsl_rl's init_at_random_ep_len): resets from the first step
-        for sim in (raw, ours.backend.base, auto.backend.base, trainer.unwrapped, ours_rsl.env.backend.base):
+        for sim in (raw, ours.backend.base, auto.backend.base, trainer.unwrapped, ours_rsl.env.backend.base, floor):
             generator = torch.Generator().manual_seed(1)
             sim.episode_length_buf = torch.randint(0, sim.max_episode_length, (n,), generator=generator)
-    return {name: _quietly(step) for name, step in steps.items()}, counter
+    return {name: _quietly(step) for name, step in steps.items()}, counter, inside
 
 
 def _quietly(step: Callable[[], object]) -> Callable[[], None]:
@@ -212,21 +298,47 @@ def _quietly(step: Callable[[], object]) -> Callable[[], None]:
     return run
 
 
+MJLAB_TASK_IDS: tuple[str, ...] | None = None
+"""``--mjlab-tasks``: the mjlab tasks measured; None: all of :data:`MJLAB_TASKS`."""
+MJLAB_REGIMES: tuple[str, ...] = ("standing", "swinging")
+"""``--mjlab-regimes``: ``standing`` (own episodes, resets rare), ``swinging`` (1 s episodes)."""
+MJLAB_CONTENDERS: tuple[str, ...] | None = None
+"""``--mjlab-contenders``: the mjlab contenders timed besides ``raw`` and ``gpu_envs``; None: all six.
+
+Fewer per round, more rounds per minute."""
+
+
 def mjlab_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
     """In a process that has mjlab: every task, both regimes, at each N."""
     rows = []
-    for task_id in MJLAB_TASKS:
-        for swing in (False, True):
+    for task_id in MJLAB_TASK_IDS or tuple(MJLAB_TASKS):
+        for swing in [regime == "swinging" for regime in MJLAB_REGIMES]:
             for n in sizes:
-                contenders, counter = mjlab_contenders(task_id, n, swing)
-                times = interleave(contenders, steps=steps, rounds=rounds, warmup=1, timer=time.process_time)
+                contenders, counter, inside = mjlab_contenders(task_id, n, swing)
+                if MJLAB_CONTENDERS is not None:
+                    contenders = {
+                        k: v for k, v in contenders.items() if k in ("raw", "gpu_envs") or k in MJLAB_CONTENDERS
+                    }
+                load = load_average()
+                clocks = {**CLOCKS, "inside": inside}
+                samples = interleave_clocks(contenders, steps=steps, rounds=rounds, clocks=clocks, warmup=1)
                 regime = "1 s episodes, swinging" if swing else "own episodes, standing"
                 row = overhead_row(
-                    times, simulator="mjlab 1.6.0 (cpu)", task=task_id, regime=regime, N=n, target="<= +5%"
+                    medians(samples["cpu"]),
+                    simulator="mjlab 1.6.0 (cpu)",
+                    task=task_id,
+                    regime=regime,
+                    N=n,
+                    target="<= +5%",
                 )
+                # mjlab steps in the calling thread (its Warp CPU kernels too): thread time = process time
+                row |= spread_columns(samples, 1.05, names=("gpu_envs", "floor", "gpu_envs_auto"), thread=None)
+                row |= own_columns(samples, 1.05, names=("gpu_envs", "floor"))
                 row["resets_per_step"] = counter.per_step
+                row["rounds"], row["load"] = f"{rounds} x {steps} steps", f"{load}..{load_average()}"
+                row["per_round_us"] = per_round_us(samples)  # JSON only
                 rows.append(row)
-                print(f"  [mjlab] {task_id} {regime} N={n}: {row}", file=sys.stderr)
+                print(f"  [mjlab] {task_id} {regime} N={n}: {_brief(row)}", file=sys.stderr)
     return rows
 
 
@@ -352,6 +464,10 @@ def rows_for(sim: Simulator, sizes: tuple[int, ...], steps: int, rounds: int) ->
         out = Path(tmp) / "rows.json"
         cmd = [str(venv / "bin" / "python"), "-m", "benchmarks.bench_simulators", "--only", sim.name, "--in-process"]
         cmd += ["--sizes", *map(str, sizes), "--steps", str(steps), "--rounds", str(rounds), "--json", str(out)]
+        if sim.name == "mjlab":
+            cmd += ["--mjlab-regimes", *MJLAB_REGIMES]
+            cmd += ["--mjlab-contenders", *MJLAB_CONTENDERS] if MJLAB_CONTENDERS is not None else []
+            cmd += ["--mjlab-tasks", *MJLAB_TASK_IDS] if MJLAB_TASK_IDS is not None else []
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
         if done.returncode != 0 or not out.exists():
@@ -388,6 +504,7 @@ def run(
 
 
 def main() -> None:
+    global MJLAB_CONTENDERS, MJLAB_TASK_IDS, MJLAB_REGIMES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=list(SIMULATORS), default=None)
     parser.add_argument(
@@ -398,8 +515,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--in-process", action="store_true", help="run the simulators here (a venv's python)")
     parser.add_argument("--json", default=None, help="where to save the numbers")
+    parser.add_argument(
+        "--mjlab-contenders",
+        nargs="+",
+        default=None,
+        choices=["gpu_envs_auto", "trainer", "gpu_envs_rsl_rl", "floor"],
+        help="time only these mjlab contenders besides raw and gpu_envs (more rounds in the same time)",
+    )
+    parser.add_argument("--mjlab-tasks", nargs="+", default=None, choices=list(MJLAB_TASKS))
+    parser.add_argument("--mjlab-regimes", nargs="+", default=list(MJLAB_REGIMES), choices=["standing", "swinging"])
     args = parser.parse_args()
     torch.set_num_threads(1)
+    MJLAB_CONTENDERS = tuple(args.mjlab_contenders) if args.mjlab_contenders else None
+    MJLAB_TASK_IDS = tuple(args.mjlab_tasks) if args.mjlab_tasks else None
+    MJLAB_REGIMES = tuple(args.mjlab_regimes)
     if args.in_process:
         steps, rounds = args.steps or 10, args.rounds or 9
         names = args.only or list(SIMULATORS)

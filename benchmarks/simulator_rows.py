@@ -7,7 +7,8 @@ the columns of ``benchmarks/bench_simulators.py``. Contenders step their own ins
 the task with the same fixed, smooth actions at the same N:
 
 * ``raw``: the simulator's own batched step as it ships (EnvPool ``pool.step`` -- of the
-  very pool gpu_envs wraps, so both pay for the same simulator state --, Brax's /
+  very pool gpu_envs wraps: EnvPool's contenders all drive that ONE pool, so they pay
+  for the same simulator state and the same worker threads --, Brax's /
   Playground's jitted training env ``VmapWrapper + EpisodeWrapper + AutoResetWrapper``,
   ManiSkill's bare env ``step``), numpy/JAX out, final observations lost or not kept;
 * ``gpu_envs``: ``step_and_maybe_reset`` of ``gpu_envs.wrap``/``make``, exact final
@@ -16,7 +17,7 @@ the task with the same fixed, smooth actions at the same N:
   writes it (``pool.step`` then ``torch.as_tensor`` of every output), Brax's
   ``TorchWrapper(VectorGymWrapper)``, Playground's ``RSLRLBraxWrapper``, ManiSkill's
   ``ManiSkillVectorEnv``;
-* ``floor`` (EnvPool): the pool's step plus ONLY the work the exact TensorDict contract
+* ``floor``: EnvPool: the pool's step plus ONLY the work the exact TensorDict contract
   needs, in the same run: the action as numpy, ``pool.reset(ids)`` of the rows that ended
   (in the same step, as any exact wrapper must: EnvPool would otherwise ignore their next
   action), their reset observations swapped into a copy of the observations, one
@@ -27,11 +28,22 @@ the task with the same fixed, smooth actions at the same N:
   done read back as zero-copy tensors, the two TensorDicts. Its auto-reset is Brax's
   own (final observations lost, no fresh reset draws): gpu_envs' exact same-step reset
   runs fused in its one jitted call, and ``gpu_envs - floor`` counts it too;
+  ManiSkill: the bare env's step plus ManiSkill's own partial reset of the envs that
+  ended (``reset(options={"env_idx": ...})``, as ``ManiSkillVectorEnv`` calls it: the
+  raw step never resets, any exact auto-reset must), ``[N, 1]`` views and the two
+  TensorDicts;
 * ``collect`` (EnvPool Pong only): ``gpu_envs.rollout.collect`` per step, against
   gpu_envs' single step (target: within +10%).
 
 Time is the process's CPU time (``time.process_time``, every thread: EnvPool's and XLA's
-workers included), interleaved rounds, medians, ``torch.set_num_threads(1)``.
+workers included), interleaved rounds, medians, ``torch.set_num_threads(1)``. EnvPool and
+ManiSkill rows also keep every round on the calling thread's clock and on wall time
+(``benchmarks.timing.interleave_clocks``) and add ``bench_simulators``' spread columns:
+paired per-round overheads ``median [95% CI of the median] (min..max)``, the main-thread extra in %
+of the raw step's CPU time (what a wrapper's own Python costs: EnvPool's worker threads,
+whose CPU time moves with how long the main thread stays away, are not in it) and a
+verdict (met / not met / unresolved). ManiSkill's ``gpu_envs vs trainer`` is what gpu_envs
+adds on top of the ``ManiSkillVectorEnv`` it steps.
 
     python -m benchmarks.simulator_rows --json benchmarks/results/simulators_jax_envpool.json
     python -m benchmarks.simulator_rows --only envpool --sizes 8
@@ -59,9 +71,31 @@ if __package__ in (None, ""):  # run as a script
 import numpy as np
 import torch
 
-from benchmarks.timing import format_table, interleave, overhead_row, save_json
+from benchmarks.timing import (
+    CLOCKS,
+    CallClock,
+    format_table,
+    interleave,
+    interleave_clocks,
+    load_average,
+    medians,
+    overhead_row,
+    own_columns,
+    paired_ratios,
+    per_round_us,
+    save_json,
+    spread,
+    spread_columns,
+)
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _brief(row: dict) -> dict:
+    """A row as printed while the benchmark runs: without its per-round samples (those go to the JSON)."""
+    return {k: v for k, v in row.items() if k != "per_round_us"}
+
+
 COLUMNS = [
     ("simulator", "simulator"),
     ("task", "task"),
@@ -78,6 +112,24 @@ COLUMNS = [
     ("collect_vs_step", "collect vs gpu_envs step"),
     ("resets_per_step", "resets/step"),
     ("target", "target"),
+    # per interleaved round, against the raw step of the same round: median [95% CI of the median] (min..max)
+    ("gpu_envs_spread", "gpu_envs vs raw per round"),
+    ("floor_spread", "floor vs raw per round"),
+    ("trainer_spread", "trainer vs raw per round"),
+    ("gpu_envs_vs_trainer", "gpu_envs vs trainer per round"),
+    ("gpu_envs_floor_pts", "gpu_envs - floor per round, % of raw"),
+    ("gpu_envs_thread_pts", "gpu_envs main-thread extra, % of raw"),
+    ("floor_thread_pts", "floor main-thread extra, % of raw"),
+    ("gpu_envs_wall", "gpu_envs vs raw, wall"),
+    ("gpu_envs_own_us", "gpu_envs own us/step (outside the simulator's calls)"),
+    ("gpu_envs_own_pct", "gpu_envs own, % of raw per round"),
+    ("floor_own_us", "floor own us/step"),
+    ("trainer_own_us", "trainer own us/step"),
+    ("verdict", "verdict (cpu)"),
+    ("thread_verdict", "verdict (main thread)"),
+    ("own_verdict", "verdict (gpu_envs own)"),
+    ("rounds", "rounds"),
+    ("load", "load avg"),
 ]
 
 
@@ -164,7 +216,11 @@ def envpool_floor(pool: Any, n: int, action: Callable[[], torch.Tensor], info_na
         for name in info_names:
             nxt[name] = torch.from_numpy(np.asarray(info[name]))
         set_entry(td, "next", new_td(nxt, batch, device))
-        state["td"] = new_td({"observation": torch.from_numpy(root), "done": false, "terminated": false, "truncated": false}, batch, device)
+        state["td"] = new_td(
+            {"observation": torch.from_numpy(root), "done": false, "terminated": false, "truncated": false},
+            batch,
+            device,
+        )
 
     return step
 
@@ -180,47 +236,65 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
         for n in sizes:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                raw_pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
-                trainer_pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
-                floor_pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
-            trainer_pool.reset()
+                pool = envpool.make(task, env_type="gymnasium", num_envs=n, seed=0)
             actions = _envpool_actions(task, n)
             torch_actions = [torch.as_tensor(a) for a in actions]
-            # gpu_envs drives the raw pool itself: both step one simulator (no instance-to-instance
-            # variance of EnvPool's worker threads); their interleaved steps only mix the episodes
-            ours = gpu_envs.wrap(raw_pool, device="cpu")
+            # Every contender drives this ONE pool (gpu_envs wraps it): they all pay for the same
+            # simulator state and the same worker threads, whose CPU time varies from one pool
+            # instance to the next; their interleaved steps only mix the episodes.
+            ours = gpu_envs.wrap(pool, device="cpu")
+            # the info entries gpu_envs hands over too (its key names aside)
+            floor = envpool_floor(pool, n, _cycle(torch_actions), [f[0] for f in ours.backend._info])
             loop = _TdLoop(ours, _cycle(torch_actions))
             raw_action, trainer_action = _cycle(actions), _cycle(torch_actions)
+            # gpu_envs and the floor call the pool's step / reset timed (their own cost is the rest);
+            # raw and the trainer loop call the untimed originals
+            pool_step = pool.step
+            inside = CallClock()
+            inside.instrument(pool, "step", "reset")
 
-            def trainer_step(pool=trainer_pool, action=trainer_action) -> None:
+            def trainer_step(step=pool_step, action=trainer_action) -> None:
                 # CleanRL's envpool loop: numpy in, every output to a torch tensor on the device
-                obs, reward, terminated, truncated, _ = pool.step(action().numpy())
+                obs, reward, terminated, truncated, _ = step(action().numpy())
                 torch.as_tensor(obs), torch.as_tensor(reward).view(-1), torch.as_tensor(terminated | truncated)
 
             contenders: dict[str, Callable[[], object]] = {
-                "raw": lambda pool=raw_pool, action=raw_action: pool.step(action()),
+                "raw": lambda step=pool_step, action=raw_action: step(action()),
                 "gpu_envs": loop,
                 "trainer": trainer_step,
-                # the info entries gpu_envs hands over too (its key names aside)
-                "floor": envpool_floor(floor_pool, n, _cycle(torch_actions), [f[0] for f in ours.backend._info]),
+                "floor": floor,
             }
             if task == "Pong-v5":
                 collected = gpu_envs.make(task, num_envs=n, backend="envpool", device="cpu", seed=0)
                 collected.reset(seed=0)
                 collect(collected, None, steps=steps)  # allocates the cached buffer
-                contenders["collect"] = lambda env=collected: collect(env, None, steps=steps)
-            times = interleave(contenders, steps=steps, rounds=rounds, warmup=1, timer=time.process_time)
-            if "collect" in times:
-                times["collect"] /= steps  # one call collects `steps` steps
+                calls = [0]
+
+                def collect_chunk(env=collected, calls=calls) -> None:
+                    # a round calls each contender `steps` times: the first call collects all `steps`
+                    # steps, so a round's time per call is collect's time per step
+                    if calls[0] % steps == 0:
+                        collect(env, None, steps=steps)
+                    calls[0] += 1
+
+                contenders["collect"] = collect_chunk
+            load = load_average()
+            samples = interleave_clocks(
+                contenders, steps=steps, rounds=rounds, clocks={**CLOCKS, "inside": inside}, warmup=1
+            )
+            times = medians(samples["cpu"])
             row = overhead_row(times, simulator="EnvPool 1.2.5 (cpu)", task=task, N=n, target="<= +10% at N=8")
+            row |= spread_columns(samples, 1.10, names=("gpu_envs", "floor"))
+            row |= own_columns(samples, 1.10, names=("gpu_envs", "floor"))
             row["resets_per_step"] = loop.resets_per_step
+            row["rounds"], row["load"] = f"{rounds} x {steps} steps", f"{load}..{load_average()}"
+            row["per_round_us"] = per_round_us(samples)  # JSON only
             if "collect" in times:
                 row["collect_vs_step"] = f"{times['collect'] / times['gpu_envs'] - 1:+.1%}"
                 row.pop("collect_overhead", None)
             rows.append(row)
-            print(f"  [envpool] {task} N={n}: {row}", file=sys.stderr)
+            print(f"  [envpool] {task} N={n}: {_brief(row)}", file=sys.stderr)
             ours.close()
-            floor_pool.close()
     return rows
 
 
@@ -301,7 +375,7 @@ def brax_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
             row = overhead_row(times, simulator="Brax 0.14.2 (jax cpu)", task=task, N=n, target="<= +10% at N=8")
             row["resets_per_step"] = loop.resets_per_step
             rows.append(row)
-            print(f"  [brax] {task} N={n}: {row}", file=sys.stderr)
+            print(f"  [brax] {task} N={n}: {_brief(row)}", file=sys.stderr)
     return rows
 
 
@@ -316,7 +390,9 @@ def playground_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dic
     for task in ("CartpoleBalance",):
         for n in sizes:
             env = registry.load(task, config_overrides=overrides)
-            raw = _jax_raw(wrapper.wrap_for_brax_training(env, episode_length=1000), n, env.action_size, key_per_row=True)
+            raw = _jax_raw(
+                wrapper.wrap_for_brax_training(env, episode_length=1000), n, env.action_size, key_per_row=True
+            )
             ours = gpu_envs.make(f"playground/{task}", num_envs=n, device="cpu", config_overrides=overrides)
             loop = _TdLoop(ours, _cycle([torch.as_tensor(a) for a in _smooth(n, env.action_size)]))
             with open(os.devnull, "w") as sink:  # it prints while it compiles
@@ -328,17 +404,63 @@ def playground_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dic
                     sys.stdout = stdout
             trainer_action = _cycle([torch.as_tensor(a) for a in _smooth(n, env.action_size)])
             contenders = {"raw": raw, "gpu_envs": loop, "trainer": lambda t=trainer, a=trainer_action: t.step(a())}
-            training = wrapper.wrap_for_brax_training(registry.load(task, config_overrides=overrides), episode_length=1000)
+            training = wrapper.wrap_for_brax_training(
+                registry.load(task, config_overrides=overrides), episode_length=1000
+            )
             contenders["floor"] = _jax_floor(training, n, env.action_size, True)
             times = interleave(contenders, steps=steps, rounds=rounds, warmup=2, timer=time.process_time)
-            row = overhead_row(times, simulator="MuJoCo Playground 0.2.0 (mjx jax cpu)", task=task, N=n, target="<= +10% at N=8")
+            row = overhead_row(
+                times, simulator="MuJoCo Playground 0.2.0 (mjx jax cpu)", task=task, N=n, target="<= +10% at N=8"
+            )
             row["resets_per_step"] = loop.resets_per_step
             rows.append(row)
-            print(f"  [playground] {task} N={n}: {row}", file=sys.stderr)
+            print(f"  [playground] {task} N={n}: {_brief(row)}", file=sys.stderr)
     return rows
 
 
 # ----------------------------------------------------------------------- ManiSkill
+def maniskill_floor(env: Any, action: Callable[[], torch.Tensor]) -> Callable[[], None]:
+    """The bare env's step plus only what the exact TensorDict contract needs (the module docstring's ``floor``).
+
+    ManiSkill's own partial reset of the ended envs (``reset(options={"env_idx": ...})``, as
+    ``ManiSkillVectorEnv`` calls it) -- the raw step never resets: a PickCube episode is 50
+    steps and its reset costs ManiSkill a few steps' worth --, the step's observation kept
+    as the final one, the caller's ``td.set("action")``, ``[N, 1]`` reward and flags and
+    the two TensorDicts, as EnvPool's floor.
+    """
+    from gpu_envs.utils.tensordicts import new_td, set_entry
+
+    first, _ = env.reset(seed=0)
+    n = first.shape[0]
+    batch, device = torch.Size([n]), first.device
+    false = torch.zeros(n, 1, dtype=torch.bool)
+    state = {"td": new_td({"observation": first}, batch, device)}
+
+    def step() -> None:
+        td = state["td"]
+        act = action()
+        td.set("action", act)
+        obs, reward, terminated, truncated, _ = env.step(act)
+        done = terminated | truncated
+        root = obs
+        if done.any():  # ManiSkill's observations are fresh tensors: obs stays the final one
+            root, _ = env.reset(options={"env_idx": done.nonzero().view(-1)})
+        nxt = {
+            "observation": obs,
+            "reward": reward.view(n, 1),
+            "done": done.view(n, 1),
+            "terminated": terminated.view(n, 1),
+            "truncated": truncated.view(n, 1),
+            "final_obs_missing": false,
+        }
+        set_entry(td, "next", new_td(nxt, batch, device))
+        state["td"] = new_td(
+            {"observation": root, "done": false, "terminated": false, "truncated": false}, batch, device
+        )
+
+    return step
+
+
 def maniskill_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
     icd = os.path.join(sys.prefix, "lavapipe", "lvp_icd.json")
     if os.path.exists(icd):
@@ -356,20 +478,41 @@ def maniskill_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict
         bare.reset(seed=0)
         vector = ManiSkillVectorEnv(gym.make(task, **kw))
         vector.reset(seed=0)
-        ours = gpu_envs.wrap(gym.make(task, **kw))
+        # the simulator's calls inside gpu_envs and ManiSkillVectorEnv, timed: their own cost is the rest
+        inside = CallClock()
+        inside.instrument(vector._env, "step", "reset")
+        bare_of_ours = gym.make(task, **kw)
+        inside.instrument(bare_of_ours, "step", "reset")
+        ours = gpu_envs.wrap(bare_of_ours)
         actions = [torch.as_tensor(a) for a in _smooth(1, 8)]
         loop = _TdLoop(ours, _cycle(actions))
         raw_action, vector_action = _cycle(actions), _cycle(actions)
+        floor_env = gym.make(task, **kw)
+        floor = maniskill_floor(floor_env, _cycle(actions))
+        inside.instrument(floor_env, "step", "reset")
         contenders = {
             "raw": lambda a=raw_action, env=bare: env.step(a()),
             "gpu_envs": loop,
             "trainer": lambda a=vector_action, env=vector: env.step(a()),
+            "floor": floor,
         }
-        times = interleave(contenders, steps=steps, rounds=rounds, warmup=1, timer=time.process_time)
-        row = overhead_row(times, simulator="ManiSkill3 3.0.1 (physx cpu)", task=task, N=1, target="<= +5%")
+        load = load_average()
+        samples = interleave_clocks(
+            contenders, steps=steps, rounds=rounds, clocks={**CLOCKS, "inside": inside}, warmup=1
+        )
+        row = overhead_row(
+            medians(samples["cpu"]), simulator="ManiSkill3 3.0.1 (physx cpu)", task=task, N=1, target="<= +5%"
+        )
+        row |= spread_columns(samples, 1.05, names=("gpu_envs", "floor", "trainer"))
+        row |= own_columns(samples, 1.05, names=("gpu_envs", "floor", "trainer"))
+        # gpu_envs steps a ManiSkillVectorEnv (auto-reset, final observations kept): the trainer
+        # contender is that very wrapper, so this is what gpu_envs adds on top of it
+        row["gpu_envs_vs_trainer"] = spread(paired_ratios(samples["cpu"], "gpu_envs", baseline="trainer"))
         row["resets_per_step"] = loop.resets_per_step
+        row["rounds"], row["load"] = f"{rounds} x {steps} steps", f"{load}..{load_average()}"
+        row["per_round_us"] = per_round_us(samples)  # JSON only
         rows.append(row)
-        print(f"  [maniskill] {task} N=1: {row}", file=sys.stderr)
+        print(f"  [maniskill] {task} N=1: {_brief(row)}", file=sys.stderr)
     return rows
 
 
@@ -384,7 +527,9 @@ SIMULATORS: dict[str, tuple[str, Callable[..., list[dict]], str | None]] = {
 
 
 def _venv(name: str) -> Path | None:
-    done = subprocess.run(["bash", str(REPO / "scripts" / "simulator_venv.sh"), name], capture_output=True, text=True, timeout=7200)
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "simulator_venv.sh"), name], capture_output=True, text=True, timeout=7200
+    )
     lines = done.stdout.strip().splitlines()
     path = Path(lines[-1]) if done.returncode == 0 and lines else None
     return path if path is not None and (path / ".complete").exists() else None
@@ -396,12 +541,25 @@ def rows_for(name: str, sizes: tuple[int, ...], steps: int, rounds: int) -> tupl
         return rows(sizes, steps, rounds), None
     venv = _venv(venv_name) if venv_name else None
     if venv is None:
-        return [], f"{name} skipped: {package} is not installed here" + (f" (scripts/simulator_venv.sh {venv_name})" if venv_name else "")
+        return [], f"{name} skipped: {package} is not installed here" + (
+            f" (scripts/simulator_venv.sh {venv_name})" if venv_name else ""
+        )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
-        cmd = [str(venv / "bin" / "python"), "-m", "benchmarks.simulator_rows", "--only", name, "--in-process", "--json", str(out)]
+        cmd = [
+            str(venv / "bin" / "python"),
+            "-m",
+            "benchmarks.simulator_rows",
+            "--only",
+            name,
+            "--in-process",
+            "--json",
+            str(out),
+        ]
         cmd += ["--sizes", *map(str, sizes), "--steps", str(steps), "--rounds", str(rounds)]
-        done = subprocess.run(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=7200)
+        done = subprocess.run(
+            cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=7200
+        )
         sys.stderr.write(done.stderr[-4000:])
         if done.returncode != 0 or not out.exists():
             return [], f"{name} failed (exit {done.returncode})"
@@ -430,7 +588,13 @@ def main() -> None:
         rows += found
         notes += [note] if note else []
     title = "simulators: raw step vs gpu_envs vs the trainer path (cpu, process CPU time)"
-    print(format_table(title + (" -- " + "; ".join(notes) if notes else ""), rows, [c for c in COLUMNS if any(c[0] in r for r in rows)]))
+    print(
+        format_table(
+            title + (" -- " + "; ".join(notes) if notes else ""),
+            rows,
+            [c for c in COLUMNS if any(c[0] in r for r in rows)],
+        )
+    )
     save_json(args.json, {"benchmark": "simulators", "device": "cpu", "rows": rows, "notes": notes})
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -133,3 +134,205 @@ def save_json(path: str | Path | None, payload: dict) -> None:
     }
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(payload, indent=2))
+
+
+def interleave_clocks(
+    contenders: dict[str, Callable[[], object]],
+    steps: int,
+    rounds: int,
+    clocks: dict[str, Callable[[], float]],
+    warmup: int = 1,
+) -> dict[str, dict[str, list[float]]]:
+    """Seconds per call of each contender in every round, on every clock: ``{clock: {contender: [per round]}}``.
+
+    Like :func:`interleave`, but it keeps each round's sample (for a spread, and for ratios
+    paired round by round: contenders of one round ran seconds apart, under the same load)
+    and reads several clocks around the same calls -- e.g. ``time.process_time`` (every
+    thread: a simulator's workers too), ``time.thread_time`` (the calling thread: where a
+    wrapper's own Python runs) and ``time.perf_counter`` (wall).
+
+        samples = interleave_clocks({"raw": raw, "gpu_envs": ours}, 20, 15, {"cpu": time.process_time})
+        paired_ratios(samples["cpu"], "gpu_envs")  # one gpu_envs/raw ratio per round
+    """
+    samples: dict[str, dict[str, list[float]]] = {c: {name: [] for name in contenders} for c in clocks}
+    readers = list(clocks.items())
+    for r in range(warmup + rounds):
+        for name, fn in contenders.items():
+            start = [read() for _, read in readers]
+            for _ in range(steps):
+                fn()
+            end = [read() for _, read in readers]
+            if r >= warmup:
+                for (clock, _), a, b in zip(readers, start, end, strict=True):
+                    samples[clock][name].append((b - a) / steps)
+    return samples
+
+
+def paired_ratios(per_round: dict[str, list[float]], name: str, baseline: str = "raw") -> list[float]:
+    """``name``'s time over ``baseline``'s, round by round (both from :func:`interleave_clocks`)."""
+    return [a / b for a, b in zip(per_round[name], per_round[baseline], strict=True)]
+
+
+def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval of the median: the order statistics ``x(k)..x(n+1-k)``.
+
+    The true median lies below ``x(k)`` only when fewer than ``k`` samples fall below it, a
+    Binomial(n, 1/2) tail: ``k`` is the largest with both tails within ``1 - confidence``
+    together (n = 15 rounds: the 4th to the 12th smallest, 96%). Too few samples for the
+    confidence (n < 6 at 95%) give the whole range.
+    """
+    ordered, n = sorted(values), len(values)
+    k, tail = 0, 0.0
+    while k < n // 2:
+        nxt = tail + math.comb(n, k) / 2**n  # P(fewer than k + 1 samples below the median)
+        if 2 * nxt > 1 - confidence:
+            break
+        k, tail = k + 1, nxt
+    k = max(k, 1)
+    return ordered[k - 1], ordered[n - k]
+
+
+def verdict(values: list[float], limit: float, confidence: float = 0.95) -> str:
+    """``met`` when the median of ``values`` is within ``limit`` with ``confidence`` (:func:`median_ci`'s upper
+    end is), ``not met`` when it is above it (the lower end is), else ``unresolved``: run longer."""
+    if len(values) < 6:
+        return "unresolved (< 6 rounds)"
+    low, high = median_ci(values, confidence)
+    return "met" if high <= limit else "not met" if low > limit else "unresolved"
+
+
+def spread(values: list[float], fmt: str = "{:+.1%}", shift: float = -1.0) -> str:
+    """``median [95% CI of the median] (min..max)`` of ``values`` (each shifted by ``shift``: ratios as overheads)."""
+    low, high = median_ci(values)
+    f = lambda v: fmt.format(v + shift)  # noqa: E731
+    return f"{f(statistics.median(values))} [{f(low)}..{f(high)}] ({f(min(values))}..{f(max(values))})"
+
+
+def spread_columns(
+    samples: dict[str, dict[str, list[float]]],
+    limit: float,
+    names: tuple[str, ...] = ("gpu_envs",),
+    cpu: str = "cpu",
+    thread: str | None = "thread",
+    wall: str | None = "wall",
+) -> dict:
+    """A step row's columns that say whether a difference is resolved, from :func:`interleave_clocks`' samples.
+
+    For each contender of ``names`` (against ``raw``, round by round): ``<name>_spread`` (its
+    overhead on the ``cpu`` clock as ``median [95% CI of the median] (min..max)``, :func:`spread`), ``<name>_thread_pts``
+    (what it adds on the calling thread, in % of the raw step's ``cpu`` time: a wrapper's own
+    Python runs there, a simulator's worker threads do not) and ``<name>_wall``; for the first
+    name a ``verdict`` (and ``thread_verdict``) against ``limit`` (:func:`verdict`: met / not met /
+    unresolved, from the CI), e.g. ``limit=1.05`` for +5%; with a ``floor`` contender, ``<first name>_floor_pts``:
+    its distance to the floor per round, in % of that round's raw step.
+    """
+    row: dict = {}
+    raw_cpu = samples[cpu]["raw"]
+    for i, name in enumerate(names):
+        if name not in samples[cpu]:
+            continue
+        ratios = paired_ratios(samples[cpu], name)
+        row[f"{name}_spread"] = spread(ratios)
+        if i == 0:
+            row["verdict"] = verdict(ratios, limit)
+        if thread is not None:
+            own, base = samples[thread][name], samples[thread]["raw"]
+            pts = [1 + (a - b) / c for a, b, c in zip(own, base, raw_cpu, strict=True)]
+            row[f"{name}_thread_pts"] = spread(pts)
+            if i == 0:
+                row["thread_verdict"] = verdict(pts, limit)
+        if wall is not None:
+            row[f"{name}_wall"] = spread(paired_ratios(samples[wall], name))
+    if "floor" in samples[cpu] and names and names[0] != "floor":
+        # the first contender's distance to the floor, round by round, in points of that round's raw step
+        first, floor = samples[cpu][names[0]], samples[cpu]["floor"]
+        row[f"{names[0]}_floor_pts"] = spread(
+            [(a - b) / c for a, b, c in zip(first, floor, raw_cpu, strict=True)], fmt="{:+.1%}", shift=0.0
+        )
+    return row
+
+
+def per_round_us(samples: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, list[float]]]:
+    """:func:`interleave_clocks`' samples in microseconds per step, rounded: for a row's JSON."""
+    return {c: {name: [round(v * 1e6, 1) for v in values] for name, values in by.items()} for c, by in samples.items()}
+
+
+def load_average() -> str:
+    """The machine's 1-minute load average (``uptime``'s first number), to print with a table."""
+    return f"{os.getloadavg()[0]:.2f}"
+
+
+CLOCKS = {"cpu": time.process_time, "thread": time.thread_time, "wall": time.perf_counter}
+"""The clocks of :func:`interleave_clocks` in the simulator benchmarks: process CPU, calling thread, wall."""
+
+
+def medians(per_round: dict[str, list[float]]) -> dict[str, float]:
+    """Each contender's median over rounds (what :func:`interleave` returns)."""
+    return {name: statistics.median(values) for name, values in per_round.items()}
+
+
+class CallClock:
+    """A clock for :func:`interleave_clocks` that advances only inside some methods: the simulator's calls.
+
+    ``instrument(obj, "step", "reset")`` replaces those methods ON THAT OBJECT with timed
+    calls (calling-thread CPU time, the outermost call only). A contender's time on this
+    clock is what it spent inside the simulator; its thread time minus that is its OWN
+    cost -- the wrapper's Python around the simulator, measured without the simulator's
+    noise (``own_columns``). Contenders that must not pay the timing keep the originals.
+
+        inside = CallClock()
+        raw_step = pool.step            # the original, for the raw contender
+        inside.instrument(pool, "step", "reset")
+        samples = interleave_clocks(contenders, 20, 15, {**CLOCKS, "inside": inside})
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._depth = 0
+
+    def __call__(self) -> float:
+        return self.seconds
+
+    def instrument(self, obj: object, *names: str) -> None:
+        for name in names:
+            setattr(obj, name, self._timed(getattr(obj, name)))
+
+    def _timed(self, fn: Callable) -> Callable:
+        def timed(*args: object, **kwargs: object) -> object:
+            self._depth += 1
+            start = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self.seconds += time.thread_time() - start
+
+        return timed
+
+
+def own_columns(
+    samples: dict[str, dict[str, list[float]]],
+    limit: float,
+    names: tuple[str, ...] = ("gpu_envs",),
+    cpu: str = "cpu",
+    thread: str = "thread",
+    inside: str = "inside",
+) -> dict:
+    """Each contender's own cost per step (thread time outside the simulator's calls: :class:`CallClock`).
+
+    ``<name>_own_us`` (median us/step), ``<name>_own_pct`` (per round, in % of that round's raw
+    step: ``median [95% CI] (min..max)``) and, for the first name, ``own_verdict`` against ``limit``.
+    """
+    row: dict = {}
+    raw_cpu = samples[cpu]["raw"]
+    for i, name in enumerate(names):
+        if name not in samples[cpu]:
+            continue
+        own = [t - s for t, s in zip(samples[thread][name], samples[inside][name], strict=True)]
+        row[f"{name}_own_us"] = round(statistics.median(own) * 1e6, 1)
+        pct = [1 + o / r for o, r in zip(own, raw_cpu, strict=True)]
+        row[f"{name}_own_pct"] = spread(pct)
+        if i == 0:
+            row["own_verdict"] = verdict(pct, limit)
+    return row

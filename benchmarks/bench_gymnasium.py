@@ -198,9 +198,7 @@ def run(
             times = interleave(fns, steps=per_round, rounds=rounds or (5 if quick else 21))
         for env in envs:
             env.close()
-        row = overhead_row(times, N=n)
-        row["gpu_envs_vs_guarded_floor"] = f"{(times['gpu_envs'] - times['guarded_floor']) / times['raw'] * 100:+.1f} pts"
-        rows.append(row)
+        rows.append(overhead_row(times, N=n))
     columns = [c for c in COLUMNS if any(c[0] in r for r in rows)]
     return {
         "title": "bench_gymnasium: CartPole-v1 SyncVectorEnv (SAME_STEP) on cpu, 1 thread",

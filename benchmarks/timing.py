@@ -78,15 +78,17 @@ def interleave(
 def overhead_row(times: dict[str, float], **leading: object) -> dict:
     """A step table's row: ``leading`` entries, each contender's ``<name>_us`` and its ``<name>_overhead`` over ``raw``.
 
-    With a ``floor`` contender, also ``gpu_envs_vs_floor``: gpu_envs' distance to it, in points of the raw step.
+    With a ``floor`` contender (or another ``<name>_floor``), also ``gpu_envs_vs_floor``
+    (``gpu_envs_vs_<name>_floor``): gpu_envs' distance to it, in points of the raw step.
     """
     row: dict = dict(leading)
     for name, seconds in times.items():
         row[f"{name}_us"] = round(seconds * 1e6, 1)
         if name != "raw":
             row[f"{name}_overhead"] = f"{seconds / times['raw'] - 1:+.1%}"
-    if "floor" in times:
-        row["gpu_envs_vs_floor"] = f"{(times['gpu_envs'] - times['floor']) / times['raw'] * 100:+.1f} pts"
+    for name in times:
+        if name == "floor" or name.endswith("_floor"):
+            row[f"gpu_envs_vs_{name}"] = f"{(times['gpu_envs'] - times[name]) / times['raw'] * 100:+.1f} pts"
     return row
 
 

@@ -324,7 +324,12 @@ def error_rows(quick: bool) -> list[dict]:
         cases.append(("rl_games PPO", "rl_games", source, lambda exact, s=source: rl_games_error(s, exact, quick)))
         if isinstance(source, Builtin):
             cases += [
-                ("skrl PPO", "skrl", source, lambda exact, s=source: skrl_error(s, "exact" if exact else "default", quick)),
+                (
+                    "skrl PPO",
+                    "skrl",
+                    source,
+                    lambda exact, s=source: skrl_error(s, "exact" if exact else "default", quick),
+                ),
                 (
                     "skrl PPO time_limit_bootstrap",
                     "skrl",
@@ -335,7 +340,9 @@ def error_rows(quick: bool) -> list[dict]:
     rows = []
     for trainer, library, source, measure in cases:
         if importlib.util.find_spec(library) is None:
-            rows.append({"trainer": trainer, "env": source.name, "mae_default": "n/a", "mae_exact": f"{library} not installed"})
+            rows.append(
+                {"trainer": trainer, "env": source.name, "mae_default": "n/a", "mae_exact": f"{library} not installed"}
+            )
             continue
         default, exact = measure(False), measure(True)
         rows.append(
@@ -396,7 +403,9 @@ def learning_rows(quick: bool, seeds: int, limit: int) -> tuple[list[dict], str]
     spread = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) if len(a) > 1 else math.nan
     diff = statistics.mean(b) - statistics.mean(a)
     z = diff / spread if spread and spread > 0 else math.nan
-    verdict = "within noise (|diff| < 2 standard errors)" if not abs(z) >= 2 else "beyond noise (|diff| >= 2 standard errors)"
+    verdict = (
+        "within noise (|diff| < 2 standard errors)" if not abs(z) >= 2 else "beyond noise (|diff| >= 2 standard errors)"
+    )
     return rows, f"exact - default: {diff:+.1f} ({z:+.2f} standard errors): {verdict}"
 
 
@@ -408,7 +417,12 @@ ERROR_COLUMNS = [
     ("mae_default", "MAE library default"),
     ("mae_exact", "MAE gpu_envs exact"),
 ]
-LEARNING_COLUMNS = [("variant", "variant"), ("seeds", "seeds"), ("final_return", "final return"), ("per_seed", "per seed")]
+LEARNING_COLUMNS = [
+    ("variant", "variant"),
+    ("seeds", "seeds"),
+    ("final_return", "final return"),
+    ("per_seed", "per seed"),
+]
 
 
 def run(quick: bool = False, seeds: int | None = None, limit: int = 50, learning: bool = True) -> dict:

@@ -205,7 +205,9 @@ def _steppers(raw: object, ours: gpu_envs.BatchedEnv, floor: object, n: int, act
     return fns
 
 
-def run(quick: bool = False, sizes: tuple[int, ...] = (8,), steps: int | None = None, rounds: int | None = None) -> dict:
+def run(
+    quick: bool = False, sizes: tuple[int, ...] = (8,), steps: int | None = None, rounds: int | None = None
+) -> dict:
     """Time raw vs floor vs wrapped for every installed library; returns the table for ``gpu-envs bench``."""
     torch.set_num_threads(1)
     rows = []

@@ -119,8 +119,18 @@ def run(quick: bool = False, sizes: tuple[int, ...] = SIZES, rounds: int | None 
                         "vs_off": "" if name == "off" else f"{per_step / base:.2f}x",
                     }
                 )
-    columns = [("N", "N"), ("contender", "contender"), ("us_per_step", "us/step"), ("added_us", "added us/step"), ("vs_off", "vs off")]
-    return {"title": "RecordEpisodes cost per step (CPU, process CPU time incl. the encoder thread)", "rows": rows, "columns": columns}
+    columns = [
+        ("N", "N"),
+        ("contender", "contender"),
+        ("us_per_step", "us/step"),
+        ("added_us", "added us/step"),
+        ("vs_off", "vs off"),
+    ]
+    return {
+        "title": "RecordEpisodes cost per step (CPU, process CPU time incl. the encoder thread)",
+        "rows": rows,
+        "columns": columns,
+    }
 
 
 def main() -> None:

@@ -287,7 +287,9 @@ def targets(rows: list[dict]) -> list[str]:
         if "collect_vs_single" in row:
             verdict = "met" if row["collect_vs_single"] <= IMAGE_TARGET else "NOT met"
             what = row["contender"].removeprefix("uint8 frames: ")
-            lines.append(f"uint8 collect <= +{IMAGE_TARGET:.0%} of single steps, {what}: {row['vs_single']} -> {verdict}")
+            lines.append(
+                f"uint8 collect <= +{IMAGE_TARGET:.0%} of single steps, {what}: {row['vs_single']} -> {verdict}"
+            )
     return lines
 
 
@@ -333,7 +335,9 @@ def main() -> None:
     result = _result(rows, device)
     print(format_table(result["title"], result["rows"], result["columns"]))
     print("\n".join(["", *result["targets"]]))
-    save_json(args.json, {"benchmark": "rollout", "device": str(device), "rows": result["rows"], "targets": result["targets"]})
+    save_json(
+        args.json, {"benchmark": "rollout", "device": str(device), "rows": result["rows"], "targets": result["targets"]}
+    )
 
 
 if __name__ == "__main__":

@@ -238,9 +238,21 @@ def main() -> None:
         return
     result = run(args.quick, tuple(args.sizes))
     cores = os.cpu_count()
-    print(format_table(f"(a) Pendulum-v1, frame_skip={FRAME_SKIP}, N={FLEET_ENVS}, {cores} cores: wall clock", result["fleets"], FLEET_COLUMNS))
+    print(
+        format_table(
+            f"(a) Pendulum-v1, frame_skip={FRAME_SKIP}, N={FLEET_ENVS}, {cores} cores: wall clock",
+            result["fleets"],
+            FLEET_COLUMNS,
+        )
+    )
     print()
-    print(format_table(f"(b) built-in CartPole-v1 collection, cpu, 1 thread per process, {cores} cores", result["shards"], SHARD_COLUMNS))
+    print(
+        format_table(
+            f"(b) built-in CartPole-v1 collection, cpu, 1 thread per process, {cores} cores",
+            result["shards"],
+            SHARD_COLUMNS,
+        )
+    )
     save_json(args.json, {"benchmark": "scale", "cores": cores, **result})
 
 

@@ -371,9 +371,15 @@ def run_checks(plan: Plan, budget: Budget) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="every step that can run on the CPU, tiny sizes (no GPU needed)")
-    parser.add_argument("--budget-s", type=float, default=420.0, help="time for the whole run; steps that would not fit are skipped")
-    parser.add_argument("--sizes", type=int, nargs="+", default=None, help="throughput batch sizes (measured smallest first)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="every step that can run on the CPU, tiny sizes (no GPU needed)"
+    )
+    parser.add_argument(
+        "--budget-s", type=float, default=420.0, help="time for the whole run; steps that would not fit are skipped"
+    )
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=None, help="throughput batch sizes (measured smallest first)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="steps per collection T")
     parser.add_argument("--repeats", type=int, default=None, help="timed collections per mode")
     parser.add_argument("--collections", type=int, default=None, help="collections in the memory check")
@@ -408,7 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     big = [r for r in rows if r["N"] == 1048576]
     if big and not plan.smoke:
         rate = max(big[0].get("cudagraph_rate", 0.0), big[0].get("compile+cudagraph_rate", 0.0))
-        print(f"\ntarget: >= 1e9 env-steps/s with CUDA graphs at N = 2^20: {rate:.3g} -> {'met' if rate >= 1e9 else 'NOT met'}")
+        print(
+            f"\ntarget: >= 1e9 env-steps/s with CUDA graphs at N = 2^20: {rate:.3g} -> {'met' if rate >= 1e9 else 'NOT met'}"
+        )
     failed = [c["check"] for c in checks if c["ok"] == FAIL] + failures
     skipped = [c["check"] for c in checks if c["ok"] == SKIP] + [
         f"N={r['N']} {m}" for r in rows for m in plan.modes if str(r.get(m, "")).startswith("skipped")
@@ -419,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  FAILED: {line}")
     for line in skipped:
         print(f"  skipped (budget): {line}")
-    save_json(args.json, {"benchmark": "gpu_check", "smoke": plan.smoke, "checks": checks, "rows": rows, "failures": failures})
+    save_json(
+        args.json, {"benchmark": "gpu_check", "smoke": plan.smoke, "checks": checks, "rows": rows, "failures": failures}
+    )
     return 1 if failed else 0
 
 

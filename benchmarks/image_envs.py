@@ -96,7 +96,9 @@ class EnvPoolFrames:
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
     supports_reset_mask = False
 
-    def __init__(self, num_envs: int, task: str = "Pong-v5", num_threads: int = 1, seed: int = 0, **options: Any) -> None:
+    def __init__(
+        self, num_envs: int, task: str = "Pong-v5", num_threads: int = 1, seed: int = 0, **options: Any
+    ) -> None:
         import envpool
 
         with warnings.catch_warnings():

@@ -94,7 +94,9 @@ def train(args: argparse.Namespace) -> dict:
     n, k = args.num_envs, args.eval_rows
     eval_rows = EvalRows(range(n - k, n))  # the last K rows evaluate
     train_stats = EpisodeStats(rows=eval_rows.train_rows(n))
-    env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=n, device=args.device, seed=args.seed), train_stats, eval_rows)
+    env = TransformedEnv(
+        gpu_envs.make("CartPole-v1", num_envs=n, device=args.device, seed=args.seed), train_stats, eval_rows
+    )
     agent = agent_class()(env.single_observation_spec["observation"].shape[0], env.action_spec.n).to(env.device)
     opt = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5)
 

@@ -67,7 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-grad-norm", type=float, default=0.5)
     p.add_argument("--eval-episodes", type=int, default=100, help="0: no evaluation")
     p.add_argument(
-        "--device", default=None, help="torch device (default: cpu; with --distributed, cuda:LOCAL_RANK if CUDA is there)"
+        "--device",
+        default=None,
+        help="torch device (default: cpu; with --distributed, cuda:LOCAL_RANK if CUDA is there)",
     )
     p.add_argument(
         "--distributed", action="store_true", help="under torchrun: one env shard per process, DDP gradients"
@@ -146,7 +148,9 @@ def evaluate(agent: Agent, episodes: int, device: str, seed: int, greedy: bool) 
 RUN_OPTIONS = ("total_steps", "num_envs", "steps", "lr", "epochs", "minibatches", "seed", "device")
 
 
-def save_checkpoint(path: str, env, agent: Agent, opt, args: argparse.Namespace, iteration: int, running, history) -> None:
+def save_checkpoint(
+    path: str, env, agent: Agent, opt, args: argparse.Namespace, iteration: int, running, history
+) -> None:
     """Everything the rest of the run depends on, written atomically (a crash mid-write keeps the last one)."""
     state = {
         "iteration": iteration,

@@ -67,7 +67,9 @@ def side_by_side(*images: np.ndarray, gap: int = 8) -> np.ndarray:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("videos"), help="folder of the mp4 files")
-    parser.add_argument("--png", type=Path, default=None, help="also write the final CartPole frame and a Pendulum frame here")
+    parser.add_argument(
+        "--png", type=Path, default=None, help="also write the final CartPole frame and a Pendulum frame here"
+    )
     parser.add_argument("--num-envs", type=int, default=1024)
     parser.add_argument("--device", default=None)
     parser.add_argument("--seed", type=int, default=0)

@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> dict:
     source[targets] = hard
     replay = steps(env, [a[source] for a in actions])
     exact = torch.equal(replay[:, targets], original[:, hard])
-    print(f"restored into rows {targets.tolist()}: continuation identical to the originals' over {args.steps} steps: {exact}")
+    print(
+        f"restored into rows {targets.tolist()}: continuation identical to the originals' over {args.steps} steps: {exact}"
+    )
     env.close()
     return {"rows": hard.tolist(), "targets": targets.tolist(), "exact": exact}
 

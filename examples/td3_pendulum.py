@@ -28,7 +28,9 @@ MAX_TORQUE = 2.0
 
 
 def mlp(n_in: int, n_out: int, hidden: int = 128) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_out))
+    return nn.Sequential(
+        nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_out)
+    )
 
 
 class Actor(nn.Module):

@@ -159,7 +159,9 @@ def main(argv: list[str] | None = None) -> list[float]:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     envs = make_envs(args.envs, args.num_envs)
-    returns = train(envs, total_steps=args.total_steps, seed=args.seed, bootstrap_time_outs=args.time_outs == "bootstrap")
+    returns = train(
+        envs, total_steps=args.total_steps, seed=args.seed, bootstrap_time_outs=args.time_outs == "bootstrap"
+    )
     print(
         f"{len(returns)} episodes; mean return of the first 20: {np.mean(returns[:20]):.1f}, last 20: {np.mean(returns[-20:]):.1f}"
     )

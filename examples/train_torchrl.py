@@ -39,7 +39,11 @@ def main(argv: list[str] | None = None) -> dict:
     n_obs = env.observation_spec["observation"].shape[-1]
     logits = TensorDictModule(MLP(n_obs, 2, num_cells=[64, 64]), in_keys=["observation"], out_keys=["logits"])
     actor = ProbabilisticActor(
-        logits, ["logits"], spec=env.action_spec, distribution_class=torch.distributions.Categorical, return_log_prob=True
+        logits,
+        ["logits"],
+        spec=env.action_spec,
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
     ).to(args.device)
     value = ValueOperator(MLP(n_obs, 1, num_cells=[64, 64]), in_keys=["observation"]).to(args.device)
     advantage = GAE(gamma=0.99, lmbda=0.95, value_network=value)

@@ -94,7 +94,9 @@ def check_env(env: Any, steps: int = 300, seed: int = 0, name: str | None = None
     if seed is None:
         raise InvalidArgumentError("check_env needs a seed (an int >= 0): it compares two seeded rollouts.")
     if seed + 1 + math.ceil(_RESET_SAMPLES / env.num_envs) > MAX_SEED:
-        raise InvalidArgumentError(f"check_env seed={seed} is too close to the largest seed {MAX_SEED}: it also uses the next few.")
+        raise InvalidArgumentError(
+            f"check_env seed={seed} is too close to the largest seed {MAX_SEED}: it also uses the next few."
+        )
     if name is not None and not isinstance(name, str):
         raise InvalidArgumentError(f"name must be a string (e.g. the env id) or None, got {type(name).__name__}.")
     backend = getattr(env, "backend", None)
@@ -115,7 +117,9 @@ def _run_checks(env: Any, steps: int, seed: int, title: str) -> CheckReport:
         first = env.rollout(steps, reset=False)
         last_root = env.root()
     except Exception as err:  # a check reports, it does not crash
-        report.results.append(CheckResult("rollout", FAIL, f"resetting or stepping the env raised {type(err).__name__}: {err}"))
+        report.results.append(
+            CheckResult("rollout", FAIL, f"resetting or stepping the env raised {type(err).__name__}: {err}")
+        )
         return report
     roots = _next_roots(first, last_root, obs_keys)
     report.results.append(_check_specs(env, resets[0], first, roots, obs_keys))
@@ -177,7 +181,10 @@ def _check_specs(env: Any, reset_root: TensorDictBase, traj: TensorDictBase, roo
     if why:
         problems.append(f"reward {why}")
     for key in DONE_KEYS:
-        for name, value in ((f"reset {key!r}", reset_root.get(key).unsqueeze(1)), (f"next {key!r}", traj.get(("next", key)))):
+        for name, value in (
+            (f"reset {key!r}", reset_root.get(key).unsqueeze(1)),
+            (f"next {key!r}", traj.get(("next", key))),
+        ):
             why = _outside(env.single_done_spec[key], value)
             if why:
                 problems.append(f"{name} {why}")
@@ -246,7 +253,9 @@ def _check_final_obs(traj: TensorDictBase, roots: dict, keys: list, steps: int) 
         allowed = missing if placeholder else torch.zeros_like(missing)
         bad = nan & ~allowed
         if bool(bad.any()):
-            problems.append(f"{key!r} holds NaN on {int(bad.sum())} rows that are not placeholders (first: {_where(int(bad.nonzero()[0]), steps)})")
+            problems.append(
+                f"{key!r} holds NaN on {int(bad.sum())} rows that are not placeholders (first: {_where(int(bad.nonzero()[0]), steps)})"
+            )
     ended = int(done.sum())
     real = done & ~missing
     same = torch.ones_like(done)

@@ -146,7 +146,9 @@ def make_plugin(env_id: str, backend: str) -> Any:
         )
     for name, prefix in (("jax", "gymnax/"), ("isaaclab", "Isaac-")):
         if env_id.startswith(prefix) and not get_plugin(name).available():
-            raise MissingComponentError(f"{env_id!r} is made by the {name} backend, whose library is not installed: {install_hint(name)}.")
+            raise MissingComponentError(
+                f"{env_id!r} is made by the {name} backend, whose library is not installed: {install_hint(name)}."
+            )
     known = "; ".join(
         f"{p.name}: {', '.join(ids[:12])}{' ...' if len(ids) > 12 else ''}"
         for p in plugins(MAKE_ORDER)
@@ -190,7 +192,9 @@ def build(what: str, fn: Callable[[], Any], device: Any = None) -> Any:
         ) from err
     except TypeError as err:
         if "unexpected keyword argument" in str(err) or "got an unexpected keyword" in str(err):
-            raise InvalidArgumentError(f"{what}: {err}. Check the spelling; `help(gpu_envs.make)` lists the options.") from err
+            raise InvalidArgumentError(
+                f"{what}: {err}. Check the spelling; `help(gpu_envs.make)` lists the options."
+            ) from err
         raise
     except Exception as err:
         if is_out_of_memory(err):
@@ -225,7 +229,9 @@ def available_envs() -> dict[str, list[str]]:
 
 def _backend_name(backend: Any) -> str:
     if not isinstance(backend, str):
-        raise InvalidArgumentError(f"backend must be a backend name such as 'torch' or 'gymnasium' (or 'auto'), got {type(backend).__name__}.")
+        raise InvalidArgumentError(
+            f"backend must be a backend name such as 'torch' or 'gymnasium' (or 'auto'), got {type(backend).__name__}."
+        )
     return backend
 
 

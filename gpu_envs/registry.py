@@ -47,7 +47,20 @@ MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "maniskill", "gymnasiu
 # mjlab's RL envs are recognised by their class (like Isaac Lab's), before torch.
 # "foreign" first of all: envs that have a backend's shape but an auto-reset none handles (PufferLib's
 # vector envs, pre-0.26 gym vector envs), refused with the fix before a backend claims them by their shape.
-WRAP_ORDER = ("foreign", "isaaclab", "mjlab", "jax", "envpool", "maniskill", "sb3", "legacy_gym", "torch", "mo_gymnasium", "minigrid", "gymnasium")
+WRAP_ORDER = (
+    "foreign",
+    "isaaclab",
+    "mjlab",
+    "jax",
+    "envpool",
+    "maniskill",
+    "sb3",
+    "legacy_gym",
+    "torch",
+    "mo_gymnasium",
+    "minigrid",
+    "gymnasium",
+)
 
 # Backends whose plugin claims ids that other backends must not make (``claims(env_id)``).
 CLAIMING = ("jax", "isaaclab")

@@ -29,7 +29,9 @@ SPIN = "while True: pass"
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--busy", type=int, default=0, metavar="N", help="processes spinning on a core each (default 0)")
+    parser.add_argument(
+        "--busy", type=int, default=0, metavar="N", help="processes spinning on a core each (default 0)"
+    )
     parser.add_argument("--ignore-sigint", action="store_true", help="start the command with SIGINT ignored")
     parser.add_argument("--timeout", type=float, default=None, metavar="S", help="end the command after S seconds")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
@@ -50,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
-            print(f"stress_run: {command[0]} ran past --timeout {args.timeout:g} s; ending it", file=sys.stderr, flush=True)
+            print(
+                f"stress_run: {command[0]} ran past --timeout {args.timeout:g} s; ending it",
+                file=sys.stderr,
+                flush=True,
+            )
             for sig, grace in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, sig)

@@ -103,7 +103,9 @@ def main(mode: str, out_dir: Path) -> None:
         actions = global_actions(world * NUM_ENVS, STEPS)[rank * NUM_ENVS : (rank + 1) * NUM_ENVS]
         for backend in SHARD_BACKENDS:
             try:
-                env = gpu_envs.make(ENV_ID, num_envs=NUM_ENVS, backend=backend, seed=SEED, distributed=True, device="cpu")
+                env = gpu_envs.make(
+                    ENV_ID, num_envs=NUM_ENVS, backend=backend, seed=SEED, distributed=True, device="cpu"
+                )
                 result = {"rank": env.rank, "world_size": env.world_size, **transitions(env, actions)}
                 env.close()
             except Exception:

@@ -134,7 +134,19 @@ def reference_rollout(num_envs: int, actions: np.ndarray, final_obs: str = "info
     """
     envs = [CountingEnv(i) for i in range(num_envs)]
     obs = [env.reset()[0] for env in envs]
-    out = {k: [] for k in ("observation", "action", "next_observation", "reward", "terminated", "truncated", "final_obs_missing", "root")}
+    out = {
+        k: []
+        for k in (
+            "observation",
+            "action",
+            "next_observation",
+            "reward",
+            "terminated",
+            "truncated",
+            "final_obs_missing",
+            "root",
+        )
+    }
     for t in range(actions.shape[1]):
         rows = {k: [] for k in out}
         for i, env in enumerate(envs):
@@ -175,4 +187,6 @@ def assert_trajectory_matches(traj, expected: dict) -> None:
     }
     for key, have in got.items():
         np.testing.assert_array_equal(have.numpy(), expected[key].astype(have.numpy().dtype), err_msg=key)
-    np.testing.assert_array_equal(traj["next", "done"].squeeze(-1).numpy(), expected["terminated"] | expected["truncated"])
+    np.testing.assert_array_equal(
+        traj["next", "done"].squeeze(-1).numpy(), expected["terminated"] | expected["truncated"]
+    )

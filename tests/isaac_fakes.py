@@ -257,7 +257,9 @@ class FakeManiSkillVectorEnv(gym.vector.VectorEnv):
     (``tests.fakes.final_obs_valid``), to exercise the mask.
     """
 
-    def __init__(self, num_envs: int = 4, device: str = "cpu", *, obs_mode: str = "state", withhold: bool = False) -> None:
+    def __init__(
+        self, num_envs: int = 4, device: str = "cpu", *, obs_mode: str = "state", withhold: bool = False
+    ) -> None:
         self.num_envs = num_envs
         self._device = torch.device(device)
         self.obs_mode = obs_mode

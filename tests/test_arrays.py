@@ -167,7 +167,11 @@ def test_staging_puts_fresh_tensors_on_the_target(device):
     assert staging.packed == (device != "cpu"), "a CPU target needs no staging buffer: one copy, not two"
     assert device == "cpu" or staging.host.is_pinned() == (device == "cuda")
     a = staging.put(np.full((3, 2), 2.0))  # float64 in, cast on the way into the buffer
-    b = to_torch(np.full((3, 2), 3.0, np.float32), device, staging=staging) if device != "cpu" else staging.put(np.full((3, 2), 3.0))
+    b = (
+        to_torch(np.full((3, 2), 3.0, np.float32), device, staging=staging)
+        if device != "cpu"
+        else staging.put(np.full((3, 2), 3.0))
+    )
     assert a.device.type == device and a.dtype == torch.float32
     assert bool((a.cpu() == 2).all()), "a published tensor is never rewritten by a later put"
     assert bool((b.cpu() == 3).all())

@@ -19,7 +19,11 @@ RATES = {bench.EAGER: 1e6, bench.COMPILED: 2e6, bench.GYMNASIUM: 1e5, bench.ENVP
 def test_rows_compare_every_contender_with_envpool_gymnasium_and_torchrl():
     rows = {row["contender"]: row for row in bench.rate_rows(8, RATES)}
     compiled = rows[f"{bench.COMPILED} N=8"]
-    assert compiled["vs_envpool"] == "5.00x" and compiled["vs_gymnasium"] == "20.00x" and compiled["vs_torchrl"] == "40.00x"
+    assert (
+        compiled["vs_envpool"] == "5.00x"
+        and compiled["vs_gymnasium"] == "20.00x"
+        and compiled["vs_torchrl"] == "40.00x"
+    )
     assert compiled["note"] == "compiled / eager = 2.00"
     assert rows[f"{bench.ENVPOOL} N=8"]["vs_envpool"] == "1.00x"
 

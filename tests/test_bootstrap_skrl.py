@@ -66,7 +66,9 @@ def quiet(cfg):
 
 
 def train_steps(env, agent, steps: int = T) -> None:
-    cfg = SequentialTrainerCfg(timesteps=steps, headless=True, disable_progressbar=True, close_environment_at_exit=False)
+    cfg = SequentialTrainerCfg(
+        timesteps=steps, headless=True, disable_progressbar=True, close_environment_at_exit=False
+    )
     SequentialTrainer(cfg=cfg, env=env, agents=agent).train()
 
 
@@ -210,7 +212,6 @@ def test_bootstrap_from_refuses_unsupported_agents():
     other = to_skrl(gpu_envs.make("Pendulum-v1", num_envs=4, device="cpu", seed=0))
     with pytest.raises(gpu_envs.InvalidArgumentError, match="another env adapter"):
         other.bootstrap_from(agent)
-
 
 
 def test_dict_groups_get_their_final_observations_flattened_as_skrl_reads_them():

@@ -129,7 +129,9 @@ def test_torchrl_gym_wrapper_takes_cartpole_as_documented(kwargs, action_shape, 
         warnings.simplefilter("ignore")
         # torchrl hands numpy actions unless convert_actions_to_numpy=False: the gymnasium-facing env takes them
         numpy_actions = kwargs.get("convert_actions_to_numpy", True)
-        cartpoles = gymnasium.make_vec("gpu_envs/CartPole-v1", num_envs=8, seed=0) if numpy_actions else CartPoleEnv(8, seed=0)
+        cartpoles = (
+            gymnasium.make_vec("gpu_envs/CartPole-v1", num_envs=8, seed=0) if numpy_actions else CartPoleEnv(8, seed=0)
+        )
         env = GymWrapper(cartpoles, **kwargs)
         check_env_specs(env)
         traj = env.rollout(250, break_when_any_done=False)

@@ -23,7 +23,9 @@ def test_a_call_left_marked_is_refused_until_finished():
     guard.check("step")  # nothing pending: a no-op
     guard.start("step")
     assert guard.interrupted and guard.pending == "step"
-    with pytest.raises(gpu_envs.InterruptedStepError, match=r"previous step\(\) of this thing did not finish.*reset\(\) is refused"):
+    with pytest.raises(
+        gpu_envs.InterruptedStepError, match=r"previous step\(\) of this thing did not finish.*reset\(\) is refused"
+    ):
         guard.check("reset")
     guard.finish()
     assert not guard.interrupted and guard.pending is None

@@ -25,7 +25,13 @@ class SwappedCartPole(CartPoleEnv):
         obs, reward, terminated, truncated, info = super().step(action)
         done = (terminated | truncated)[:, None]
         final = info["final_obs"]
-        return torch.where(done, final, obs), reward, terminated, truncated, {"final_obs": torch.where(done, obs, final)}
+        return (
+            torch.where(done, final, obs),
+            reward,
+            terminated,
+            truncated,
+            {"final_obs": torch.where(done, obs, final)},
+        )
 
 
 class ResetAsFinalCartPole(CartPoleEnv):
@@ -125,7 +131,9 @@ def test_bad_steps_is_a_clear_error():
 def test_a_transformed_env_passes_with_its_own_specs():
     from gpu_envs.transforms import ActionRescale, EpisodeStats, RewardScale, TransformedEnv
 
-    env = TransformedEnv(gpu_envs.make("Pendulum-v1", num_envs=4, device="cpu"), EpisodeStats(), RewardScale(0.5), ActionRescale())
+    env = TransformedEnv(
+        gpu_envs.make("Pendulum-v1", num_envs=4, device="cpu"), EpisodeStats(), RewardScale(0.5), ActionRescale()
+    )
     report = check_env(env, steps=210)
     assert report.ok and statuses(report)["specs"] == PASS, report.format()
     assert "torch(PendulumEnv) backend" in report.title

@@ -12,9 +12,7 @@ from gpu_envs.cli import main
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gpu_envs.cli", *args], capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, "-m", "gpu_envs.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.slow
@@ -142,7 +140,12 @@ def test_bench_refuses_bad_output_paths_before_running(args, message, capsys, mo
 def test_bench_plot_series_follow_the_tables():
     from gpu_envs.cli.bench_plot import collection_series, overhead_series
 
-    overhead = {"rows": [{"N": 1, "raw_us": 10.0, "floor_us": 12.0, "gpu_envs_us": 13.0}, {"N": 64, "raw_us": 20.0, "gpu_envs_us": 22.0, "torchrl_us": 200.0}]}
+    overhead = {
+        "rows": [
+            {"N": 1, "raw_us": 10.0, "floor_us": 12.0, "gpu_envs_us": 13.0},
+            {"N": 64, "raw_us": 20.0, "gpu_envs_us": 22.0, "torchrl_us": 200.0},
+        ]
+    }
     series = overhead_series(overhead)
     assert series["gpu_envs"] == [(1, 1.3), (64, 1.1)]
     assert series["floor (raw env + contract)"] == [(1, 1.2)] and series["torchrl"] == [(64, 10.0)]
@@ -163,9 +166,19 @@ def test_bench_plot_series_follow_the_tables():
 def test_bench_ratio_lines_from_times_rates_and_explicit_ratios():
     from gpu_envs.cli.cmd_bench import ratio_rows
 
-    times = {"columns": [("N", "N")], "rows": [{"N": 64, "raw_us": 100.0, "gpu_envs_us": 125.0, "torchrl_us": 500.0, "gpu_envs_overhead": "+25%"}]}
+    times = {
+        "columns": [("N", "N")],
+        "rows": [{"N": 64, "raw_us": 100.0, "gpu_envs_us": 125.0, "torchrl_us": 500.0, "gpu_envs_overhead": "+25%"}],
+    }
     assert ratio_rows("overhead", times) == [
-        {"benchmark": "overhead", "case": "N=64", "contender": "gpu_envs", "value": "125.0 us/step", "vs_raw": "0.80x", "vs_torchrl": "4.00x"}
+        {
+            "benchmark": "overhead",
+            "case": "N=64",
+            "contender": "gpu_envs",
+            "value": "125.0 us/step",
+            "vs_raw": "0.80x",
+            "vs_torchrl": "4.00x",
+        }
     ]
     rates = {
         "columns": [("N", "N")],
@@ -191,7 +204,10 @@ def test_bench_ratio_lines_from_times_rates_and_explicit_ratios():
         ("", "memory: 100 collections", "", ""),
     ]
     assert lines[1]["value"] == "RSS +0.00 MiB"
-    given = {"rows": [], "ratios": [{"case": "N=1", "contender": "gpu_envs", "value": "1", "vs_raw": "1.0x", "vs_torchrl": "n/a"}]}
+    given = {
+        "rows": [],
+        "ratios": [{"case": "N=1", "contender": "gpu_envs", "value": "1", "vs_raw": "1.0x", "vs_torchrl": "n/a"}],
+    }
     assert ratio_rows("device", given)[0]["benchmark"] == "device"
 
 

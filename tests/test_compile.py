@@ -262,7 +262,9 @@ def test_graph_refuses_state_whose_shape_or_dtype_changed_since_the_capture():
     collector = GraphCollector(env, None, RolloutBuffer(env, 5), api=EmulatedGraphs())
     collector.collect()
     env.backend.env.t = env.backend.env.t.float()  # re-bound with another dtype between replays
-    with pytest.raises(RolloutError, match=r"env state 'backend.env.t' is now .*float32.* but the captured graph was built for .*int64"):
+    with pytest.raises(
+        RolloutError, match=r"env state 'backend.env.t' is now .*float32.* but the captured graph was built for .*int64"
+    ):
         collector.collect()
 
 

@@ -144,4 +144,6 @@ def test_same_draws_on_every_device(device):
     other = CounterRNG(256, 4, device, seed=11)
     bounds = [-0.05] * 4, [0.05] * 4
     np.testing.assert_array_equal(cpu.bits().numpy(), other.bits().cpu().numpy())
-    torch.testing.assert_close(cpu.uniform(cpu.bounds(*bounds)), other.uniform(other.bounds(*bounds)).cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(
+        cpu.uniform(cpu.bounds(*bounds)), other.uniform(other.bounds(*bounds)).cpu(), rtol=0, atol=0
+    )

@@ -54,7 +54,9 @@ def _feed(env, actions: torch.Tensor) -> None:
 
 
 def _stats_env(num_envs: int, offset: int, norm, stats):
-    base = gpu_envs.make("CartPole-v1", num_envs=num_envs, backend="gymnasium", seed=3, device="cpu", env_index_offset=offset)
+    base = gpu_envs.make(
+        "CartPole-v1", num_envs=num_envs, backend="gymnasium", seed=3, device="cpu", env_index_offset=offset
+    )
     return TransformedEnv(base, stats, norm)
 
 
@@ -208,7 +210,18 @@ def test_a_rank_that_raises_fails_the_job_quickly(tmp_path):
 @pytest.mark.slow
 def test_cli_rollout_under_torchrun_prints_one_global_summary():
     proc = torchrun(
-        ["-m", "gpu_envs.cli", "rollout", "--distributed", "--backend", "gymnasium", "--num-envs", "3", "--steps", "64"],
+        [
+            "-m",
+            "gpu_envs.cli",
+            "rollout",
+            "--distributed",
+            "--backend",
+            "gymnasium",
+            "--num-envs",
+            "3",
+            "--steps",
+            "64",
+        ],
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -232,11 +245,23 @@ def test_ppo_example_learns_with_ddp_on_two_processes():
 @pytest.mark.parametrize(
     ("env", "words"),
     [
-        ({"RANK": "1", "WORLD_SIZE": "2"}, ["RANK=1", "WORLD_SIZE=2", "no LOCAL_RANK, MASTER_ADDR, MASTER_PORT", "torchrun"]),
-        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, ["no MASTER_ADDR, MASTER_PORT", "unset RANK and WORLD_SIZE"]),
+        (
+            {"RANK": "1", "WORLD_SIZE": "2"},
+            ["RANK=1", "WORLD_SIZE=2", "no LOCAL_RANK, MASTER_ADDR, MASTER_PORT", "torchrun"],
+        ),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+            ["no MASTER_ADDR, MASTER_PORT", "unset RANK and WORLD_SIZE"],
+        ),
         ({"WORLD_SIZE": "4"}, ["no RANK, LOCAL_RANK"]),
-        ({"RANK": "x", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, ["RANK='x' is not an integer"]),
-        ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, ["0 <= RANK < WORLD_SIZE"]),
+        (
+            {"RANK": "x", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+            ["RANK='x' is not an integer"],
+        ),
+        (
+            {"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+            ["0 <= RANK < WORLD_SIZE"],
+        ),
     ],
 )
 def test_a_half_set_torchrun_environment_is_refused_not_run_as_rank_0_of_1(monkeypatch, env, words):

@@ -45,7 +45,9 @@ def pinned_versions() -> dict[str, str]:
             name, version = line.split("==", 1)
             pins[_norm(name)] = version.strip()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    requirements = list(project["dependencies"]) + [r for extra in project["optional-dependencies"].values() for r in extra]
+    requirements = list(project["dependencies"]) + [
+        r for extra in project["optional-dependencies"].values() for r in extra
+    ]
     for requirement in requirements:
         for name, version in PIN.findall(requirement):
             pins.setdefault(_norm(name), version)
@@ -136,7 +138,7 @@ def check_command(argv: list[str]) -> int:
                 try:
                     module.parse_args([a for a in argv[i + 1 :]])
                 except SystemExit as exc:
-                    pytest.fail(f"examples/ppo_cartpole.py rejects {argv[i + 1:]} (exit {exc.code})")
+                    pytest.fail(f"examples/ppo_cartpole.py rejects {argv[i + 1 :]} (exit {exc.code})")
     pytest_args = _after(argv, "pytest")
     if pytest_args is not None:
         targets = [a for a in pytest_args if not a.startswith("-")]
@@ -157,7 +159,9 @@ def test_pinned_versions_match_the_project_pins(path):
     for name, value in args.items():
         if name.endswith("_VERSION"):
             package = _norm(name[: -len("_VERSION")])
-            assert pins.get(package) == value, f"{path.name}: ARG {name}={value}, but the project pins {package}=={pins.get(package)}"
+            assert pins.get(package) == value, (
+                f"{path.name}: ARG {name}={value}, but the project pins {package}=={pins.get(package)}"
+            )
             seen += 1
     for argv in commands(path):
         for name, version in PIN.findall(" ".join(argv)):
@@ -185,7 +189,9 @@ def _ignored(relative: str, patterns: list[str]) -> bool:
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
 def test_copied_paths_exist_in_the_build_context(path):
     ignore = [
-        line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
     ]
     copies = [shlex.split(rest) for word, rest in instructions(path) if word == "COPY"]
     assert copies

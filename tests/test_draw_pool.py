@@ -27,7 +27,17 @@ def random_masks(n, steps, p, seed=0):
 
 @pytest.mark.parametrize(
     ("n", "lanes", "events"),
-    [(1, 4, None), (7, 4, 5), (64, 4, None), (513, 4, 3), (9, 2, None), (33, 2, 1), (5, 1, 4), (12, 3, None), (8, 5, 2)],
+    [
+        (1, 4, None),
+        (7, 4, 5),
+        (64, 4, None),
+        (513, 4, 3),
+        (9, 2, None),
+        (33, 2, 1),
+        (5, 1, 4),
+        (12, 3, None),
+        (8, 5, 2),
+    ],
 )
 @pytest.mark.parametrize("device", DEVICES)
 def test_pooled_draws_equal_direct_draws(n, lanes, events, device):

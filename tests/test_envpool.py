@@ -22,7 +22,9 @@ from gpu_envs.backends.envpool import EnvPoolBackend
 from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError
 from tests.gym_fakes import assert_same_transitions, batched_transitions, sequential_reference
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("envpool") is None, reason="envpool not installed (CI installs it)")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("envpool") is None, reason="envpool not installed (CI installs it)"
+)
 
 if importlib.util.find_spec("envpool") is not None:
     import envpool
@@ -95,7 +97,9 @@ def test_pong_uint8_frames_match_single_env_pools():
     n, steps, seed = 3, 120, 9
     actions = np.random.default_rng(2).integers(0, 6, size=(n, steps))
     info = ["elapsed_step", "lives", "info_reward"]
-    want = sequential_reference(lambda i: SinglePool("Pong-v5", seed + i, max_episode_steps=25), actions, info_keys=info[:2])
+    want = sequential_reference(
+        lambda i: SinglePool("Pong-v5", seed + i, max_episode_steps=25), actions, info_keys=info[:2]
+    )
     with gpu_envs.make("Pong-v5", num_envs=n, backend="envpool", device="cpu", max_episode_steps=25) as env:
         spec = env.single_observation_spec["observation"]
         assert spec.dtype == torch.uint8 and tuple(spec.shape) == (4, 84, 84)
@@ -191,7 +195,14 @@ def test_transitions_handed_out_are_never_rewritten():
         for _ in range(40):
             td["action"] = torch.ones(4, dtype=torch.int64)
             td, root = env.step_and_maybe_reset(td)
-            kept.append((td["next", "observation"], td["next", "observation"].clone(), root["observation"], root["observation"].clone()))
+            kept.append(
+                (
+                    td["next", "observation"],
+                    td["next", "observation"].clone(),
+                    root["observation"],
+                    root["observation"].clone(),
+                )
+            )
             td = root
         for live, copy, live_root, copy_root in kept:
             assert torch.equal(live, copy) and torch.equal(live_root, copy_root)
@@ -205,7 +216,10 @@ def test_refusals_name_the_fix():
         dm = envpool.make("CartPole-v1", env_type="dm", num_envs=2)
     with pytest.raises(NotAnEnvError, match="env_type='gymnasium'"):
         gpu_envs.wrap(dm, backend="envpool")
-    with gpu_envs.make("CartPole-v1", num_envs=2, backend="envpool", device="cpu") as env, pytest.raises(InvalidArgumentError, match="int32"):
+    with (
+        gpu_envs.make("CartPole-v1", num_envs=2, backend="envpool", device="cpu") as env,
+        pytest.raises(InvalidArgumentError, match="int32"),
+    ):
         env.reset(seed=2**31)
     with pytest.raises(InvalidArgumentError, match="sets env_seed itself"):
         gpu_envs.make("CartPole-v1", num_envs=2, backend="envpool", env_seed=[1, 2])
@@ -221,7 +235,10 @@ def test_ids_only_envpool_has_go_to_envpool_by_default_and_are_listed():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("task", "kwargs"), [("CartPole-v1", {}), ("Ant-v4", {"max_episode_steps": 50}), ("Pong-v5", {"max_episode_steps": 40})])
+@pytest.mark.parametrize(
+    ("task", "kwargs"),
+    [("CartPole-v1", {}), ("Ant-v4", {"max_episode_steps": 50}), ("Pong-v5", {"max_episode_steps": 40})],
+)
 def test_check_env_passes(task, kwargs):
     with gpu_envs.make(task, num_envs=4, backend="envpool", device="cpu", **kwargs) as env:
         report = gpu_envs.check_env(env, steps=120, name=task)

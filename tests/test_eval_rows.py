@@ -48,7 +48,9 @@ def test_eval_rows_are_exactly_a_separate_env_run_with_the_deterministic_policy(
     traj = collect(env, policy_with_generator(0), steps=T)
 
     alone_stats = EpisodeStats()
-    alone = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=K, device="cpu", seed=SEED, env_index_offset=N - K), alone_stats)
+    alone = TransformedEnv(
+        gpu_envs.make("CartPole-v1", num_envs=K, device="cpu", seed=SEED, env_index_offset=N - K), alone_stats
+    )
     alone.reset()
     ref = collect(alone, greedy, steps=T)
 
@@ -82,7 +84,9 @@ def test_a_policy_without_the_deterministic_action_is_told_what_to_write():
 
 
 def test_continuous_actions_and_a_custom_key():
-    env = TransformedEnv(gpu_envs.make("Pendulum-v1", num_envs=4, device="cpu", seed=0), EvalRows([1, 2], deterministic_key="mean"))
+    env = TransformedEnv(
+        gpu_envs.make("Pendulum-v1", num_envs=4, device="cpu", seed=0), EvalRows([1, 2], deterministic_key="mean")
+    )
     twin = gpu_envs.make("Pendulum-v1", num_envs=4, device="cpu", seed=0)
     td, ref = env.reset(), twin.reset()
     for _ in range(5):
@@ -102,7 +106,11 @@ def test_bad_rows_are_refused(rows):
 @pytest.mark.slow
 def test_eval_rows_never_sync():
     eval_rows = EvalRows([1, 3])
-    env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=6, device="cpu", seed=0), EpisodeStats(rows=eval_rows.train_rows(6)), eval_rows)
+    env = TransformedEnv(
+        gpu_envs.make("CartPole-v1", num_envs=6, device="cpu", seed=0),
+        EpisodeStats(rows=eval_rows.train_rows(6)),
+        eval_rows,
+    )
     policy = policy_with_generator(1)
     td = env.reset()
     td, td = env.step_and_maybe_reset(policy(td))  # the first step validates (allowed to sync)

@@ -90,11 +90,15 @@ def test_the_step_layout_packs_and_unpacks_by_name(packed):
     stage = HostStaging(layout.fields, "cpu", packed=packed)
     obs = [np.ones((n, 2), np.float32), np.arange(n)]
     flags = [np.zeros((n, 1), bool), np.ones((n, 1), bool), np.ones((n, 1), bool)]
-    values = layout.pack(obs, np.full((n, 1), 2.0), *flags, [o + 10 for o in obs], np.array([True, False, True]), [np.full(n, 0.5)])
+    values = layout.pack(
+        obs, np.full((n, 1), 2.0), *flags, [o + 10 for o in obs], np.array([True, False, True]), [np.full(n, 0.5)]
+    )
     raw = layout.unpack(stage.publish(values))
     assert isinstance(raw, RawStep) and list(raw.obs) == ["a", ("g", "b")]
     assert torch.equal(raw.final_obs[("g", "b")], torch.arange(n) + 10) and raw.reward.dtype == torch.float32
-    assert torch.equal(raw.final_mask, torch.tensor([True, False, True])) and torch.equal(raw.truncated, torch.ones(n, 1, dtype=torch.bool))
+    assert torch.equal(raw.final_mask, torch.tensor([True, False, True])) and torch.equal(
+        raw.truncated, torch.ones(n, 1, dtype=torch.bool)
+    )
     assert torch.equal(raw.info["x"], torch.full((n,), 0.5, dtype=torch.float64))
     # a step without final observations: None, or the observations themselves
     values = layout.pack(obs, np.zeros((n, 1)), *flags, None, None, [np.zeros(n)])
@@ -115,7 +119,9 @@ def _layout_values(layout, n, rng, lone):
 @pytest.mark.parametrize("with_final", [True, False])
 def test_the_bound_publisher_gives_what_pack_publish_unpack_give(packed, lone, with_final):
     n, rng = 4, np.random.default_rng(3)
-    obs_fields = {"a": ((n, 2), torch.float32)} if lone else {"a": ((n, 2), torch.float32), ("g", "b"): ((n,), torch.int64)}
+    obs_fields = (
+        {"a": ((n, 2), torch.float32)} if lone else {"a": ((n, 2), torch.float32), ("g", "b"): ((n,), torch.int64)}
+    )
     layout = StepLayout(obs_fields, n, final_mask=(n,), info={"x": ((n,), torch.float32)})
     stage = HostStaging(layout.fields, "cpu", packed=packed)
     k = len(obs_fields)
@@ -130,13 +136,17 @@ def test_the_bound_publisher_gives_what_pack_publish_unpack_give(packed, lone, w
         assert isinstance(got, RawStep) and list(got.obs) == list(want.obs) and list(got.info) == ["x"]
         for a, b in zip(got, want, strict=True):
             if isinstance(a, dict):
-                assert list(a) == list(b) and all(torch.equal(a[key], b[key]) and a[key].dtype == b[key].dtype for key in a)
+                assert list(a) == list(b) and all(
+                    torch.equal(a[key], b[key]) and a[key].dtype == b[key].dtype for key in a
+                )
             else:
                 assert (a is None) == (b is None) and (a is None or (torch.equal(a, b) and a.dtype == b.dtype))
         assert (got.final_obs is got.obs) == (not with_final) and got.reward.dtype == torch.float32
         if not packed:  # the CPU path shares what was given away, copies the rest
             assert np.shares_memory(got.terminated.numpy(), flags[0]) and np.shares_memory(got.done.numpy(), flags[2])
-            assert not np.shares_memory(got.obs["a"].numpy(), obs[0]) and not np.shares_memory(got.info["x"].numpy(), info[0])
+            assert not np.shares_memory(got.obs["a"].numpy(), obs[0]) and not np.shares_memory(
+                got.info["x"].numpy(), info[0]
+            )
             if with_final:
                 assert np.shares_memory(got.final_obs["a"].numpy(), final[0])
 

@@ -98,7 +98,9 @@ def unique_obs(scenario: Scenario, base: int) -> dict:
 
 def every_row(final: dict, obs: dict, done: torch.Tensor) -> dict:
     """Final observations valid on every row: the final one where a row ended, the next one elsewhere."""
-    return {key: torch.where(done.view(-1, *([1] * (value.dim() - 1))), value, obs[key]) for key, value in final.items()}
+    return {
+        key: torch.where(done.view(-1, *([1] * (value.dim() - 1))), value, obs[key]) for key, value in final.items()
+    }
 
 
 def placeholder(dtype: torch.dtype, missing_value: int | None) -> float:
@@ -108,10 +110,14 @@ def placeholder(dtype: torch.dtype, missing_value: int | None) -> float:
 
 
 # ---------------------------------------------------------------------- the property
-def check(scenario: Scenario, step: int, obs: dict, final: dict | None, next_obs: dict, missing: torch.Tensor, root: dict) -> None:
+def check(
+    scenario: Scenario, step: int, obs: dict, final: dict | None, next_obs: dict, missing: torch.Tensor, root: dict
+) -> None:
     n = scenario.num_envs
     done = scenario.terminated[step] | scenario.truncated[step]
-    given_rows = torch.ones(n, dtype=torch.bool) if scenario.final_mode in ("full", "every") else scenario.masks[step].clone()
+    given_rows = (
+        torch.ones(n, dtype=torch.bool) if scenario.final_mode in ("full", "every") else scenario.masks[step].clone()
+    )
     if scenario.final_mode == "none":
         given_rows[:] = False
     valid = done & given_rows
@@ -135,7 +141,11 @@ def check(scenario: Scenario, step: int, obs: dict, final: dict | None, next_obs
         flat = got.reshape(n, -1)
         # ("every": the final observations of the rows that did not end are their next ones, from obs)
         sources = [r for r in range(n) if done[r] or scenario.final_mode != "every"]
-        from_final = {i for i in range(n) if final is not None and any(torch.equal(flat[i], final[key].reshape(n, -1)[r]) for r in sources)}
+        from_final = {
+            i
+            for i in range(n)
+            if final is not None and any(torch.equal(flat[i], final[key].reshape(n, -1)[r]) for r in sources)
+        }
         from_obs = {i for i in range(n) if any(torch.equal(flat[i], obs[key].reshape(n, -1)[r]) for r in range(n))}
         assert from_final == set(torch.nonzero(valid).flatten().tolist())
         assert from_obs == set(torch.nonzero(~done).flatten().tolist())
@@ -230,6 +240,8 @@ def test_batched_env_property(scenario):
         assert not root["done"].any()
         for key in scenario.structure:  # the step acted on the previous root, unchanged
             assert torch.equal(td[key], previous_root[key])
-        torch.testing.assert_close(td["next", "reward"][:, 0], torch.arange(scenario.num_envs, dtype=torch.float32) + step)
+        torch.testing.assert_close(
+            td["next", "reward"][:, 0], torch.arange(scenario.num_envs, dtype=torch.float32) + step
+        )
         previous_root = {key: value.clone() for key, value in root_obs.items()}
         td = root

@@ -13,7 +13,14 @@ import torch
 from gpu_envs.contract.final_obs import ROW_VIEW_MIN_ENVS, FinalObsTransform
 from gpu_envs.contract.specs import Box, Composite
 
-CASES = [((4,), torch.float32), ((2,), torch.float32), ((1,), torch.int64), ((2, 2), torch.float32), ((3,), torch.float32), ((8,), torch.int16)]
+CASES = [
+    ((4,), torch.float32),
+    ((2,), torch.float32),
+    ((1,), torch.int64),
+    ((2, 2), torch.float32),
+    ((3,), torch.float32),
+    ((8,), torch.int16),
+]
 
 
 def _spec(shape, dtype):

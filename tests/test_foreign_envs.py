@@ -20,7 +20,9 @@ import gpu_envs
 from gpu_envs.backends.foreign import is_known_foreign, refusal
 from gpu_envs.contract.errors import AutoresetModeError, NotAnEnvError
 
-puffer = pytest.mark.skipif(importlib.util.find_spec("pufferlib") is None, reason="pufferlib-core not installed (CI installs it)")
+puffer = pytest.mark.skipif(
+    importlib.util.find_spec("pufferlib") is None, reason="pufferlib-core not installed (CI installs it)"
+)
 legacy_gym = pytest.mark.skipif(importlib.util.find_spec("gym") is None, reason="gym not installed (extra 'gym')")
 
 

@@ -116,7 +116,9 @@ def test_gym_spaces_convert_to_gymnasium_spaces():
             "pick": gymnasium.spaces.Discrete(3, start=1),
             "keys": gymnasium.spaces.MultiDiscrete([2, 5]),
             "bits": gymnasium.spaces.MultiBinary(4),
-            "pair": gymnasium.spaces.Tuple((gymnasium.spaces.Discrete(2), gymnasium.spaces.Box(0, 255, (3,), np.uint8))),
+            "pair": gymnasium.spaces.Tuple(
+                (gymnasium.spaces.Discrete(2), gymnasium.spaces.Box(0, 255, (3,), np.uint8))
+            ),
         }
     )
     with pytest.raises(gpu_envs.UnsupportedSpaceError, match="Text"):

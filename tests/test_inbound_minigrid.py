@@ -60,7 +60,9 @@ def _assert_same(got: dict, want: dict, keys=KEYS) -> None:
     """Key by key; ``mission`` bytes are decoded and compared with the oracle's text."""
     for name in ("observation", "next_observation", "root"):
         if "mission" in keys:
-            np.testing.assert_array_equal(np.array(decode_missions(got.pop(f"{name}/mission"))), want.pop(f"{name}/mission"))
+            np.testing.assert_array_equal(
+                np.array(decode_missions(got.pop(f"{name}/mission"))), want.pop(f"{name}/mission")
+            )
     assert_same_transitions(got, want)
 
 

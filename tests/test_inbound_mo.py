@@ -234,7 +234,15 @@ def test_consumers_that_need_a_scalar_reward_name_the_fix(mo_env):
     traj = mo_env.rollout(5, policy=_zero_policy)
     value = torch.zeros(4, 5, 1)
     with pytest.raises(gpu_envs.SpecError, match=r"gae needs one reward.*shape \(2,\).*LinearReward"):
-        gae(traj["next", "reward"], value, value, traj["next", "terminated"], traj["next", "truncated"], gamma=0.9, lam=0.9)
+        gae(
+            traj["next", "reward"],
+            value,
+            value,
+            traj["next", "terminated"],
+            traj["next", "truncated"],
+            gamma=0.9,
+            lam=0.9,
+        )
 
 
 def test_scalar_rewards_are_unchanged_for_other_backends():

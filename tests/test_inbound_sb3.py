@@ -63,7 +63,9 @@ def test_make_vec_env_cartpole_matches_sequential_gymnasium_and_keeps_monitor_ep
     want = sequential_reference(lambda i: gym.make("CartPole-v1"), actions, seed=seed)
     with gpu_envs.wrap(make_vec_env("CartPole-v1", n_envs=n), device="cpu") as env:
         assert "sb3(DummyVecEnv)" in repr(env)
-        got = batched_transitions(env, torch.as_tensor(actions), info_keys=[("episode", "l"), ("episode", "r")], seed=seed)
+        got = batched_transitions(
+            env, torch.as_tensor(actions), info_keys=[("episode", "l"), ("episode", "r")], seed=seed
+        )
     assert_same_transitions(got, want)
     assert want["done"].sum() > 50
     # SB3's Monitor reports each finished episode's length and return on its last step, 0 elsewhere

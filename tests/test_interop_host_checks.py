@@ -157,7 +157,9 @@ def test_index_ranges_are_checked_the_same_for_few_and_many_actions(n, dtype):
     actions = HostActions(gpu_envs.make("CartPole-v1", num_envs=n, device="cpu"), "to_sb3")
     good = (np.arange(n) % 2).astype(dtype)
     assert torch.equal(actions(good), torch.as_tensor(good.astype(np.int64)))
-    bad_values = [2, int(np.iinfo(dtype).max)] + ([-1, int(np.iinfo(dtype).min)] if np.issubdtype(dtype, np.signedinteger) else [])
+    bad_values = [2, int(np.iinfo(dtype).max)] + (
+        [-1, int(np.iinfo(dtype).min)] if np.issubdtype(dtype, np.signedinteger) else []
+    )
     for bad in bad_values:
         for row in (0, n - 1):
             wrong = good.copy()

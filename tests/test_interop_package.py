@@ -42,7 +42,14 @@ def test_require_explains_what_to_install():
 
 
 def test_public_names_and_unknown_attributes():
-    assert set(gpu_envs.interop.__all__) == {"to_gymnasium", "to_sb3", "to_torchrl", "to_rsl_rl", "to_skrl", "to_rl_games"}
+    assert set(gpu_envs.interop.__all__) == {
+        "to_gymnasium",
+        "to_sb3",
+        "to_torchrl",
+        "to_rsl_rl",
+        "to_skrl",
+        "to_rl_games",
+    }
     assert set(gpu_envs.interop.__all__) <= set(dir(gpu_envs.interop))
     with pytest.raises(AttributeError, match="to_nothing"):
         gpu_envs.interop.to_nothing  # noqa: B018

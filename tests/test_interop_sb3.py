@@ -76,6 +76,7 @@ def test_returned_arrays_and_infos_are_the_callers(source):
     handed out on other steps may see those writes, and later steps never rewrite
     what an earlier step returned.
     """
+
     def make():
         if source == "builtin":
             return to_sb3(gpu_envs.make("CartPole-v1", num_envs=N, device="cpu", seed=5))

@@ -47,7 +47,9 @@ BACKENDS = {
     "isaac-direct": lambda: gpu_envs.wrap(FakeIsaacDirectEnv(4, compute_final_obs=True, state=True)),
     "isaac-manager-no-final-obs": lambda: gpu_envs.wrap(FakeIsaacManagerEnv(4)),  # NaN placeholders at step 3
     "torch-user-env": lambda: gpu_envs.wrap(CountingTorchVectorEnv(4, final_obs="info")),
-    "transformed": lambda: TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0), EpisodeStats()),
+    "transformed": lambda: TransformedEnv(
+        gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0), EpisodeStats()
+    ),
 }
 JAX_BACKENDS = {
     "jax-phys2d": lambda: gpu_envs.make("phys2d/CartPole-v1", num_envs=4, device="cpu", backend="jax", seed=0),
@@ -131,7 +133,11 @@ def test_probabilistic_actor_accepts_the_action_spec_and_acts():
     env = to_torchrl(gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0))
     net = TensorDictModule(MLP(out_features=2, num_cells=[16]), in_keys=["observation"], out_keys=["logits"])
     actor = ProbabilisticActor(
-        net, in_keys=["logits"], spec=env.action_spec, distribution_class=torch.distributions.Categorical, return_log_prob=True
+        net,
+        in_keys=["logits"],
+        spec=env.action_spec,
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
     )
     data = env.rollout(10, actor, break_when_any_done=False)
     assert data.batch_size == (8, 10)
@@ -146,7 +152,9 @@ def test_refuses_what_is_not_a_gpu_envs_env():
 # ------------------------------------------------------------------- exactness
 def _parity_policy() -> TensorDictModule:
     """action = (index + episode + step) % 2: a function of the counting observation."""
-    return TensorDictModule(lambda obs: (obs.nan_to_num().sum(-1) % 2).long(), in_keys=["observation"], out_keys=["action"])
+    return TensorDictModule(
+        lambda obs: (obs.nan_to_num().sum(-1) % 2).long(), in_keys=["observation"], out_keys=["action"]
+    )
 
 
 def _reference(final_obs: str) -> dict:
@@ -176,7 +184,9 @@ def test_collector_transitions_match_the_sequential_reference(final_obs):
 @pytest.mark.parametrize("final_obs", ["info", "none"])
 def test_torchrl_transformed_env_generic_reset_path_matches_the_reference(final_obs):
     """torchrl's TransformedEnv steps, then resets with "_reset" masks: served from the env's cache, never twice."""
-    env = TorchRLTransformedEnv(to_torchrl(gpu_envs.wrap(CountingTorchVectorEnv(N, final_obs=final_obs))), StepCounter())
+    env = TorchRLTransformedEnv(
+        to_torchrl(gpu_envs.wrap(CountingTorchVectorEnv(N, final_obs=final_obs))), StepCounter()
+    )
     collector = Collector(env, _parity_policy(), frames_per_batch=N * T, total_frames=N * T)
     data = next(iter(collector))
     collector.shutdown(close_env=False)

@@ -42,7 +42,10 @@ def actions_for(n: int, steps: int, seed: int = 0) -> np.ndarray:
 
 def run_steps(env, actions: np.ndarray):
     """Step with ``actions`` [N, T]; collect what the oracle knows, per key, as [N, T]."""
-    got = {k: [] for k in ("observation", "next_observation", "reward", "terminated", "truncated", "final_obs_missing", "root")}
+    got = {
+        k: []
+        for k in ("observation", "next_observation", "reward", "terminated", "truncated", "final_obs_missing", "root")
+    }
     critic = []
     td = env.reset()
     for t in range(actions.shape[1]):
@@ -87,9 +90,13 @@ def test_detects_isaac_contract_without_importing_isaaclab():
 
 def test_detects_classes_from_isaaclab_modules_through_wrappers():
     """Real Isaac Lab tasks subclass isaaclab.envs classes: the MRO's module names say so."""
-    base = type("DirectRLEnv", (FakeIsaacDirectEnv,), {"__module__": "isaaclab.envs.direct_rl_env", "gpu_envs_backend": None})
+    base = type(
+        "DirectRLEnv", (FakeIsaacDirectEnv,), {"__module__": "isaaclab.envs.direct_rl_env", "gpu_envs_backend": None}
+    )
     task = type("CartpoleEnv", (base,), {"__module__": "isaaclab_tasks.core.cartpole.cartpole_direct_env"})
-    lookalike = type("CartpoleEnv", (FakeIsaacDirectEnv,), {"__module__": "isaaclab_lookalike.envs", "gpu_envs_backend": None})
+    lookalike = type(
+        "CartpoleEnv", (FakeIsaacDirectEnv,), {"__module__": "isaaclab_lookalike.envs", "gpu_envs_backend": None}
+    )
     assert is_isaaclab_env(task(2))
     assert is_isaaclab_env(gym.wrappers.OrderEnforcing(task(2)))
     assert not is_isaaclab_env(lookalike(2))
@@ -221,7 +228,9 @@ def test_a_kept_transition_does_not_change_on_the_next_step(kind):
         assert (handed_out == snapshot).all(), "a transition changed after it was handed out"
 
 
-@pytest.mark.parametrize(("in_place", "copy_obs", "copies"), [(False, None, False), (True, None, True), (False, True, True)])
+@pytest.mark.parametrize(
+    ("in_place", "copy_obs", "copies"), [(False, None, False), (True, None, True), (False, True, True)]
+)
 def test_observations_are_copied_when_the_task_rewrites_them(in_place, copy_obs, copies):
     """copy_obs=None: copies while the first calls decide, then only for a task that reuses its buffers."""
     fake = FakeIsaacDirectEnv(N, compute_final_obs=True, obs_in_place=in_place)
@@ -330,7 +339,9 @@ def test_observation_group_missing_at_step_time(where, monkeypatch):
         match = r"observation without 'critic/counts'"
     else:  # the final observation (computed before the reset) lacks a group
         compute = fake._compute_observations  # called without arguments only for extras["final_obs"]
-        monkeypatch.setattr(fake, "_compute_observations", lambda *a: compute(*a) if a else {"policy": full()["policy"]})
+        monkeypatch.setattr(
+            fake, "_compute_observations", lambda *a: compute(*a) if a else {"policy": full()["policy"]}
+        )
         match = r"extras\['final_obs'\] without 'critic/counts'"
     with pytest.raises(gpu_envs.ObservationError, match=match):
         for _ in range(3):  # the final observation appears at step 3

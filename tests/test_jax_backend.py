@@ -43,12 +43,16 @@ CARTPOLE_LIMIT, PENDULUM_LIMIT = 25, 10
 # ----------------------------------------------------------------------------- envs
 @pytest.fixture(scope="module")
 def phys2d_cartpole():
-    return gpu_envs.make("phys2d/CartPole-v1", num_envs=N, device="cpu", backend="jax", max_episode_steps=CARTPOLE_LIMIT)
+    return gpu_envs.make(
+        "phys2d/CartPole-v1", num_envs=N, device="cpu", backend="jax", max_episode_steps=CARTPOLE_LIMIT
+    )
 
 
 @pytest.fixture(scope="module")
 def phys2d_pendulum():
-    return gpu_envs.make("phys2d/Pendulum-v0", num_envs=N, device="cpu", backend="jax", max_episode_steps=PENDULUM_LIMIT)
+    return gpu_envs.make(
+        "phys2d/Pendulum-v0", num_envs=N, device="cpu", backend="jax", max_episode_steps=PENDULUM_LIMIT
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +62,9 @@ def gymnax_cartpole():
 
 @pytest.fixture(scope="module")
 def gymnax_pendulum():
-    return gpu_envs.make("gymnax/Pendulum-v1", num_envs=N, device="cpu", env_params={"max_steps_in_episode": PENDULUM_LIMIT})
+    return gpu_envs.make(
+        "gymnax/Pendulum-v1", num_envs=N, device="cpu", env_params={"max_steps_in_episode": PENDULUM_LIMIT}
+    )
 
 
 def _actions(env, rng: np.random.Generator) -> np.ndarray:
@@ -95,14 +101,23 @@ def _stack(rows: list[dict]) -> dict:
 
 
 def _record(rec: dict, obs, nxt, reward, term, trunc, root) -> None:
-    for key, value in (("observation", obs), ("next_observation", nxt), ("reward", reward),
-                       ("terminated", term), ("truncated", trunc), ("root", root)):
+    for key, value in (
+        ("observation", obs),
+        ("next_observation", nxt),
+        ("reward", reward),
+        ("terminated", term),
+        ("truncated", trunc),
+        ("root", root),
+    ):
         rec[key].append(np.asarray(value))
     rec["final_obs_missing"].append(False)
 
 
 def _new_record() -> dict:
-    return {k: [] for k in ("observation", "next_observation", "reward", "terminated", "truncated", "final_obs_missing", "root")}
+    return {
+        k: []
+        for k in ("observation", "next_observation", "reward", "terminated", "truncated", "final_obs_missing", "root")
+    }
 
 
 def funcenv_reference(single_cls, actions: np.ndarray, limit: int, seed: int = SEED) -> dict:
@@ -147,7 +162,7 @@ def gymnax_reference(env, params, actions: np.ndarray, seed: int = SEED) -> dict
             nxt, nstate, reward, term, _ = step_env(k_step, state, action, params)
             trunc = bool(is_truncated(nstate, params))
             term = bool(term)
-            root, state = (reset_env(k_reset, params) if term or trunc else (nxt, nstate))
+            root, state = reset_env(k_reset, params) if term or trunc else (nxt, nstate)
             _record(rec, obs, nxt, reward, term, trunc, root)
             obs = root
         rows.append(rec)
@@ -362,7 +377,9 @@ def test_detection_does_not_import_jax():
     )
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root, env=env
+    )
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr
 
 

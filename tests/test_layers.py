@@ -31,7 +31,10 @@ PACKAGE = "gpu_envs"
 # re-exports), which covers itself only; the most specific name wins.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the re-exports, make()/wrap() and the registry (which imports backends by name, at run time), the CLI, check_env
-    ("entry points and tools", ("gpu_envs", "gpu_envs.__main__", "gpu_envs.factory", "gpu_envs.registry", "gpu_envs.cli", "gpu_envs.check")),
+    (
+        "entry points and tools",
+        ("gpu_envs", "gpu_envs.__main__", "gpu_envs.factory", "gpu_envs.registry", "gpu_envs.cli", "gpu_envs.check"),
+    ),
     # to_torchrl, to_sb3, ...: another library's env type around a BatchedEnv
     ("interop", ("gpu_envs.interop",)),
     # collect() with its buffer, loop, cache, compiled and CUDA-graph paths, GAE; multi-process collection;
@@ -152,8 +155,7 @@ def upward_imports(graph: dict[str, list[tuple[str, list[str], int]]]) -> list[s
             allowed = (module, target) in CALL_TIME_UPWARD
             if here is not None and there is not None and there < here and not allowed:
                 problems.append(
-                    f"{module} line {line} ({LAYERS[here][0]}) imports "
-                    f"{target} ({LAYERS[there][0]}), a layer above it"
+                    f"{module} line {line} ({LAYERS[here][0]}) imports {target} ({LAYERS[there][0]}), a layer above it"
                 )
     return problems
 
@@ -164,16 +166,13 @@ def test_the_upward_exceptions_are_call_time_imports():
     modules = module_files()
     for module, target in CALL_TIME_UPWARD:
         tree = ast.parse(modules[module].read_text())
-        top_level = {
-            node.module
-            for node in tree.body
-            if isinstance(node, ast.ImportFrom) and node.module
-        } | {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+        top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module} | {
+            alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names
+        }
         assert target not in top_level, f"{module} imports {target} at module level; import it inside the method"
         assert any(t == target for t, _, _ in imports_of(module, modules[module], modules)), (
             f"{module} no longer imports {target}: drop the exception from CALL_TIME_UPWARD"
         )
-
 
 
 def test_docs_architecture_draws_the_same_layer_table():

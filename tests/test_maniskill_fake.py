@@ -23,7 +23,10 @@ N, T = 6, 100
 
 
 def collect(env, actions: np.ndarray, key="observation") -> dict:
-    got = {k: [] for k in ("observation", "next_observation", "reward", "terminated", "truncated", "final_obs_missing", "root")}
+    got = {
+        k: []
+        for k in ("observation", "next_observation", "reward", "terminated", "truncated", "final_obs_missing", "root")
+    }
     td = env.reset()
     for t in range(actions.shape[1]):
         td["action"] = torch.as_tensor(actions[:, t]).unsqueeze(-1)
@@ -56,7 +59,10 @@ def test_transitions_match_sequential_reference(withhold):
 
 def test_nested_state_dict_observations():
     env = gpu_envs.wrap(FakeManiSkillVectorEnv(N, obs_mode="state_dict"))
-    assert env.observation_spec.keys(include_nested=True, leaves_only=True) == [("agent", "counts"), ("extra", "progress")]
+    assert env.observation_spec.keys(include_nested=True, leaves_only=True) == [
+        ("agent", "counts"),
+        ("extra", "progress"),
+    ]
     actions = np.ones((N, 30), dtype=np.float32)
     got = collect(env, actions, key=("agent", "counts"))
     expected = reference_rollout(N, actions)
@@ -105,4 +111,6 @@ def test_no_host_sync_in_step_loop_and_rollout(withhold):
         traj = env.rollout(20, policy=lambda td: td.set("action", action), reset=False)
     expected = reference_rollout(N, np.ones((N, 121), dtype=np.float32), final_obs="masked" if withhold else "info")
     np.testing.assert_array_equal(traj["next", "observation"].numpy(), expected["next_observation"][:, 101:])
-    np.testing.assert_array_equal(traj["next", "final_obs_missing"].squeeze(-1).numpy(), expected["final_obs_missing"][:, 101:])
+    np.testing.assert_array_equal(
+        traj["next", "final_obs_missing"].squeeze(-1).numpy(), expected["final_obs_missing"][:, 101:]
+    )

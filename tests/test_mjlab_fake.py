@@ -141,7 +141,10 @@ def actions_for(steps: int = T, seed: int = 0) -> np.ndarray:
 
 def run(env, actions: np.ndarray) -> tuple[dict, list]:
     """Step with ``actions`` ``[N, T]``; the oracle's keys as ``[N, T]`` arrays, and the critic rows."""
-    got = {k: [] for k in ("observation", "next_observation", "reward", "terminated", "truncated", "final_obs_missing", "root")}
+    got = {
+        k: []
+        for k in ("observation", "next_observation", "reward", "terminated", "truncated", "final_obs_missing", "root")
+    }
     critic = []
     td = env.reset()
     for t in range(actions.shape[1]):

@@ -75,7 +75,9 @@ def reference(actions: np.ndarray) -> dict:
         for i, env in enumerate(envs):
             next_obs, reward, term, trunc, _ = env.step(int(actions[i, t]))
             bad = not (np.isfinite(next_obs).all() and np.isfinite(reward))
-            case = "" if not bad else "reward" if np.isfinite(next_obs).all() else "final obs" if term or trunc else "obs"
+            case = (
+                "" if not bad else "reward" if np.isfinite(next_obs).all() else "final obs" if term or trunc else "obs"
+            )
             rows["case"].append(case)
             if bad:
                 next_obs, reward, term, trunc = obs[i], 0.0, True, False
@@ -143,7 +145,9 @@ def test_torchrl_style_step_then_masked_reset_matches_the_reference_and_resets_n
     sim = PoisonedTorchEnv(N)
     env = Quarantine(gpu_envs.wrap(sim))
     td = env.reset()
-    got = {k: [] for k in ("observation", "next_observation", "reward", "terminated", "truncated", "quarantined", "root")}
+    got = {
+        k: [] for k in ("observation", "next_observation", "reward", "terminated", "truncated", "quarantined", "root")
+    }
     for t in range(T):
         td["action"] = actions[:, t]
         td = env.step(td)
@@ -210,7 +214,9 @@ def test_pendulum_with_nan_torques_ends_those_rows_and_the_others_run_as_without
     assert summary.episodes == 2 and summary.mean_length == at + 1
     # and the record of what happened
     records = env.env.records()
-    assert records["row"].tolist() == rows and records["count"].tolist() == [1, 1] and records["step"].tolist() == [at, at]
+    assert (
+        records["row"].tolist() == rows and records["count"].tolist() == [1, 1] and records["step"].tolist() == [at, at]
+    )
     torch.testing.assert_close(records["observation", "observation"], traj["observation"][rows, at])
     assert records["action"].isnan().all() and records["next_observation", "observation"].isnan().all()
     assert records["reward"].isnan().all()
@@ -244,7 +250,9 @@ def test_raise_after_k_quarantines_at_the_next_full_reset_or_check():
         td["action"] = torch.tensor(action)
         td, td = env.step_and_maybe_reset(td)  # no raise inside steps: the host does not wait there
     assert env.quarantined.item() == 5
-    with pytest.raises(QuarantineLimitError, match=r"5 rows were quarantined.*raise_after=2.*rows 0, 1, 2, 3.*records\(\)"):
+    with pytest.raises(
+        QuarantineLimitError, match=r"5 rows were quarantined.*raise_after=2.*rows 0, 1, 2, 3.*records\(\)"
+    ):
         env.check()
     with pytest.raises(QuarantineLimitError):
         env.reset()
@@ -322,8 +330,14 @@ def bad_reset_reference(actions: np.ndarray) -> dict:
             next_obs, reward, term, trunc, _ = env.step(int(actions[i, t]))
             if pending[i]:
                 next_obs, reward, term, trunc = obs[i], 0.0, True, False
-            for key, value in (("observation", obs[i]), ("next_observation", next_obs), ("reward", reward),
-                               ("terminated", term), ("truncated", trunc), ("quarantined", pending[i])):
+            for key, value in (
+                ("observation", obs[i]),
+                ("next_observation", next_obs),
+                ("reward", reward),
+                ("terminated", term),
+                ("truncated", trunc),
+                ("quarantined", pending[i]),
+            ):
                 rows[key].append(value)
             if term or trunc:
                 obs[i], pending[i] = fresh(env)

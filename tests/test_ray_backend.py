@@ -99,7 +99,9 @@ def test_env_index_offset_shifts_the_seeds_like_a_shard():
     actions = torch.as_tensor(np.random.default_rng(3).integers(0, 2, size=(6, 40)))
     with gpu_envs.make("CartPole-v1", num_envs=6, device="cpu", backend="gymnasium") as env:
         whole = batched_transitions(env, actions, seed=11)
-    with gpu_envs.make("CartPole-v1", num_envs=3, device="cpu", backend="ray", num_workers=2, env_index_offset=3) as env:
+    with gpu_envs.make(
+        "CartPole-v1", num_envs=3, device="cpu", backend="ray", num_workers=2, env_index_offset=3
+    ) as env:
         shard = batched_transitions(env, actions[3:], seed=11)
     for key, value in shard.items():
         np.testing.assert_array_equal(value, whole[key][3:], err_msg=key)
@@ -122,7 +124,9 @@ def test_partial_reset_masks_reach_the_right_rows_of_each_worker(mode):
 
 
 def test_one_hot_actions_and_validation_through_ray():
-    with gpu_envs.make("CartPole-v1", num_envs=3, device="cpu", backend="ray", num_workers=2, one_hot_actions=True) as env:
+    with gpu_envs.make(
+        "CartPole-v1", num_envs=3, device="cpu", backend="ray", num_workers=2, one_hot_actions=True
+    ) as env:
         td = env.reset(seed=0)
         td["action"] = torch.nn.functional.one_hot(torch.tensor([0, 1, 1]), 2).bool()
         td = env.step(td)
@@ -205,7 +209,9 @@ def test_a_worker_that_does_not_answer_is_named_after_step_timeout():
     td = env.reset()
     td["action"] = torch.zeros(2, dtype=torch.long)
     start = time.monotonic()
-    with pytest.raises(gpu_envs.BackendError, match=r"no answer to step within step_timeout=1.5 s from Ray worker 1") as info:
+    with pytest.raises(
+        gpu_envs.BackendError, match=r"no answer to step within step_timeout=1.5 s from Ray worker 1"
+    ) as info:
         env.step(td)
     assert time.monotonic() - start < 10
     assert "worker 0" not in str(info.value).split("from", 1)[1].split("(an env")[0]
@@ -254,7 +260,11 @@ def test_bad_sub_env_arguments_are_refused_before_any_worker_starts(monkeypatch)
     from gpu_envs.backends.ray import cluster
 
     monkeypatch.setattr(cluster, "start_workers", lambda *a, **k: pytest.fail("workers started before the check"))
-    for kwargs, words in (({"frame_skip": 0}, "frame_skip"), ({"wrappers": [3]}, "wrappers"), ({"vector_kwargs": 1}, "vector_kwargs")):
+    for kwargs, words in (
+        ({"frame_skip": 0}, "frame_skip"),
+        ({"wrappers": [3]}, "wrappers"),
+        ({"vector_kwargs": 1}, "vector_kwargs"),
+    ):
         with pytest.raises(gpu_envs.InvalidArgumentError, match=words):
             gpu_envs.make("CartPole-v1", num_envs=2, backend="ray", num_workers=1, **kwargs)
 

@@ -88,7 +88,9 @@ class ImageCountingEnv(CountingTorchVectorEnv):
         self.single_observation_space = gym.spaces.Box(0, 255, (32, 32, 3), np.uint8)
 
     def _obs(self):
-        colour = torch.stack([self.t * 30 % 256, self.episode * 60 % 256, self.index * 80 % 256], dim=-1).to(torch.uint8)
+        colour = torch.stack([self.t * 30 % 256, self.episode * 60 % 256, self.index * 80 % 256], dim=-1).to(
+            torch.uint8
+        )
         return colour[:, None, None, :].expand(self.num_envs, 32, 32, 3).contiguous()
 
 

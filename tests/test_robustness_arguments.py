@@ -43,14 +43,22 @@ def test_numpy_integers_are_accepted_wherever_ints_are():
 
 @pytest.mark.parametrize("value", [True, 2.0, 2.9, "4", None, 0, -1])
 def test_num_envs_must_be_a_positive_int(value):
-    _refused(gpu_envs.InvalidArgumentError, "num_envs", repr(value) if not isinstance(value, float) else str(value),
-             call=lambda: gpu_envs.make("CartPole-v1", num_envs=value, device="cpu"))
+    _refused(
+        gpu_envs.InvalidArgumentError,
+        "num_envs",
+        repr(value) if not isinstance(value, float) else str(value),
+        call=lambda: gpu_envs.make("CartPole-v1", num_envs=value, device="cpu"),
+    )
 
 
 @pytest.mark.parametrize("seed", [-1, -(2**63), 2**63, 1.7, True, "0"])
 @pytest.mark.parametrize("backend", ["torch", "gymnasium"])
 def test_seeds_follow_one_rule_on_every_backend(seed, backend):
-    err = _refused(gpu_envs.InvalidArgumentError, "seed", call=lambda: gpu_envs.make("CartPole-v1", device="cpu", backend=backend, seed=seed))
+    err = _refused(
+        gpu_envs.InvalidArgumentError,
+        "seed",
+        call=lambda: gpu_envs.make("CartPole-v1", device="cpu", backend=backend, seed=seed),
+    )
     assert "[0, 2**63 - 1]" in str(err)
 
 
@@ -70,18 +78,30 @@ def test_a_device_torch_does_not_know_is_named(device):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a CPU-only torch; a CUDA machine has the device")
 @pytest.mark.parametrize("device", ["cuda", "cuda:0", torch.device("cuda", 1), 0])
 def test_cuda_on_a_cpu_only_torch_says_so_and_how_to_fix_it(device):
-    err = _refused(gpu_envs.InvalidArgumentError, "without CUDA", "device='cpu'", call=lambda: gpu_envs.make("CartPole-v1", device=device))
+    err = _refused(
+        gpu_envs.InvalidArgumentError,
+        "without CUDA",
+        "device='cpu'",
+        call=lambda: gpu_envs.make("CartPole-v1", device=device),
+    )
     assert not isinstance(err, AssertionError)  # not torch's "Torch not compiled with CUDA enabled"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks a GPU index past the last one")
 def test_a_cuda_index_past_the_last_gpu_is_refused():
     index = torch.cuda.device_count()
-    _refused(gpu_envs.InvalidArgumentError, f"cuda:{index}", "visible", call=lambda: gpu_envs.make("CartPole-v1", device=f"cuda:{index}"))
+    _refused(
+        gpu_envs.InvalidArgumentError,
+        f"cuda:{index}",
+        "visible",
+        call=lambda: gpu_envs.make("CartPole-v1", device=f"cuda:{index}"),
+    )
 
 
 def test_wrap_checks_the_device_too():
-    _refused(gpu_envs.InvalidArgumentError, "banana", call=lambda: gpu_envs.wrap(CountingTorchVectorEnv(2), device="banana"))
+    _refused(
+        gpu_envs.InvalidArgumentError, "banana", call=lambda: gpu_envs.wrap(CountingTorchVectorEnv(2), device="banana")
+    )
 
 
 # ---------------------------------------------------------------- sizes and memory
@@ -98,7 +118,10 @@ def test_num_envs_that_cannot_fit_is_refused_before_building(backend, kwargs):
     if backend == "jax":
         pytest.importorskip("jax")
     err = _refused(
-        gpu_envs.InvalidArgumentError, "num_envs=1000000000000", "available", "fewer envs",
+        gpu_envs.InvalidArgumentError,
+        "num_envs=1000000000000",
+        "available",
+        "fewer envs",
         call=lambda: gpu_envs.make(env_id, num_envs=10**12, device="cpu", backend=backend, **kwargs),
     )
     assert "bytes" not in str(err) or "TiB" in str(err)
@@ -108,23 +131,40 @@ def test_async_workers_beyond_the_file_descriptor_limit_are_refused(monkeypatch)
     import resource
 
     monkeypatch.setattr(resource, "getrlimit", lambda which: (64, 64))
-    _refused(gpu_envs.InvalidArgumentError, "file descriptors", "ulimit -n",
-             call=lambda: gpu_envs.make("CartPole-v1", num_envs=40, device="cpu", backend="gymnasium", vectorization="async"))
+    _refused(
+        gpu_envs.InvalidArgumentError,
+        "file descriptors",
+        "ulimit -n",
+        call=lambda: gpu_envs.make(
+            "CartPole-v1", num_envs=40, device="cpu", backend="gymnasium", vectorization="async"
+        ),
+    )
 
 
 # --------------------------------------------------------------- keyword arguments
 
 
 def test_make_lists_the_accepted_keywords_of_an_unknown_one():
-    err = _refused(gpu_envs.InvalidArgumentError, "'max_steps'", "max_episode_steps", "expose_final_obs", "validate",
-                   call=lambda: gpu_envs.make("CartPole-v1", device="cpu", max_steps=10))
+    err = _refused(
+        gpu_envs.InvalidArgumentError,
+        "'max_steps'",
+        "max_episode_steps",
+        "expose_final_obs",
+        "validate",
+        call=lambda: gpu_envs.make("CartPole-v1", device="cpu", max_steps=10),
+    )
     assert not isinstance(err, TypeError)
 
 
 def test_wrap_takes_a_seed_like_make_and_refuses_unknown_keywords():
     first = gpu_envs.wrap(CountingTorchVectorEnv(2), seed=0)
     assert first.reset()["observation"].shape == (2, 3)
-    _refused(gpu_envs.InvalidArgumentError, "'sed'", "copy_buffers", call=lambda: gpu_envs.wrap(CountingTorchVectorEnv(2), sed=0))
+    _refused(
+        gpu_envs.InvalidArgumentError,
+        "'sed'",
+        "copy_buffers",
+        call=lambda: gpu_envs.wrap(CountingTorchVectorEnv(2), sed=0),
+    )
     seeded = [gpu_envs.wrap(gym.make("CartPole-v1"), device="cpu", seed=3).reset()["observation"] for _ in range(2)]
     torch.testing.assert_close(seeded[0], seeded[1])
 
@@ -146,7 +186,12 @@ def test_batched_env_options_are_checked_before_building(kwargs, words):
 
 def test_a_placeholder_the_observation_dtype_cannot_hold_is_refused_and_nothing_leaks():
     inner = CountingTorchVectorEnv(2, obs_dtype=torch.int64)
-    _refused(gpu_envs.InvalidArgumentError, "missing_obs_value=nan", "int64", call=lambda: gpu_envs.wrap(inner, missing_obs_value=float("nan")))
+    _refused(
+        gpu_envs.InvalidArgumentError,
+        "missing_obs_value=nan",
+        "int64",
+        call=lambda: gpu_envs.wrap(inner, missing_obs_value=float("nan")),
+    )
     _refused(gpu_envs.InvalidArgumentError, "2.5", call=lambda: gpu_envs.wrap(inner, missing_obs_value=2.5))
     env = gpu_envs.wrap(inner, missing_obs_value=-1)  # the refused wraps released the env
     assert env.reset()["observation"].dtype == torch.int64
@@ -176,12 +221,24 @@ def test_a_backend_whose_library_is_missing_names_the_extra(monkeypatch):
     from gpu_envs.backends.jax import PLUGIN
 
     monkeypatch.setattr(type(PLUGIN), "available", lambda self: False)
-    _refused(gpu_envs.MissingComponentError, "backend='jax'", "pip install 'gpu-envs[jax]'",
-             call=lambda: gpu_envs.make("CartPole-v1", backend="jax"))
-    _refused(gpu_envs.MissingComponentError, "gymnax/Breakout-MinAtar", "gpu-envs[jax]",
-             call=lambda: gpu_envs.make("gymnax/Breakout-MinAtar"))
-    _refused(gpu_envs.MissingComponentError, "backend='jax'", "pip install 'gpu-envs[jax]'",  # wrap, as make
-             call=lambda: gpu_envs.wrap(gym.make("CartPole-v1"), backend="jax"))
+    _refused(
+        gpu_envs.MissingComponentError,
+        "backend='jax'",
+        "pip install 'gpu-envs[jax]'",
+        call=lambda: gpu_envs.make("CartPole-v1", backend="jax"),
+    )
+    _refused(
+        gpu_envs.MissingComponentError,
+        "gymnax/Breakout-MinAtar",
+        "gpu-envs[jax]",
+        call=lambda: gpu_envs.make("gymnax/Breakout-MinAtar"),
+    )
+    _refused(
+        gpu_envs.MissingComponentError,
+        "backend='jax'",
+        "pip install 'gpu-envs[jax]'",  # wrap, as make
+        call=lambda: gpu_envs.wrap(gym.make("CartPole-v1"), backend="jax"),
+    )
 
 
 def test_an_id_listed_by_gymnasium_that_needs_jax_names_the_extra(monkeypatch):
@@ -191,8 +248,12 @@ def test_an_id_listed_by_gymnasium_that_needs_jax_names_the_extra(monkeypatch):
     for name in [m for m in sys.modules if m == "jax" or m.startswith(("jax.", "gymnasium.envs.phys2d"))]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "jax", None)  # `import jax` now fails as if it were not installed
-    err = _refused(gpu_envs.MissingComponentError, "'jax'", "pip install 'gpu-envs[jax]'",
-                   call=lambda: gpu_envs.make("phys2d/CartPole-v1", num_envs=2, device="cpu"))
+    err = _refused(
+        gpu_envs.MissingComponentError,
+        "'jax'",
+        "pip install 'gpu-envs[jax]'",
+        call=lambda: gpu_envs.make("phys2d/CartPole-v1", num_envs=2, device="cpu"),
+    )
     assert not isinstance(err, ModuleNotFoundError)
 
 
@@ -219,7 +280,6 @@ def test_wrapping_a_batched_env_again_is_refused():
     _refused(gpu_envs.NotAnEnvError, "already has the BatchedEnv API", call=lambda: gpu_envs.wrap(env))
 
 
-
 @pytest.mark.slow
 def test_jax_seeds_above_2_32_are_not_folded_onto_small_ones():
     pytest.importorskip("jax")
@@ -232,7 +292,10 @@ def test_jax_seeds_above_2_32_are_not_folded_onto_small_ones():
     assert torch.equal(again, obs[2**32 + 5])
 
 
-@pytest.mark.parametrize(("kwargs", "word"), [({"frame_skip": 0}, "frame_skip"), ({"frame_skip": 2.0}, "frame_skip"), ({"from_pixels": 1}, "from_pixels")])
+@pytest.mark.parametrize(
+    ("kwargs", "word"),
+    [({"frame_skip": 0}, "frame_skip"), ({"frame_skip": 2.0}, "frame_skip"), ({"from_pixels": 1}, "from_pixels")],
+)
 def test_single_gymnasium_env_options_are_checked(kwargs, word):
     with pytest.raises(gpu_envs.InvalidArgumentError, match=word):
         gpu_envs.wrap(gym.make("CartPole-v1"), device="cpu", **kwargs)
@@ -297,7 +360,14 @@ def test_built_in_envs_used_directly_follow_the_same_rules(call, word):
 def test_a_bad_step_timeout_is_refused_before_any_worker_starts(step_timeout, monkeypatch):
     monkeypatch.setattr(gym, "make_vec", lambda *a, **k: pytest.fail("envs were built before step_timeout was checked"))
     with pytest.raises(gpu_envs.InvalidArgumentError, match="step_timeout"):
-        gpu_envs.make("CartPole-v1", num_envs=2, device="cpu", backend="gymnasium", vectorization="async", step_timeout=step_timeout)
+        gpu_envs.make(
+            "CartPole-v1",
+            num_envs=2,
+            device="cpu",
+            backend="gymnasium",
+            vectorization="async",
+            step_timeout=step_timeout,
+        )
 
 
 def test_step_timeout_on_a_sync_env_is_refused_before_building(monkeypatch):

@@ -105,8 +105,12 @@ def test_a_hung_sub_env_times_out_naming_it_and_reset_restarts_the_workers(tmp_p
 
 
 def test_a_sigstopped_worker_times_out_as_stopped_and_is_killed():
-    gym.register("GpuEnvsTest/Robust-Counting-v0", entry_point=CountingEnv) if "GpuEnvsTest/Robust-Counting-v0" not in gym.registry else None
-    env = gpu_envs.make("GpuEnvsTest/Robust-Counting-v0", num_envs=2, device="cpu", vectorization="async", step_timeout=1.0)
+    gym.register(
+        "GpuEnvsTest/Robust-Counting-v0", entry_point=CountingEnv
+    ) if "GpuEnvsTest/Robust-Counting-v0" not in gym.registry else None
+    env = gpu_envs.make(
+        "GpuEnvsTest/Robust-Counting-v0", num_envs=2, device="cpu", vectorization="async", step_timeout=1.0
+    )
     venv = env.backend.env.unwrapped
     td = env.reset(seed=0)
     pids = [p.pid for p in venv.processes]
@@ -137,7 +141,9 @@ def test_close_never_blocks_on_a_stopped_worker():
 @pytest.mark.sigint
 def test_ctrl_c_while_waiting_is_recovered_by_reset_without_restarting_the_workers(python_sigint):
     venv = gym.vector.AsyncVectorEnv(
-        [lambda i=i: SlowEnv(i, delay=1.0) for i in range(2)], autoreset_mode=MODES["same_step"], worker=guarded_worker()
+        [lambda i=i: SlowEnv(i, delay=1.0) for i in range(2)],
+        autoreset_mode=MODES["same_step"],
+        worker=guarded_worker(),
     )
     env = gpu_envs.wrap(venv, device="cpu")
     td = env.reset(seed=0)
@@ -331,7 +337,9 @@ def test_an_async_env_built_without_the_guarded_worker_is_warned_about():
     fns = [lambda i=i: CountingEnv(i) for i in range(2)]
     plain = gym.vector.AsyncVectorEnv(fns, autoreset_mode=MODES["same_step"])
     # (on Linux a reaper process keeps its workers from outliving a SIGKILLed parent; the warning names Ctrl-C)
-    with pytest.warns(UserWarning, match=r"Ctrl-C in the terminal.*worker=gpu_envs\.backends\.gymnasium\.guarded_worker\(\)"):
+    with pytest.warns(
+        UserWarning, match=r"Ctrl-C in the terminal.*worker=gpu_envs\.backends\.gymnasium\.guarded_worker\(\)"
+    ):
         env = gpu_envs.wrap(plain, device="cpu")
     env.close()
     guarded = gym.vector.AsyncVectorEnv(fns, autoreset_mode=MODES["same_step"], worker=guarded_worker())

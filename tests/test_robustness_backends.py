@@ -77,7 +77,11 @@ def test_in_place_outputs_are_detected_and_copied(ring):
     actions, kept = _kept_transitions(env, steps)
     assert env.backend.copy_buffers is True
     expected = reference_rollout(n, actions.numpy())
-    for name, key in (("observation", "observation"), ("next_observation", ("next", "observation")), ("reward", ("next", "reward"))):
+    for name, key in (
+        ("observation", "observation"),
+        ("next_observation", ("next", "observation")),
+        ("reward", ("next", "reward")),
+    ):
         got = torch.stack([td[key].reshape(n, -1) for td in kept], dim=1)
         want = torch.as_tensor(expected[name]).reshape(n, steps, -1).to(got.dtype)
         torch.testing.assert_close(got, want, msg=f"{name} changed after it was returned")
@@ -93,7 +97,9 @@ def test_copy_buffers_true_copies_from_the_first_call():
     env = gpu_envs.wrap(InPlaceEnv(4), copy_buffers=True)
     actions, kept = _kept_transitions(env, 5)
     expected = reference_rollout(4, actions.numpy())
-    torch.testing.assert_close(torch.stack([td["observation"] for td in kept], 1), torch.as_tensor(expected["observation"]))
+    torch.testing.assert_close(
+        torch.stack([td["observation"] for td in kept], 1), torch.as_tensor(expected["observation"])
+    )
 
 
 def test_fresh_outputs_are_not_copied_once_decided():
@@ -127,7 +133,9 @@ def test_copy_buffers_must_be_a_bool_or_none(copy_buffers):
 def test_one_torch_simulator_behind_two_envs_is_refused_until_the_first_is_closed():
     inner = CountingTorchVectorEnv(2)
     first = gpu_envs.wrap(inner)
-    with pytest.raises(gpu_envs.InvalidArgumentError, match=r"already driven by another BatchedEnv.*Close the other env"):
+    with pytest.raises(
+        gpu_envs.InvalidArgumentError, match=r"already driven by another BatchedEnv.*Close the other env"
+    ):
         gpu_envs.wrap(inner)
     first.close()
     second = gpu_envs.wrap(inner)
@@ -135,7 +143,12 @@ def test_one_torch_simulator_behind_two_envs_is_refused_until_the_first_is_close
 
 
 def test_two_wrappers_around_one_gymnasium_env_are_refused():
-    base = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    base = gym.make_vec(
+        "CartPole-v1",
+        2,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
     first = gpu_envs.wrap(base, device="cpu")
     with pytest.raises(gpu_envs.InvalidArgumentError, match="already driven"):
         gpu_envs.wrap(gym.wrappers.vector.RecordEpisodeStatistics(base), device="cpu")

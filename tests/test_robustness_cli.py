@@ -75,7 +75,12 @@ def test_an_unexpected_failure_is_one_line_with_the_way_to_the_traceback(capsys,
     monkeypatch.setattr(cmd_list, "run", lambda args: {}["boom"])
     parser_main = main(["list"])
     err = capsys.readouterr().err
-    assert parser_main == 1 and "unexpected error: KeyError" in err and "--debug" in err and len(err.strip().splitlines()) == 1
+    assert (
+        parser_main == 1
+        and "unexpected error: KeyError" in err
+        and "--debug" in err
+        and len(err.strip().splitlines()) == 1
+    )
 
 
 # ----------------------------------------------------------------------------- Ctrl-C
@@ -113,7 +118,9 @@ def _interrupt(args, after, delay, limit):
 @pytest.mark.slow
 @pytest.mark.sigint
 def test_ctrl_c_during_rollout_prints_the_summary_so_far_and_exits_130():
-    proc, out, err = _interrupt(("rollout", "--num-envs", "16", "--steps", "100000000", "--device", "cpu"), "rolling out", 2.0, 120)
+    proc, out, err = _interrupt(
+        ("rollout", "--num-envs", "16", "--steps", "100000000", "--device", "cpu"), "rolling out", 2.0, 120
+    )
     assert proc.returncode == 130, err
     assert "interrupted after" in out and "episodes finished" in out and "Traceback" not in err
 
@@ -184,7 +191,6 @@ def test_a_real_id_needing_box2d_exits_2_in_a_subprocess():
     assert "not installed" in out.stderr and "box2d" in out.stderr.lower() and "Traceback" not in out.stderr
 
 
-
 # ---------------------------------------------------------------------------- --record
 
 
@@ -192,7 +198,25 @@ def test_a_real_id_needing_box2d_exits_2_in_a_subprocess():
 def test_rollout_record_writes_one_whole_episode_of_env_0(tmp_path, capsys):
     av = pytest.importorskip("av")
     out = tmp_path / "out.mp4"
-    assert main(["rollout", "CartPole-v1", "--num-envs", "2", "--steps", "80", "--device", "cpu", "--seed", "3", "--record", str(out)]) == 0
+    assert (
+        main(
+            [
+                "rollout",
+                "CartPole-v1",
+                "--num-envs",
+                "2",
+                "--steps",
+                "80",
+                "--device",
+                "cpu",
+                "--seed",
+                "3",
+                "--record",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert f"recorded 1 episode(s) of env 0: {out}" in capsys.readouterr().err
     with av.open(str(out)) as container:
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
@@ -205,7 +229,24 @@ def test_rollout_record_writes_one_whole_episode_of_env_0(tmp_path, capsys):
 def test_rollout_record_every_m_names_each_episode(tmp_path, capsys):
     pytest.importorskip("av")
     out = tmp_path / "v.mp4"
-    assert main(["rollout", "--num-envs", "2", "--steps", "120", "--device", "cpu", "--record", str(out), "--record-every", "2"]) == 0
+    assert (
+        main(
+            [
+                "rollout",
+                "--num-envs",
+                "2",
+                "--steps",
+                "120",
+                "--device",
+                "cpu",
+                "--record",
+                str(out),
+                "--record-every",
+                "2",
+            ]
+        )
+        == 0
+    )
     names = sorted(p.name for p in tmp_path.glob("*.mp4"))
     assert names and all(re.fullmatch(r"v-episode\d+\.mp4", n) and int(n[9:-4]) % 2 == 0 for n in names), names
     assert f"recorded {len(names)} episode(s)" in capsys.readouterr().err

@@ -68,7 +68,10 @@ def _run(env, td, actions):
         (lambda env, td: env.reset(seed=-1), gpu_envs.InvalidArgumentError),
         (lambda env, td: env.reset(seed="3"), gpu_envs.InvalidArgumentError),
         (lambda env, td: env.reset(td={"_reset": torch.ones(N, dtype=torch.bool)}), gpu_envs.InvalidArgumentError),
-        (lambda env, td: env.reset(td=TensorDict({"_reset": torch.ones(3, dtype=torch.bool)}, [])), gpu_envs.ResetMaskError),
+        (
+            lambda env, td: env.reset(td=TensorDict({"_reset": torch.ones(3, dtype=torch.bool)}, [])),
+            gpu_envs.ResetMaskError,
+        ),
         (lambda env, td: env.step({"action": td["action"]}), gpu_envs.InvalidArgumentError),
         (lambda env, td: env.step(None), gpu_envs.InvalidArgumentError),
         (lambda env, td: env.step_and_maybe_reset(None), gpu_envs.InvalidArgumentError),
@@ -128,7 +131,12 @@ def _consistent(env, sim):
 
 
 def _expect_marked(env):
-    for call in (lambda: env.step(env_td(env)), env.root, lambda: collect(env, steps=2), lambda: env.rollout(2, reset=False)):
+    for call in (
+        lambda: env.step(env_td(env)),
+        env.root,
+        lambda: collect(env, steps=2),
+        lambda: env.rollout(2, reset=False),
+    ):
         with pytest.raises(gpu_envs.InterruptedStepError, match=r"interrupted mid-step: call env\.reset\(\)"):
             call()
 
@@ -256,7 +264,9 @@ def _build(kind):
     if kind == "builtin":
         return gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0)
     vectorization = "sync" if kind == "sync" else "async"
-    return gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", backend="gymnasium", vectorization=vectorization, seed=0)
+    return gpu_envs.make(
+        "CartPole-v1", num_envs=4, device="cpu", backend="gymnasium", vectorization=vectorization, seed=0
+    )
 
 
 def _send_sigint(thread_id, sent):

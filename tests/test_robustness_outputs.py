@@ -32,7 +32,12 @@ def _pendulum(**kwargs):
 
 @pytest.mark.parametrize(
     ("value", "words"),
-    [(100.0, ["outside", "ClipAction"]), (float("nan"), ["non-finite", "NaN"]), (float("inf"), ["non-finite"]), (-2.5, ["outside"])],
+    [
+        (100.0, ["outside", "ClipAction"]),
+        (float("nan"), ["non-finite", "NaN"]),
+        (float("inf"), ["non-finite"]),
+        (-2.5, ["outside"]),
+    ],
 )
 def test_validate_checks_box_bounds_and_non_finite_values_on_every_step(value, words):
     env, td = _pendulum(validate=True)
@@ -97,7 +102,9 @@ class ListReset(CountingTorchVectorEnv):
 
 
 def test_reset_outputs_are_validated_for_every_backend():
-    with pytest.raises(gpu_envs.BackendError, match=r"reset returned the observation 'observation' with shape \(4, 7\), torch.float64"):
+    with pytest.raises(
+        gpu_envs.BackendError, match=r"reset returned the observation 'observation' with shape \(4, 7\), torch.float64"
+    ):
         gpu_envs.wrap(BadReset(N)).reset()
     env = gpu_envs.wrap(BadReset(N))
     with pytest.raises(gpu_envs.BackendError):
@@ -187,5 +194,7 @@ def test_a_numpy_reward_on_the_first_step_is_named_as_such():
     env = gpu_envs.wrap(ChangingEnv("numpy_reward", at=1))
     td = env.reset()
     td["action"] = torch.zeros(N, dtype=torch.long)
-    with pytest.raises(gpu_envs.BackendError, match=r"reward as a numpy\.ndarray, not a torch\.Tensor.*torch\.as_tensor"):
+    with pytest.raises(
+        gpu_envs.BackendError, match=r"reward as a numpy\.ndarray, not a torch\.Tensor.*torch\.as_tensor"
+    ):
         env.step(td)

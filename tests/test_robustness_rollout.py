@@ -48,7 +48,10 @@ def test_numpy_steps_are_accepted(env):
     assert collect(env, steps=np.int64(4)).batch_size == (3, 4)
 
 
-@pytest.mark.parametrize(("kwargs", "word"), [({"policy": "random"}, "policy"), ({"compile": 1}, "compile"), ({"cudagraph": "no"}, "cudagraph")])
+@pytest.mark.parametrize(
+    ("kwargs", "word"),
+    [({"policy": "random"}, "policy"), ({"compile": 1}, "compile"), ({"cudagraph": "no"}, "cudagraph")],
+)
 def test_collect_options_are_checked(env, kwargs, word):
     with pytest.raises(gpu_envs.InvalidArgumentError, match=word):
         collect(env, steps=2, **kwargs)
@@ -126,7 +129,18 @@ def test_gae_of_an_empty_rollout_is_a_clear_error(shape):
         gae(z, z, z, z.bool(), z.bool(), gamma=0.9, lam=0.9)
 
 
-@pytest.mark.parametrize(("gamma", "ok"), [(np.float32(0.99), True), (np.float64(0.9), True), (1, True), (float("nan"), False), (True, False), ("0.9", False), (1.5, False)])
+@pytest.mark.parametrize(
+    ("gamma", "ok"),
+    [
+        (np.float32(0.99), True),
+        (np.float64(0.9), True),
+        (1, True),
+        (float("nan"), False),
+        (True, False),
+        ("0.9", False),
+        (1.5, False),
+    ],
+)
 def test_gae_numbers(gamma, ok):
     case = _case()
     if ok:

@@ -91,7 +91,9 @@ def test_transformed_env_restores_per_row_transform_state():
 
 
 def test_transformed_env_full_restore_includes_shared_statistics():
-    env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=N, seed=0, max_episode_steps=10), EpisodeStats(), ObservationNorm())
+    env = TransformedEnv(
+        gpu_envs.make("CartPole-v1", num_envs=N, seed=0, max_episode_steps=10), EpisodeStats(), ObservationNorm()
+    )
     stats = env.transforms[0]
     env.reset(seed=3)
     run(env, [env.action_spec.rand() for _ in range(15)])
@@ -215,7 +217,9 @@ def test_bad_rows_are_refused(cartpole, rows, match):
 
 def test_rows_as_mask_tensor_and_range(cartpole):
     mask = torch.tensor([True, False, True, False])
-    assert torch.equal(cartpole.get_state(mask)["root", "observation"], cartpole.get_state(range(0, 4, 2))["root", "observation"])
+    assert torch.equal(
+        cartpole.get_state(mask)["root", "observation"], cartpole.get_state(range(0, 4, 2))["root", "observation"]
+    )
 
 
 def test_bad_states_are_refused_and_the_env_is_usable_after(cartpole):
@@ -226,8 +230,16 @@ def test_bad_states_are_refused_and_the_env_is_usable_after(cartpole):
         (lambda: cartpole.set_state(state, rows=[1, 1]), "repeat"),
         (lambda: cartpole.set_state(state.exclude(("backend", "rng_key")), rows=[0, 1]), "missing"),
         (lambda: cartpole.set_state(state.clone().set("extra", torch.zeros(2)), rows=[0, 1]), "unexpected"),
-        (lambda: cartpole.set_state(state.clone().set(("backend", "state"), torch.zeros(2, 4, dtype=torch.float64)), rows=[0, 1]), "float64"),
-        (lambda: cartpole.set_state(state.clone().set(("backend", "state"), torch.zeros(2, 5)), rows=[0, 1]), r"\(5,\)"),
+        (
+            lambda: cartpole.set_state(
+                state.clone().set(("backend", "state"), torch.zeros(2, 4, dtype=torch.float64)), rows=[0, 1]
+            ),
+            "float64",
+        ),
+        (
+            lambda: cartpole.set_state(state.clone().set(("backend", "state"), torch.zeros(2, 5)), rows=[0, 1]),
+            r"\(5,\)",
+        ),
         (lambda: cartpole.set_state(state.to_dict(), rows=[0, 1]), "TensorDict"),
     ]
     root = cartpole.root()
@@ -280,7 +292,9 @@ def test_async_vector_env_is_refused():
 
 
 def test_vector_wrappers_are_refused():
-    venv = gym.wrappers.vector.RecordEpisodeStatistics(gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync"))
+    venv = gym.wrappers.vector.RecordEpisodeStatistics(
+        gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    )
     env = gpu_envs.wrap(venv, device="cpu")
     env.reset(seed=0)
     with pytest.raises(SnapshotError, match="vector wrappers"):

@@ -58,7 +58,9 @@ def _assert_same(a: TensorDict, b: TensorDict) -> None:
         x, y = a.get(key), b.get(key)
         assert x.shape == y.shape and x.dtype == y.dtype, key
         assert torch.equal(x.isnan(), y.isnan()) if x.is_floating_point() else True, key
-        assert torch.equal(x.nan_to_num(123.0), y.nan_to_num(123.0)) if x.is_floating_point() else torch.equal(x, y), key
+        assert torch.equal(x.nan_to_num(123.0), y.nan_to_num(123.0)) if x.is_floating_point() else torch.equal(x, y), (
+            key
+        )
 
 
 @pytest.mark.parametrize("cls", [CartPoleEnv, PendulumEnv])
@@ -105,7 +107,9 @@ def _steps(env, steps):
 
 # CartPole's random episodes end within 60 steps, Pendulum's at 200; 600 rows: the
 # placeholder fill's whole-row views (CartPole's 16-byte rows)
-@pytest.mark.parametrize(("env_id", "n", "steps"), [("CartPole-v1", 3, 60), ("CartPole-v1", 600, 60), ("Pendulum-v1", 3, 210)])
+@pytest.mark.parametrize(
+    ("env_id", "n", "steps"), [("CartPole-v1", 3, 60), ("CartPole-v1", 600, 60), ("Pendulum-v1", 3, 210)]
+)
 @pytest.mark.parametrize("expose_final_obs", [True, False])
 @pytest.mark.parametrize("variant", [_through_step, _watched])
 def test_the_direct_transition_equals_the_raw_step_and_watched_outputs(env_id, n, steps, expose_final_obs, variant):

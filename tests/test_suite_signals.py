@@ -34,7 +34,8 @@ ROOT = TESTS.parent
 
 def _uses(node: ast.AST, name: str) -> bool:
     return any(
-        (isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name) for n in ast.walk(node)
+        (isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name)
+        for n in ast.walk(node)
     )
 
 
@@ -42,7 +43,11 @@ def _marked(function: ast.FunctionDef, module_marks: set[str]) -> set[str]:
     marks = set(module_marks)
     for decorator in function.decorator_list:
         target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute) and target.value.attr == "mark":
+        if (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Attribute)
+            and target.value.attr == "mark"
+        ):
             marks.add(target.attr)
     return marks
 
@@ -95,7 +100,9 @@ def test_every_test_that_sends_sigint_is_marked_and_installs_pythons_handler():
     found = signal_tests()
     # the files known to send SIGINT: a rename or a lost test shows up here
     assert {"test_robustness_interrupts.py", "test_robustness_cli.py", "test_robustness_async.py"} <= set(found)
-    problems = [f"{file}::{problem}" for file, tests in found.items() for listed in tests.values() for problem in listed]
+    problems = [
+        f"{file}::{problem}" for file, tests in found.items() for listed in tests.values() for problem in listed
+    ]
     assert not problems, "\n".join(problems)
 
 
@@ -128,10 +135,20 @@ def test_stress_run_starts_the_command_ignoring_sigint_beside_busy_cores_and_end
         "import os, signal; from tests.processes import descendants; "
         "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, len(descendants(os.getppid())))"
     )
-    cmd = [sys.executable, str(ROOT / "scripts" / "stress_run.py"), "--busy", "2", "--ignore-sigint", "--timeout", "120"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "stress_run.py"),
+        "--busy",
+        "2",
+        "--ignore-sigint",
+        "--timeout",
+        "120",
+    ]
     out = run_tree([*cmd, "--", sys.executable, "-c", probe], timeout=180, cwd=ROOT, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stderr
     ignored, below = out.stdout.split()
     assert ignored == "True" and int(below) == 3  # two spinners and the command itself
-    timed_out = run_tree([*cmd[:-1], "1", "--", sys.executable, "-c", "import time; time.sleep(600)"], timeout=180, cwd=ROOT)
+    timed_out = run_tree(
+        [*cmd[:-1], "1", "--", sys.executable, "-c", "import time; time.sleep(600)"], timeout=180, cwd=ROOT
+    )
     assert timed_out.returncode == 124 and "ran past --timeout" in timed_out.stderr

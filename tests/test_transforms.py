@@ -161,7 +161,11 @@ def test_episode_stats_reset_drops_unfinished_episodes_and_clear_zeroes_the_aggr
     assert stats.summary().episodes == N + 1  # interrupted episodes are not counted
     stats.clear()
     assert stats.summary().episodes == 0
-    saved = {"episodes": torch.tensor(4), "total_return": torch.tensor(10.0, dtype=torch.float64), "total_length": torch.tensor(8)}
+    saved = {
+        "episodes": torch.tensor(4),
+        "total_return": torch.tensor(10.0, dtype=torch.float64),
+        "total_length": torch.tensor(8),
+    }
     stats.load_state_dict(saved)
     assert stats.summary().mean_return == 2.5 and stats.state_dict()["total_length"].item() == 8
 
@@ -246,7 +250,9 @@ def test_observation_norm_key_selection():
     with pytest.raises(SpecError, match="no floating-point observation"):
         TransformedEnv(int_env, ObservationNorm())
     with pytest.raises(SpecError, match="only floating-point"):
-        TransformedEnv(gpu_envs.wrap(CountingTorchVectorEnv(4, "cpu", obs_dtype=torch.int64)), ObservationNorm("observation"))
+        TransformedEnv(
+            gpu_envs.wrap(CountingTorchVectorEnv(4, "cpu", obs_dtype=torch.int64)), ObservationNorm("observation")
+        )
     with pytest.raises(SpecError, match="not an observation key"):
         TransformedEnv(counting(), ObservationNorm(keys=["policy"]))
     norm = ObservationNorm(keys="observation")
@@ -273,7 +279,9 @@ def test_reward_scale_and_clip_values_specs_and_order():
     env = TransformedEnv(counting(), RewardScale(-2.0, loc=1.0), ClipReward(-math.inf, 0.0))
     assert env.single_reward_spec == Box(-math.inf, 0.0, (1,), torch.float32)
     assert env.reward_spec == env.single_reward_spec.expand(6, 1)
-    assert TransformedEnv(counting(), RewardScale(0.0, loc=3.0)).single_reward_spec == Box(3.0, 3.0, (1,), torch.float32)
+    assert TransformedEnv(counting(), RewardScale(0.0, loc=3.0)).single_reward_spec == Box(
+        3.0, 3.0, (1,), torch.float32
+    )
     assert TransformedEnv(counting(), ClipReward(-1, 1)).single_reward_spec == Box(-1.0, 1.0, (1,), torch.float32)
     with pytest.raises(InvalidArgumentError, match="low <= high"):
         ClipReward(1.0, -1.0)
@@ -310,7 +318,9 @@ def test_clip_action_and_both_orders_with_rescale():
     td = env.reset()
     td.set("action", big.clone())
     td, _ = env.step_and_maybe_reset(td)
-    torch.testing.assert_close(td["next", "observation"], torch.tensor([[-2.0, 0.0], [2.0, 3.0], [0.0, 0.25], [-0.5, 10.0]]))
+    torch.testing.assert_close(
+        td["next", "observation"], torch.tensor([[-2.0, 0.0], [2.0, 3.0], [0.0, 0.25], [-0.5, 10.0]])
+    )
     torch.testing.assert_close(td["action"], big)
     for order in ((ClipAction(), ActionRescale()), (ActionRescale(), ClipAction())):
         env = TransformedEnv(gpu_envs.wrap(EchoActionEnv(4)), *order)
@@ -441,7 +451,15 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 def _transformed(name: str, device: str) -> TransformedEnv:
     if name == "Pendulum-v1":
         base = gpu_envs.make("Pendulum-v1", num_envs=16, device=device, seed=0)
-        return TransformedEnv(base, EpisodeStats(), ObservationNorm(clip=10.0), RewardScale(0.1), ClipReward(-1, 1), ClipAction(), ActionRescale())
+        return TransformedEnv(
+            base,
+            EpisodeStats(),
+            ObservationNorm(clip=10.0),
+            RewardScale(0.1),
+            ClipReward(-1, 1),
+            ClipAction(),
+            ActionRescale(),
+        )
     if name == "CartPole-no-final-obs":
         base = gpu_envs.make("CartPole-v1", num_envs=16, device=device, seed=0, expose_final_obs=False)
     elif name == "user-env-masked-final-obs":

@@ -55,6 +55,7 @@ __all__ = [
     "release_simulator",
 ]
 
+
 def flatten_obs(obs: Any, default_key: str = "observation") -> ObsDict:
     """A tensor/array or (nested) dict of them -> flat dict keyed by str / tuple keys."""
     if not isinstance(obs, Mapping):  # one tensor (or foreign array)
@@ -175,7 +176,9 @@ def _bad_columns(describe: str, reward_shape: tuple[int, ...], **values: Any) ->
                 "numpy env as a gymnasium VectorEnv."
             )
         if value.numel() != want:
-            return BackendError(f"{describe} returned {name} {tuple(value.shape)}; expected {want} values ([N] or [N, 1]).")
+            return BackendError(
+                f"{describe} returned {name} {tuple(value.shape)}; expected {want} values ([N] or [N, 1])."
+            )
     return BackendError(f"{describe} returned a reward or flags that cannot be viewed as [N, 1] columns.")
 
 
@@ -201,7 +204,9 @@ def claim_simulator(simulator: Any, backend: Backend) -> None:
             "two BatchedEnvs over one simulator would interleave their steps silently. Close the other env first "
             "(env.close()), keep using it, or build a second simulator."
         )
-    _OWNERS[key] = weakref.ref(backend, lambda _ref, key=key: _OWNERS.pop(key, None) if _OWNERS.get(key) is _ref else None)
+    _OWNERS[key] = weakref.ref(
+        backend, lambda _ref, key=key: _OWNERS.pop(key, None) if _OWNERS.get(key) is _ref else None
+    )
 
 
 def release_simulator(backend: Backend) -> None:

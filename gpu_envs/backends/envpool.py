@@ -214,13 +214,17 @@ class EnvPoolBackend(Backend):
             claim_simulator(pool, self)
         else:
             if factory is None or spec is None or num_envs is None:
-                raise InvalidArgumentError("EnvPoolBackend needs a pool, or a factory with the pool's spec and num_envs.")
+                raise InvalidArgumentError(
+                    "EnvPoolBackend needs a pool, or a factory with the pool's spec and num_envs."
+                )
             self.num_envs = as_int(num_envs, "num_envs", minimum=1)
             self._seed = None
             self._env_seeds = []
             self._task = task_id or _task_id(spec).removesuffix("EnvSpec")
         if self.env_index_offset and factory is None:
-            raise InvalidArgumentError("env_index_offset applies to pools gpu_envs builds (make); a wrapped pool keeps its seeds.")
+            raise InvalidArgumentError(
+                "env_index_offset applies to pools gpu_envs builds (make); a wrapped pool keeps its seeds."
+            )
         n = self.num_envs
         with warnings.catch_warnings():  # gymnasium's Box warns about EnvPool's float64 bounds of float32 spaces
             warnings.filterwarnings("ignore", message=".*precision lowered.*")
@@ -239,7 +243,9 @@ class EnvPoolBackend(Backend):
         self.info_spec = Composite(
             {key: _leaf_spec(shape, dtype, self.device) for _, key, shape, dtype in self._info}, device=self.device
         )
-        obs_fields = {k: (shape, self.observation_spec[k].dtype) for shape, k in zip(self._obs_shapes, self._keys, strict=True)}
+        obs_fields = {
+            k: (shape, self.observation_spec[k].dtype) for shape, k in zip(self._obs_shapes, self._keys, strict=True)
+        }
         info_fields = {key: ((n, *shape), torch_dtype(dtype)) for _, key, shape, dtype in self._info}
         self._layout = StepLayout(obs_fields, n, info=info_fields)
         self._stage_dtypes = [np.dtype(numpy_dtype(dtype)) for _, dtype in self._layout.fields]
@@ -261,7 +267,9 @@ class EnvPoolBackend(Backend):
 
     def check_usable(self) -> None:
         if self._closed:
-            raise ClosedEnvError("this EnvPool env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap().")
+            raise ClosedEnvError(
+                "this EnvPool env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap()."
+            )
 
     def _reseed(self, seed: int | None) -> None:
         """Make the live pool the one ``reset(seed)`` asks for (see the module docstring)."""
@@ -359,7 +367,10 @@ class EnvPoolBackend(Backend):
             order = np.argsort(env_id)
             obs = [leaf[order] for leaf in self._leaves(obs)]
             reward, terminated, truncated = reward[order], terminated[order], truncated[order]
-            info = {k: v[order] if isinstance(v, np.ndarray) and v.shape[:1] == (self.num_envs,) else v for k, v in info.items()}
+            info = {
+                k: v[order] if isinstance(v, np.ndarray) and v.shape[:1] == (self.num_envs,) else v
+                for k, v in info.items()
+            }
             leaves = obs
         else:
             leaves = self._leaves(obs)

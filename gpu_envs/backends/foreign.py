@@ -122,7 +122,9 @@ class ForeignPlugin:
         return False
 
     def make(self, env_id: str, num_envs: int, device: Any, **kwargs: Any) -> Any:
-        raise NotAnEnvError(f"the foreign entry only recognises env objects gpu_envs refuses; it makes no ids ({env_id!r}).")
+        raise NotAnEnvError(
+            f"the foreign entry only recognises env objects gpu_envs refuses; it makes no ids ({env_id!r})."
+        )
 
     def detect(self, obj: Any) -> bool:
         return is_known_foreign(obj)
@@ -130,7 +132,9 @@ class ForeignPlugin:
     def wrap(self, obj: Any, device: Any, **kwargs: Any) -> Any:
         found = refusal(obj)
         if found is None:  # asked directly (backend="foreign") about an env it does not refuse
-            raise NotAnEnvError(f"{type(obj).__name__} is not one of the foreign envs this entry refuses; use backend='auto'.")
+            raise NotAnEnvError(
+                f"{type(obj).__name__} is not one of the foreign envs this entry refuses; use backend='auto'."
+            )
         error, message = found
         raise error(message)
 

@@ -323,7 +323,9 @@ class IsaacLabPlugin:
     name = "isaaclab"
 
     def available(self) -> bool:
-        return importlib.util.find_spec("isaaclab") is not None and importlib.util.find_spec("isaaclab_tasks") is not None
+        return (
+            importlib.util.find_spec("isaaclab") is not None and importlib.util.find_spec("isaaclab_tasks") is not None
+        )
 
     def env_ids(self) -> list[str]:
         if not self.available():

@@ -137,7 +137,11 @@ class StepLayout:
         if self.has_final_obs:
             start = self._final.start
             if flat[start] is not None:
-                final_obs = {lone: flat[start]} if lone is not None else dict(zip(self.obs_keys, flat[self._final], strict=True))
+                final_obs = (
+                    {lone: flat[start]}
+                    if lone is not None
+                    else dict(zip(self.obs_keys, flat[self._final], strict=True))
+                )
         final_mask = flat[self._mask] if self.has_final_mask else None
         info = dict(zip(self.info_keys, flat[self._info], strict=True)) if self.info_keys else NO_INFO
         # RawStep(obs, reward, terminated, truncated, done, final_obs, final_mask, info), positionally:
@@ -217,4 +221,3 @@ class StepLayout:
             return _new_tuple(RawStep, (obs_t, *flags, tensor(done, done_dt), final_t, mask_t, info_t))
 
         return publish_host
-

@@ -166,9 +166,7 @@ class GymVectorEnvShim(gymnasium.vector.VectorEnv):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
         if options and "reset_mask" in options:
-            raise ResetMaskError(
-                "gym 0.26 vector envs reset all their envs or none; reset every env with env.reset()."
-            )
+            raise ResetMaskError("gym 0.26 vector envs reset all their envs or none; reset every env with env.reset().")
         return _gym_026_reset(self.env, seed=seed, options=options)
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:

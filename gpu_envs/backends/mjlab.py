@@ -252,7 +252,9 @@ class MjlabBackend(Backend):
         if not self.exact_final_obs:  # mjlab reset the ended rows itself: placeholders for their final obs
             self._set_log(extras, None)
             self._last_obs = final
-            return RawStep(obs=final, reward=reward, terminated=terminated, truncated=truncated, done=done, info=NO_INFO)
+            return RawStep(
+                obs=final, reward=reward, terminated=terminated, truncated=truncated, done=done, info=NO_INFO
+            )
         # The one host read of the step: which rows to hand to reset(env_ids=...).
         ended = done.view(self.num_envs).nonzero().view(-1)
         if ended.numel():
@@ -265,8 +267,14 @@ class MjlabBackend(Backend):
         # the plain next one elsewhere), so final_mask=None; on steps without an end the
         # very same tensors as obs (never written again: mjlab builds new ones every call)
         return RawStep(
-            obs=obs, reward=reward, terminated=terminated, truncated=truncated, done=done,
-            final_obs=final, final_mask=None, info=NO_INFO,
+            obs=obs,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            done=done,
+            final_obs=final,
+            final_mask=None,
+            info=NO_INFO,
         )
 
     def _reset_rows(

@@ -218,7 +218,13 @@ class MOGymnasiumPlugin(InboundPlugin):
     package = "mo_gymnasium"
 
     def make(
-        self, env_id: str, num_envs: int, device: torch.device | None, *, vectorization: str | None = None, **kwargs: Any
+        self,
+        env_id: str,
+        num_envs: int,
+        device: torch.device | None,
+        *,
+        vectorization: str | None = None,
+        **kwargs: Any,
     ) -> MOGymnasiumBackend:
         """``num_envs`` copies of ``mo_gymnasium.make(env_id, **env_kwargs)`` in an :class:`MOSameStepVectorEnv`."""
         if vectorization not in (None, "sync"):
@@ -235,7 +241,9 @@ class MOGymnasiumPlugin(InboundPlugin):
         try:
             venv = MOSameStepVectorEnv(fns, copy=False)
         except TypeError as err:
-            raise InvalidArgumentError(f"mo-gymnasium could not build {env_id!r} with {sorted(kwargs)}: {err}.") from err
+            raise InvalidArgumentError(
+                f"mo-gymnasium could not build {env_id!r} with {sorted(kwargs)}: {err}."
+            ) from err
         try:
             return MOGymnasiumBackend(venv, device, venv.reward_space, **options)
         except BaseException:

@@ -58,7 +58,6 @@ _MONITOR = {"r": np.float64, "l": np.int64, "t": np.float64}  # Monitor's info["
 _SB3_KEYS = frozenset((FINAL_OBS_KEY, TRUNCATED_KEY))  # read by the shim itself, not info entries
 
 
-
 def _all_monitored(venv: Any) -> bool:
     """Every sub-env is wrapped in SB3's ``Monitor`` (its episode entries only appear at episode ends)."""
     from stable_baselines3.common.monitor import Monitor
@@ -86,7 +85,9 @@ class SB3VecEnvShim(gymnasium.vector.VectorEnv):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
         if options and "reset_mask" in options:
-            raise ResetMaskError("Stable-Baselines3 VecEnvs reset all their envs or none; reset every env with env.reset().")
+            raise ResetMaskError(
+                "Stable-Baselines3 VecEnvs reset all their envs or none; reset every env with env.reset()."
+            )
         if seed is not None:
             self.venv.seed(int(seed))  # checked by BatchedEnv: an int in [0, 2**63)
         return self.venv.reset(), {}

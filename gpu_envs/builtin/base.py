@@ -264,7 +264,11 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         """
         if isinstance(action, torch.Tensor) and action.device == self.device:
             return action
-        where = f"a tensor on {action.device}" if isinstance(action, torch.Tensor) else f"a {type(action).__module__}.{type(action).__name__}"
+        where = (
+            f"a tensor on {action.device}"
+            if isinstance(action, torch.Tensor)
+            else f"a {type(action).__module__}.{type(action).__name__}"
+        )
         raise ActionError(
             f"{type(self).__name__}.step takes the action as a torch.Tensor on {self.device}; got {where}. For "
             f"gymnasium's conventions (numpy actions such as env.action_space.sample(), lists), build the env with "

@@ -114,7 +114,9 @@ class PendulumEnv(BatchedTorchEnv):
 
     render_fps = 30  # gymnasium's, for videos of render_observations
 
-    def render_observations(self, obs: torch.Tensor, height: int | None = None, width: int | None = None) -> torch.Tensor:
+    def render_observations(
+        self, obs: torch.Tensor, height: int | None = None, width: int | None = None
+    ) -> torch.Tensor:
         """RGB frames ``uint8 [K, H, W, 3]`` of observations ``[K, obs_dim]`` (any rows: final ones too).
 
         Drawn as gymnasium draws this env, with torch ops on ``obs.device``; see

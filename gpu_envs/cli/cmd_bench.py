@@ -61,8 +61,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "relative to the raw env and to torchrl (when installed). Needs a source checkout."
         ),
     )
-    parser.add_argument("--quick", action="store_true", help="fewer sizes, steps and rounds (a smoke run, noisy numbers)")
-    parser.add_argument("--json", default=None, metavar="PATH", help="also save every benchmark's rows and the table as JSON")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer sizes, steps and rounds (a smoke run, noisy numbers)"
+    )
+    parser.add_argument(
+        "--json", default=None, metavar="PATH", help="also save every benchmark's rows and the table as JSON"
+    )
     parser.add_argument(
         "--plot",
         default=None,
@@ -104,7 +108,9 @@ def check_plotting() -> None:
     from gpu_envs.contract.errors import MissingComponentError
 
     if importlib.util.find_spec("matplotlib") is None:
-        raise MissingComponentError("--plot needs matplotlib: pip install 'gpu-envs[plot]' (or matplotlib), then run again.")
+        raise MissingComponentError(
+            "--plot needs matplotlib: pip install 'gpu-envs[plot]' (or matplotlib), then run again."
+        )
 
 
 def machine_label() -> str:
@@ -123,7 +129,9 @@ def parse_only(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in NAMES]
     if unknown or not names:
-        raise InvalidArgumentError(f"--only got {unknown or text!r}; choose among {', '.join(NAMES)} (comma-separated).")
+        raise InvalidArgumentError(
+            f"--only got {unknown or text!r}; choose among {', '.join(NAMES)} (comma-separated)."
+        )
     return names
 
 
@@ -260,7 +268,9 @@ def ratio_rows(name: str, result: dict) -> list[dict]:
     out = [{"benchmark": name, **line} for case, measured in groups for line in _ratio_lines(case, measured)]
     out += [{"benchmark": name, "vs_raw": "", "vs_torchrl": "", **line} for line in info]
     if not out:
-        out.append({"benchmark": name, "case": "", "contender": "(no contender columns)", "value": result.get("title", "")})
+        out.append(
+            {"benchmark": name, "case": "", "contender": "(no contender columns)", "value": result.get("title", "")}
+        )
     return out
 
 
@@ -317,11 +327,16 @@ def run(args: argparse.Namespace) -> int:
     from benchmarks.timing import save_json
 
     if lines:
-        print_table(f"gpu-envs bench{' --quick' if args.quick else ''}: speed of gpu_envs vs the raw envs and torchrl", lines)
+        print_table(
+            f"gpu-envs bench{' --quick' if args.quick else ''}: speed of gpu_envs vs the raw envs and torchrl", lines
+        )
     else:
         print("no benchmark ran." if interrupted is None else "no benchmark finished.")
     if args.json:
-        save_json(args.json, {"benchmark": "suite", "quick": args.quick, "results": results, "table": lines, "interrupted": interrupted})
+        save_json(
+            args.json,
+            {"benchmark": "suite", "quick": args.quick, "results": results, "table": lines, "interrupted": interrupted},
+        )
         print(f"saved {args.json}", file=sys.stderr)
     if args.plot and results:
         from gpu_envs.cli.bench_plot import plot_results

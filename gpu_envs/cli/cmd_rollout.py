@@ -119,7 +119,9 @@ def run(args: argparse.Namespace) -> int:
             summary = stats.summary()
             title = f"gpu-envs rollout: {args.env_id} on {env.device}"
             if interrupted:
-                title += f" (interrupted after {done} of {args.steps} steps{', this rank' if env.world_size > 1 else ''})"
+                title += (
+                    f" (interrupted after {done} of {args.steps} steps{', this rank' if env.world_size > 1 else ''})"
+                )
             table = Table(title=title)
             table.add_column("metric")
             table.add_column("value", justify="right")

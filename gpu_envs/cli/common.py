@@ -18,15 +18,26 @@ def add_env_arguments(parser: argparse.ArgumentParser, *, num_envs: int, steps: 
         parser.add_argument("env_id", metavar="ENV_ID", help="env id, e.g. CartPole-v1 (`gpu-envs list` shows them)")
     else:
         parser.add_argument(
-            "env_id", nargs="?", default=DEFAULT_ENV, metavar="ENV_ID", help=f"env id (default: {DEFAULT_ENV}, built in)"
+            "env_id",
+            nargs="?",
+            default=DEFAULT_ENV,
+            metavar="ENV_ID",
+            help=f"env id (default: {DEFAULT_ENV}, built in)",
         )
-    parser.add_argument("--num-envs", type=int, default=num_envs, metavar="N", help=f"number of parallel envs (default: {num_envs})")
+    parser.add_argument(
+        "--num-envs", type=int, default=num_envs, metavar="N", help=f"number of parallel envs (default: {num_envs})"
+    )
     parser.add_argument("--steps", type=int, default=steps, metavar="T", help=f"vector steps to run (default: {steps})")
     parser.add_argument(
-        "--device", default=None, metavar="D", help="torch device, e.g. cpu or cuda:0 (default: cuda if available, else cpu)"
+        "--device",
+        default=None,
+        metavar="D",
+        help="torch device, e.g. cpu or cuda:0 (default: cuda if available, else cpu)",
     )
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="reset seed (default: 0)")
-    parser.add_argument("--backend", default="auto", metavar="B", help="backend: auto, torch, gymnasium, ... (default: auto)")
+    parser.add_argument(
+        "--backend", default="auto", metavar="B", help="backend: auto, torch, gymnasium, ... (default: auto)"
+    )
 
 
 def make_env(args: argparse.Namespace) -> Any:
@@ -68,9 +79,13 @@ def check_output_path(path: str | None, option: str, suffixes: tuple[str, ...] =
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
-        raise InvalidArgumentError(f"{option} {path} is a directory; give a file name, e.g. {option} {target / 'bench'}{suffixes[0] if suffixes else '.json'}.")
+        raise InvalidArgumentError(
+            f"{option} {path} is a directory; give a file name, e.g. {option} {target / 'bench'}{suffixes[0] if suffixes else '.json'}."
+        )
     if suffixes and target.suffix.lower() not in suffixes:
-        raise InvalidArgumentError(f"{option} {path}: the picture's type comes from its suffix; use one of {', '.join(suffixes)}.")
+        raise InvalidArgumentError(
+            f"{option} {path}: the picture's type comes from its suffix; use one of {', '.join(suffixes)}."
+        )
     if not parent.is_dir():
         raise InvalidArgumentError(f"{option} {path}: the folder {parent} does not exist; create it first.")
     # a real write, not os.access (which says yes to root, and knows nothing of /proc or a
@@ -80,6 +95,8 @@ def check_output_path(path: str | None, option: str, suffixes: tuple[str, ...] =
         with open(target, "ab"):
             pass
     except OSError as err:
-        raise InvalidArgumentError(f"{option} {path} cannot be written ({err.strerror}); choose another path.") from None
+        raise InvalidArgumentError(
+            f"{option} {path} cannot be written ({err.strerror}); choose another path."
+        ) from None
     if not existed:
         target.unlink()

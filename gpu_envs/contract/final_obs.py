@@ -333,7 +333,10 @@ def final_obs_numpy(
         out = [leaf.copy() if leaf.dtype is dtype else np.array(leaf, dtype)]
     else:
         dtypes = [leaf.dtype for leaf in obs] if dtypes is None else dtypes
-        out = [leaf.copy() if leaf.dtype is dtype else np.array(leaf, dtype) for leaf, dtype in zip(obs, dtypes, strict=True)]
+        out = [
+            leaf.copy() if leaf.dtype is dtype else np.array(leaf, dtype)
+            for leaf, dtype in zip(obs, dtypes, strict=True)
+        ]
     if final is None:  # the observations are the final ones: fresh copies, valid on every row
         return out, None
     if rows is not None and rows.__class__ is not np.ndarray:

@@ -43,7 +43,6 @@ FINAL_OBS_MISSING = "final_obs_missing"  # bool [N, 1]: a placeholder stands in 
 RESET = "_reset"  # bool [N] or [N, 1] in reset(td=...): the rows to reset
 
 
-
 def transition_keys(obs_keys: Any) -> tuple:
     """Every key of a transition of an env with these observation keys and no info entries.
 

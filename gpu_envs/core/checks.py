@@ -112,7 +112,9 @@ class StepChecks:
             return f"action has shape {tuple(action.shape)} but the env expects {tuple(self.action_shape)}.{hint}"
         if action.dtype != self.action_dtype:
             return f"action has dtype {action.dtype} but the env expects {self.action_dtype}: cast it with action.to({self.action_dtype})."
-        return f"action is on {action.device} but the env runs on {self.device}: move it with action.to('{self.device}')."
+        return (
+            f"action is on {action.device} but the env runs on {self.device}: move it with action.to('{self.device}')."
+        )
 
     # --------------------------------------------------------------- outputs
     def raw_step(self, raw: Any) -> None:
@@ -156,7 +158,11 @@ class StepChecks:
             or tuple(final_mask.shape) not in ((n,), (n, 1))
             or final_mask.device != self.device
         ):
-            got = f"{tuple(final_mask.shape)} {final_mask.dtype}" if isinstance(final_mask, torch.Tensor) else type(final_mask).__name__
+            got = (
+                f"{tuple(final_mask.shape)} {final_mask.dtype}"
+                if isinstance(final_mask, torch.Tensor)
+                else type(final_mask).__name__
+            )
             raise BackendError(
                 f"{describe} returned final_mask {got}; expected None (final_obs valid on every row) or a bool "
                 f"tensor of shape ({n},) or ({n}, 1) on {self.device} (the rows where final_obs is valid)."
@@ -164,13 +170,17 @@ class StepChecks:
         if final_mask is not None and final_obs is None:
             raise BackendError(f"{describe} returned a final_mask without final_obs; pass final_mask=None.")
         if not isinstance(raw[7], dict):
-            raise BackendError(f"{describe} returned info as a {type(raw[7]).__name__}; expected a dict (NO_INFO when none).")
+            raise BackendError(
+                f"{describe} returned info as a {type(raw[7]).__name__}; expected a dict (NO_INFO when none)."
+            )
 
     def observations(self, call: str, obs: Any, what: str = "observation") -> None:
         """Observations of ``call`` against the spec: the keys, and each one's type, shape, dtype and device."""
         describe = self.backend.describe()
         if not isinstance(obs, dict):
-            raise BackendError(f"{describe}'s {call} returned {type(obs).__name__} {what}s; expected a dict of tensors.")
+            raise BackendError(
+                f"{describe}'s {call} returned {type(obs).__name__} {what}s; expected a dict of tensors."
+            )
         if obs.keys() != self.obs_meta.keys():
             raise BackendError(
                 f"{describe}'s {call} returned {what} keys {sorted(map(str, obs))}; its observation spec "

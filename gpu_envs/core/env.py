@@ -171,7 +171,11 @@ class BatchedEnv(BatchedSpecs):
         self._path = StepPath(backend, rule, checks, self.batch_size, self.device)
         self._checks = checks
         self._health = HealthMonitor(
-            self.num_envs, self.device, self.single_action_spec, {k: dtype for k, (_, dtype) in checks.obs_meta.items()}, mode
+            self.num_envs,
+            self.device,
+            self.single_action_spec,
+            {k: dtype for k, (_, dtype) in checks.obs_meta.items()},
+            mode,
         )
         self._path.monitor = self._health
         # state_dict() names of the cached root observations

@@ -256,7 +256,7 @@ class StepPath:
             for key, value in self.root_flags.items():
                 td.set(key, value)
             return
-        what = "a td[\"next\"] of an earlier step" if stamp < 0 else f"an earlier root TensorDict (root {stamp})"
+        what = 'a td["next"] of an earlier step' if stamp < 0 else f"an earlier root TensorDict (root {stamp})"
         raise StaleInputError(
             f"step() was given {what}; this env is at root {self.stamp}: it was stepped, reset or loaded since (in "
             "this thread or another), so those observations are not the ones it continues from. Step the root the "
@@ -270,7 +270,9 @@ class StepPath:
         if self._direct_td and td.__class__ is TensorDict:
             entries = td._tensordict
             action = entries.get("action")
-            if not is_compiling():  # dated inputs: host bookkeeping, left out of compiled chunks (module docstring: compiled chunks)
+            if (
+                not is_compiling()
+            ):  # dated inputs: host bookkeeping, left out of compiled chunks (module docstring: compiled chunks)
                 stamp = td.__dict__.get(STAMP)
                 if (stamp is not None and stamp != self.stamp) or entries.get(self._next_marker) is self._last_next:
                     self.other_input(td, stamp)
@@ -402,7 +404,19 @@ class StepPath:
         self.finish(call)
         lone = self._lone
         if lone is not None:
-            return previous[lone], false, false, false, action, next_obs[lone], reward, done, terminated, truncated, missing
+            return (
+                previous[lone],
+                false,
+                false,
+                false,
+                action,
+                next_obs[lone],
+                reward,
+                done,
+                terminated,
+                truncated,
+                missing,
+            )
         keys = self.keys
         return (
             *(previous[k] for k in keys),

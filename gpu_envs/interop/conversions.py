@@ -225,7 +225,9 @@ class HostActions:
         if actions.__class__ is np.ndarray and actions.dtype is self._fast_dtype and actions.shape == self.shape:
             # the common case (a policy's int64 indices): _check's checks, in two C calls
             allowed = self._allowed
-            if allowed is not None and not allowed.issuperset(actions.tolist() if self._flat else actions.ravel().tolist()):
+            if allowed is not None and not allowed.issuperset(
+                actions.tolist() if self._flat else actions.ravel().tolist()
+            ):
                 self._raise_out_of_range(actions)
             if actions.strides == self._contiguous:
                 tensor = torch.from_numpy(actions)

@@ -280,7 +280,9 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
     def _rows_td(self, rows: np.ndarray) -> TensorDictBase:
         """A ``{"_reset": rows}`` TensorDict on the env's device for a host mask."""
         mask = torch.from_numpy(rows)
-        return new_td({"_reset": mask if self.device.type == "cpu" else mask.to(self.device)}, self._batch_size, self.device)
+        return new_td(
+            {"_reset": mask if self.device.type == "cpu" else mask.to(self.device)}, self._batch_size, self.device
+        )
 
     def _numpy_same_step(self, nxt: TensorDictBase, root: TensorDictBase) -> tuple:
         self._root = root

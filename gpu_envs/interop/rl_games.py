@@ -239,7 +239,9 @@ class RlGamesVecEnv(rl_games_vecenv.IVecEnv):
             if not keys:
                 continue
             parts = [root.get(k) if nxt is None else final_observation(nxt, root, k) for k in keys]
-            value = parts[0] if len(parts) == 1 else torch.cat([p.reshape(self.num_envs, -1).float() for p in parts], -1)
+            value = (
+                parts[0] if len(parts) == 1 else torch.cat([p.reshape(self.num_envs, -1).float() for p in parts], -1)
+            )
             if self._clip_obs is not None:
                 value = value.clamp(-self._clip_obs, self._clip_obs)
             out[slot] = value

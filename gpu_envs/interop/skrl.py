@@ -79,6 +79,7 @@ SUPPORTED_SKRL = ">=2.0,<3"
 ON_POLICY = ("PPO", "A2C", "RPO", "TRPO", "AMP")  # bootstrap time-outs from next_observations
 OFF_POLICY = ("SAC", "TD3", "DDPG", "DQN", "DDQN")  # store next_observations for their targets
 
+
 def _observation_layout(spec: Composite) -> tuple[Any, gymnasium.Space, Any, gymnasium.Space | None]:
     """``(observation key(s), observation space, state key, state space)`` as skrl sees the groups."""
     keys = list(spec.keys())

@@ -219,8 +219,10 @@ class ReplayBuffer:
             summed, taken = self._take(reward, first), torch.ones_like(first)
         else:
             ahead = slot.unsqueeze(1) + offsets  # [B, n]; past the ring's end it wraps to its start:
-            rows = first.unsqueeze(1) + offsets - horizon * (ahead >= horizon) if n_step <= horizon else (
-                env.unsqueeze(1) * horizon + ahead % horizon
+            rows = (
+                first.unsqueeze(1) + offsets - horizon * (ahead >= horizon)
+                if n_step <= horizon
+                else (env.unsqueeze(1) * horizon + ahead % horizon)
             )
             window = self._flag_words.index_select(0, rows.view(-1)).view(torch.uint8).view(*rows.shape, 4)
             goes_on = (window[:, :-1, ENDS] == 0) & (position.unsqueeze(1) + offsets[1:] < filled)

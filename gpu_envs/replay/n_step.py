@@ -28,7 +28,9 @@ import torch.nn.functional as F
 __all__ = ["discount_table", "window_targets"]
 
 
-def window_targets(rewards: torch.Tensor, goes_on: torch.Tensor, powers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def window_targets(
+    rewards: torch.Tensor, goes_on: torch.Tensor, powers: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(sum_k gamma**k * r_k over the steps taken, steps taken)`` for ``[B, n, *R]`` rewards.
 
     ``goes_on`` is ``[B, n - 1]`` bool (step ``k + 1`` follows step ``k``); ``powers`` holds

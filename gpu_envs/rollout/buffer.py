@@ -158,7 +158,9 @@ class RolloutBuffer:
         self.device = normalize_device(env.device)
         self._nb = len(self.batch_size)
         layout = _spec_layout(env)
-        per_step = sum(max(shape.numel(), 1) * dtype.itemsize for shape, dtype in layout.values()) * self.batch_size.numel()
+        per_step = (
+            sum(max(shape.numel(), 1) * dtype.itemsize for shape, dtype in layout.values()) * self.batch_size.numel()
+        )
         ensure_fits(
             per_step * self.steps,
             self.device,
@@ -298,7 +300,11 @@ class RolloutBuffer:
         for key in td.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf):
             value = td.get(key)
             if not isinstance(value, torch.Tensor) or getattr(type(value), "_is_non_tensor", False):
-                kind = type(getattr(value, "data", value)).__name__ if getattr(type(value), "_is_non_tensor", False) else type(value).__name__
+                kind = (
+                    type(getattr(value, "data", value)).__name__
+                    if getattr(type(value), "_is_non_tensor", False)
+                    else type(value).__name__
+                )
                 raise RolloutError(
                     f"transition entry {key!r} holds a {kind}; a RolloutBuffer stores tensors only. "
                     "Keep non-tensor data out of the TensorDict the policy returns."

@@ -255,16 +255,20 @@ class GraphCollector:
         """Inside the capture: copy state the steps re-bound into the pinned tensors."""
         self._copy_state(
             pinned,
-            lambda name, old, new: f"env state {name!r} changed from {_describe(old)} to {_describe(new)} during a "
-            "step; a CUDA graph needs state of fixed shapes and dtypes.",
+            lambda name, old, new: (
+                f"env state {name!r} changed from {_describe(old)} to {_describe(new)} during a "
+                "step; a CUDA graph needs state of fixed shapes and dtypes."
+            ),
         )
 
     def _copy_in(self) -> None:
         """Before a replay: bring state replaced since the last one into the pinned tensors."""
         self._copy_state(
             self._pinned,
-            lambda name, pinned, value: f"env state {name!r} is now {_describe(value)} but the captured graph was "
-            f"built for {_describe(pinned)}; collect with a new RolloutBuffer to capture again.",
+            lambda name, pinned, value: (
+                f"env state {name!r} is now {_describe(value)} but the captured graph was "
+                f"built for {_describe(pinned)}; collect with a new RolloutBuffer to capture again."
+            ),
         )
 
     def _copy_state(self, pinned: dict[str, torch.Tensor], mismatch: Callable[[str, Any, Any], str]) -> None:

@@ -44,7 +44,9 @@ __all__ = ["add_gae", "gae"]
 _FLAGS = ("terminated", "truncated", "final_obs_missing")
 
 
-def _as_nt(name: str, x: torch.Tensor, shape: torch.Size, dtype: torch.dtype | None, device: torch.device) -> torch.Tensor:
+def _as_nt(
+    name: str, x: torch.Tensor, shape: torch.Size, dtype: torch.dtype | None, device: torch.device
+) -> torch.Tensor:
     """View ``x`` as ``[N, T]`` (accepting ``[N, T]`` or ``[N, T, 1]``), checking metadata only."""
     if not isinstance(x, torch.Tensor):
         raise InvalidArgumentError(
@@ -56,7 +58,9 @@ def _as_nt(name: str, x: torch.Tensor, shape: torch.Size, dtype: torch.dtype | N
             f"[N, T] or [N, T, 1] (e.g. traj['next', 'reward'] and critic outputs of shape [N, T, 1])."
         )
     if x.device != device:
-        raise InvalidArgumentError(f"gae: {name} is on {x.device} but reward is on {device}; put every input on one device.")
+        raise InvalidArgumentError(
+            f"gae: {name} is on {x.device} but reward is on {device}; put every input on one device."
+        )
     if name in _FLAGS and x.dtype != torch.bool:
         # a float flag has no exact meaning here (is 0.3 an episode end?): refuse rather than guess
         raise InvalidArgumentError(

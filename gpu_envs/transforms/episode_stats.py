@@ -139,7 +139,9 @@ class EpisodeStats(Transform):
         specs = super().setup(specs)
         n, dev = specs.num_envs, specs.device
         # rows counted in the aggregate: None (all) or a [N, 1] bool mask
-        self._counted = None if self.rows is None else row_mask(self.rows, n, "EpisodeStats(rows=...)").to(dev).view(n, 1)
+        self._counted = (
+            None if self.rows is None else row_mask(self.rows, n, "EpisodeStats(rows=...)").to(dev).view(n, 1)
+        )
         self._return = torch.zeros(n, 1, dtype=torch.float32, device=dev)
         self._length = torch.zeros(n, 1, dtype=torch.int64, device=dev)
         # shape (1,), not (): torch.compile (2.13, CPU) drops in-place updates of 0-d float64 tensors

@@ -94,8 +94,16 @@ class EvalRows(Transform):
                 f"EvalRows: the policy must also write td[{self.deterministic_key!r}], its deterministic action (the "
                 "argmax of the logits, the mean of the Gaussian) for the evaluation rows, next to td['action']."
             )
-        if not isinstance(deterministic, torch.Tensor) or deterministic.shape != action.shape or deterministic.dtype != action.dtype:
-            got = f"{deterministic.dtype} {tuple(deterministic.shape)}" if isinstance(deterministic, torch.Tensor) else type(deterministic).__name__
+        if (
+            not isinstance(deterministic, torch.Tensor)
+            or deterministic.shape != action.shape
+            or deterministic.dtype != action.dtype
+        ):
+            got = (
+                f"{deterministic.dtype} {tuple(deterministic.shape)}"
+                if isinstance(deterministic, torch.Tensor)
+                else type(deterministic).__name__
+            )
             raise ActionError(
                 f"EvalRows: td[{self.deterministic_key!r}] must have the action's shape and dtype "
                 f"({action.dtype} {tuple(action.shape)}), got {got}."

@@ -152,7 +152,9 @@ class ObservationNorm(Transform):
         else:
             for key in self._requested:
                 if key not in leaves:
-                    raise SpecError(f"ObservationNorm key {key!r} is not an observation key; available: {list(leaves)}.")
+                    raise SpecError(
+                        f"ObservationNorm key {key!r} is not an observation key; available: {list(leaves)}."
+                    )
                 if not leaves[key].dtype.is_floating_point:
                     raise SpecError(
                         f"ObservationNorm key {key!r} has dtype {leaves[key].dtype}; only floating-point "

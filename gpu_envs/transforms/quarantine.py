@@ -237,7 +237,9 @@ class Quarantine(TransformedEnv):
     """
 
     def __init__(self, env: Any, *, raise_after: int | None = None) -> None:
-        if raise_after is not None and (isinstance(raise_after, bool) or not isinstance(raise_after, int) or raise_after < 1):
+        if raise_after is not None and (
+            isinstance(raise_after, bool) or not isinstance(raise_after, int) or raise_after < 1
+        ):
             raise InvalidArgumentError(f"raise_after must be None or an int >= 1, got {raise_after!r}.")
         backend = getattr(env, "backend", None)
         if backend is not None and not getattr(backend, "supports_partial_reset", True):
@@ -288,17 +290,29 @@ class Quarantine(TransformedEnv):
     def get_state(self, rows: Any = None) -> TensorDictBase:
         """:meth:`TransformedEnv.get_state`, plus ``"served"``: the rows a plain ``step`` already reset."""
         state = super().get_state(rows)
-        served = self._served if self._served is not None else torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
-        state.set("served", served.index_select(0, row_indices(rows, self.num_envs, self.device, "get_state", distinct=False)))
+        served = (
+            self._served
+            if self._served is not None
+            else torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
+        )
+        state.set(
+            "served", served.index_select(0, row_indices(rows, self.num_envs, self.device, "get_state", distinct=False))
+        )
         return state
 
     def set_state(self, state: TensorDictBase, rows: Any = None) -> None:
         served = state.get("served", None) if isinstance(state, TensorDictBase) else None
         if not isinstance(served, torch.Tensor) or served.dtype != torch.bool or served.shape[1:] != (1,):
-            raise InvalidArgumentError("Quarantine.set_state takes a Quarantine's get_state() (with its 'served' rows).")
+            raise InvalidArgumentError(
+                "Quarantine.set_state takes a Quarantine's get_state() (with its 'served' rows)."
+            )
         super().set_state(state.exclude("served"), rows)
         index = row_indices(rows, self.num_envs, self.device, "set_state", distinct=True)
-        current = self._served if self._served is not None else torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
+        current = (
+            self._served
+            if self._served is not None
+            else torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
+        )
         self._served = current.index_copy(0, index, served.to(self.device))  # all False serves nothing: as None
 
     @property
@@ -361,7 +375,9 @@ class Quarantine(TransformedEnv):
     # --------------------------------------------------------------- helpers
     def _reset_quarantined(self) -> TensorDictBase:
         """Reset the quarantined rows the env below did not end (sync-free masked reset); the new root."""
-        return super().reset(td=TensorDict({"_reset": self._marks.to_reset}, batch_size=self.batch_size, device=self.device))
+        return super().reset(
+            td=TensorDict({"_reset": self._marks.to_reset}, batch_size=self.batch_size, device=self.device)
+        )
 
     def __repr__(self) -> str:
         return f"Quarantine({self.env!r}, raise_after={self.raise_after})"

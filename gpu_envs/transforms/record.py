@@ -153,7 +153,9 @@ class RecordEpisodes(Transform):
         require_av()  # a missing video library fails here, not after an hour of training
 
     @classmethod
-    def for_env(cls, env: Any, path: str | os.PathLike, *, size: tuple[int, int] | None = None, **kwargs: Any) -> RecordEpisodes:
+    def for_env(
+        cls, env: Any, path: str | os.PathLike, *, size: tuple[int, int] | None = None, **kwargs: Any
+    ) -> RecordEpisodes:
         """A recorder whose frames and fps suit ``env``: its built-in renderer, else its image observation.
 
         ``size=(height, width)`` sets the built-in renderer's frame size (default:
@@ -181,7 +183,9 @@ class RecordEpisodes(Transform):
         specs = super().setup(specs)
         bad = [r for r in self.rows if not 0 <= r < specs.num_envs]
         if bad:
-            raise InvalidArgumentError(f"RecordEpisodes rows {bad} are not rows of this env (num_envs={specs.num_envs}).")
+            raise InvalidArgumentError(
+                f"RecordEpisodes rows {bad} are not rows of this env (num_envs={specs.num_envs})."
+            )
         self._obs_keys = [key for key, _ in specs.observation_spec.items(include_nested=True, leaves_only=True)]
         self._frames = self._frame_source(specs)
         self._index = torch.tensor(self.rows, dtype=torch.long, device=specs.device)
@@ -287,7 +291,9 @@ class RecordEpisodes(Transform):
             or frames.shape[-1] != 3
         ):
             got = f"{frames.dtype} {tuple(frames.shape)}" if isinstance(frames, torch.Tensor) else type(frames).__name__
-            raise InvalidArgumentError(f"RecordEpisodes' render must return uint8 [{count}, H, W, 3] frames for {count} rows, got {got}.")
+            raise InvalidArgumentError(
+                f"RecordEpisodes' render must return uint8 [{count}, H, W, 3] frames for {count} rows, got {got}."
+            )
         return frames
 
     # ------------------------------------------------------------ to the host
@@ -349,7 +355,11 @@ class RecordEpisodes(Transform):
                     self._writer.end(row.video)
                     row.video = None
                 row.starting = True
-        if self.max_videos is not None and self._started >= self.max_videos and all(r.video is None for r in self._host):
+        if (
+            self.max_videos is not None
+            and self._started >= self.max_videos
+            and all(r.video is None for r in self._host)
+        ):
             self._active = False  # nothing more to record: no more rendering
 
     def _will_record(self, row: _Row) -> bool:
@@ -411,7 +421,9 @@ def _template(path: Any, max_videos: int | None) -> tuple[str, int | None]:
         return os.path.join(text, _DEFAULT_NAME), max_videos
     fields = set(re.findall(r"{(\w*)}", text))
     if fields - {"row", "episode"}:
-        raise InvalidArgumentError(f"path {text!r} may hold only the fields {{row}} and {{episode}}, got {sorted(fields)}.")
+        raise InvalidArgumentError(
+            f"path {text!r} may hold only the fields {{row}} and {{episode}}, got {sorted(fields)}."
+        )
     if not fields:
         if max_videos not in (None, 1):
             raise InvalidArgumentError(

@@ -118,7 +118,9 @@ class ScalarizeReward(Transform):
                 raise TypeError("bools are not weights")
             w = torch.as_tensor(weights, dtype=torch.float64).detach().cpu()
         except (TypeError, ValueError, RuntimeError):
-            raise InvalidArgumentError(f"ScalarizeReward weights must be a sequence of numbers, got {weights!r}.") from None
+            raise InvalidArgumentError(
+                f"ScalarizeReward weights must be a sequence of numbers, got {weights!r}."
+            ) from None
         if w.dim() != 1 or w.numel() == 0 or not bool(torch.isfinite(w).all()):
             raise InvalidArgumentError(
                 f"ScalarizeReward weights must be a non-empty 1-D sequence of finite numbers (one per objective), got {weights!r}."

@@ -270,7 +270,9 @@ class TransformedEnv(BatchedSpecs):
         if not self._inverting:
             return td
         if td.get("action", None) is None:
-            raise ActionError(f'td has no "action" entry: set td["action"] (e.g. env.action_spec.rand()) before {call}().')
+            raise ActionError(
+                f'td has no "action" entry: set td["action"] (e.g. env.action_spec.rand()) before {call}().'
+            )
         inner = td.copy()  # shallow: the caller's td keeps the policy's action
         for t in self._inverting:
             inner = t.inv(inner)

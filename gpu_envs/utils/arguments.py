@@ -31,7 +31,18 @@ from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError
 
-__all__ = ["MAX_SEED", "STEP_CALLS", "as_bool", "as_int", "as_number", "as_seed", "check_td", "describe", "keywords_of", "optional_seconds"]
+__all__ = [
+    "MAX_SEED",
+    "STEP_CALLS",
+    "as_bool",
+    "as_int",
+    "as_number",
+    "as_seed",
+    "check_td",
+    "describe",
+    "keywords_of",
+    "optional_seconds",
+]
 
 MAX_SEED = 2**63 - 1
 
@@ -42,8 +53,10 @@ def describe(value: Any) -> str:
     if len(text) > 60:
         text = text[:57] + "..."
     kind = type(value).__name__
-    return text if kind in ("int", "str", "NoneType") else f"{text} ({type(value).__module__}.{kind})".replace(
-        "builtins.", ""
+    return (
+        text
+        if kind in ("int", "str", "NoneType")
+        else f"{text} ({type(value).__module__}.{kind})".replace("builtins.", "")
     )
 
 
@@ -64,7 +77,9 @@ def as_int(value: Any, name: str, *, minimum: int | None = None, maximum: int | 
     try:
         number = operator.index(value)
     except TypeError:
-        raise InvalidArgumentError(f"{name} must be {rule}, got {describe(value)}.{' ' + hint if hint else ''}") from None
+        raise InvalidArgumentError(
+            f"{name} must be {rule}, got {describe(value)}.{' ' + hint if hint else ''}"
+        ) from None
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
         raise InvalidArgumentError(f"{name} must be {rule}, got {number}.{' ' + hint if hint else ''}")
     return number

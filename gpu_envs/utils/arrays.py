@@ -62,7 +62,12 @@ _from_numpy = torch.from_numpy
 # DLPack device types (dlpack.h, DLDeviceType) -> torch device type.
 _DLPACK_DEVICE_TYPES = {1: "cpu", 2: "cuda", 3: "cpu", 10: "cuda", 13: "cuda"}
 _ALIGN = 8  # bytes: each dtype group of a packed staging buffer starts on this boundary
-_NARROW = {torch.int64: torch.int32, torch.float64: torch.float32, torch.uint64: torch.uint32, torch.complex128: torch.complex64}
+_NARROW = {
+    torch.int64: torch.int32,
+    torch.float64: torch.float32,
+    torch.uint64: torch.uint32,
+    torch.complex128: torch.complex64,
+}
 
 
 def framework_of(x: Any) -> str:
@@ -265,7 +270,9 @@ class HostStaging:
         """
         if not self.packed:
             out: list[torch.Tensor | None] = []
-            for value, np_dtype, give, rows in zip(values, self.np_dtypes, owned or self._copy_all, self._rows, strict=True):
+            for value, np_dtype, give, rows in zip(
+                values, self.np_dtypes, owned or self._copy_all, self._rows, strict=True
+            ):
                 if value is None:
                     out.append(None)
                 elif give and value.__class__ is not RowBlocks:

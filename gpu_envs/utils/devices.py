@@ -90,7 +90,9 @@ def _check_cuda(parsed: torch.device, device: Any, name: str) -> None:
     if not torch.cuda.is_available():
         if torch.version.cuda is None:
             why = f"this torch ({torch.__version__}) was built without CUDA support (a CPU-only build)"
-            fix = "Use device='cpu' (or None, which picks CUDA only when it is there), or install a CUDA build of torch."
+            fix = (
+                "Use device='cpu' (or None, which picks CUDA only when it is there), or install a CUDA build of torch."
+            )
         else:
             why = f"no CUDA GPU is visible to this torch (CUDA {torch.version.cuda} build)"
             fix = "Check the driver and CUDA_VISIBLE_DEVICES, or use device='cpu' (or None)."

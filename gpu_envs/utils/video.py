@@ -154,5 +154,7 @@ def add_gif_summary(writer: Any, tag: str, frames: Any, step: int, fps: float) -
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     data = to_frames(frames)
-    image = Summary.Image(height=data.shape[1], width=data.shape[2], colorspace=3, encoded_image_string=gif_bytes(data, fps))
+    image = Summary.Image(
+        height=data.shape[1], width=data.shape[2], colorspace=3, encoded_image_string=gif_bytes(data, fps)
+    )
     writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)

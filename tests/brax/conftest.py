@@ -9,5 +9,7 @@ import importlib.util
 import os
 
 collect_ignore_glob = (
-    [] if os.environ.get("GPU_ENVS_REQUIRE_BRAX") == "1" or importlib.util.find_spec("brax") is not None else ["test_*.py"]
+    []
+    if os.environ.get("GPU_ENVS_REQUIRE_BRAX") == "1" or importlib.util.find_spec("brax") is not None
+    else ["test_*.py"]
 )

@@ -43,7 +43,9 @@ def reference(env, actions: np.ndarray, seed: int, episode_length: int) -> dict[
     """
     reset, step = jax.jit(env.reset), jax.jit(env.step)
     n, steps = actions.shape[:2]
-    out: dict[str, list] = {k: [] for k in ("observation", "next_observation", "root", "reward", "terminated", "truncated")}
+    out: dict[str, list] = {
+        k: [] for k in ("observation", "next_observation", "root", "reward", "terminated", "truncated")
+    }
     for i in range(n):
         rows: dict[str, list] = {k: [] for k in out}
         key = jax.random.fold_in(jax.random.PRNGKey(seed), i)

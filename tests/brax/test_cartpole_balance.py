@@ -24,7 +24,9 @@ OVERRIDES = {"impl": "jax"}
 
 @pytest.fixture(scope="module")
 def env():
-    env = gpu_envs.make("playground/CartpoleBalance", num_envs=N, episode_length=EPISODE, config_overrides=OVERRIDES, device="cpu")
+    env = gpu_envs.make(
+        "playground/CartpoleBalance", num_envs=N, episode_length=EPISODE, config_overrides=OVERRIDES, device="cpu"
+    )
     yield env
     env.close()
 
@@ -48,7 +50,11 @@ def test_time_limit_finals_and_reset_distribution(rollout):
     assert (np.flatnonzero(truncated[0]) + 1 == np.arange(1, T // EPISODE + 1) * EPISODE).all()
     roots = got["root"][truncated]
     cart, cos, sin, vel = roots[:, 0], roots[:, 1], roots[:, 2], roots[:, 3:]
-    assert (np.abs(cart) <= 0.1 + 1e-6).all() and (cos >= np.cos(0.034) - 1e-6).all() and (np.abs(sin) <= 0.034 + 1e-6).all()
+    assert (
+        (np.abs(cart) <= 0.1 + 1e-6).all()
+        and (cos >= np.cos(0.034) - 1e-6).all()
+        and (np.abs(sin) <= 0.034 + 1e-6).all()
+    )
     assert (np.abs(vel) < 0.06).all()
     final, before = got["next_observation"][truncated], got["observation"][truncated]
     assert (np.linalg.norm(final - before, axis=-1) < np.linalg.norm(roots - before, axis=-1)).all()

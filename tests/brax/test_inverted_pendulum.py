@@ -71,7 +71,9 @@ def test_reset_observations_lie_in_the_reset_distribution_and_finals_stay_close(
     ended = got["terminated"] | got["truncated"]
     roots = got["root"][ended]
     init_q = np.asarray(raw.sys.init_q)
-    assert (np.abs(roots[:, :2] - init_q) <= RESET_RANGE + 1e-6).all() and (np.abs(roots[:, 2:]) <= RESET_RANGE + 1e-6).all()
+    assert (np.abs(roots[:, :2] - init_q) <= RESET_RANGE + 1e-6).all() and (
+        np.abs(roots[:, 2:]) <= RESET_RANGE + 1e-6
+    ).all()
     final, before = got["next_observation"][ended], got["observation"][ended]
     assert (np.linalg.norm(final - before, axis=-1) < np.linalg.norm(roots - before, axis=-1)).all()
 

@@ -68,7 +68,9 @@ def manager_cfg(num_envs: int = NUM_ENVS, compute_final_obs: bool = False) -> An
 # Each case builds its env a different way, so that every entry point is exercised.
 CASES = {
     # gym.make'd direct task: detected through gymnasium's OrderEnforcing wrapper
-    "direct-final_obs": lambda: gpu_envs.wrap(gym.make("Isaac-Cartpole-Direct", cfg=direct_cfg(compute_final_obs=True))),
+    "direct-final_obs": lambda: gpu_envs.wrap(
+        gym.make("Isaac-Cartpole-Direct", cfg=direct_cfg(compute_final_obs=True))
+    ),
     # the DirectRLEnv subclass itself
     "direct-no_final_obs": lambda: gpu_envs.wrap(_direct_env(direct_cfg()), device="cpu"),
     # gpu_envs.make through Isaac Lab's gym registry

@@ -36,7 +36,9 @@ def vec_env():
     cfg.episode_length_s = EPISODE_LENGTH_S
     env = adopt(lambda: gpu_envs.wrap(gym.make("Isaac-Cartpole-Direct", cfg=cfg)))
     isaac = yaml.safe_load(Path(agents_folder(), "rl_games_direct_ppo_cfg.yaml").read_text())["params"]
-    yield to_rl_games(env, clip_observations=isaac["env"]["clip_observations"], clip_actions=isaac["env"]["clip_actions"])
+    yield to_rl_games(
+        env, clip_observations=isaac["env"]["clip_observations"], clip_actions=isaac["env"]["clip_actions"]
+    )
     close_live()
 
 

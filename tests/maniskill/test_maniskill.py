@@ -29,7 +29,13 @@ from gpu_envs.contract.errors import AutoresetModeError
 pytestmark = pytest.mark.slow  # ManiSkill builds a SAPIEN scene per env: seconds each
 # enhanced_determinism: ManiSkill's resets without a seed (its auto-resets) otherwise draw from torch's
 # global RNG, so two identically seeded envs part ways at their first auto-reset (see the module doc).
-KW = {"num_envs": 1, "obs_mode": "state_dict", "sim_backend": "physx_cpu", "render_backend": "none", "enhanced_determinism": True}
+KW = {
+    "num_envs": 1,
+    "obs_mode": "state_dict",
+    "sim_backend": "physx_cpu",
+    "render_backend": "none",
+    "enhanced_determinism": True,
+}
 T, SEED, LIMIT = 110, 4, 50
 CUBE_HALF_SIZE, CUBE_SPAWN = 0.02, 0.1
 

@@ -17,5 +17,7 @@ import importlib.util
 import os
 
 collect_ignore_glob = (
-    [] if os.environ.get("GPU_ENVS_REQUIRE_MJLAB") == "1" or importlib.util.find_spec("mjlab") is not None else ["test_*.py"]
+    []
+    if os.environ.get("GPU_ENVS_REQUIRE_MJLAB") == "1" or importlib.util.find_spec("mjlab") is not None
+    else ["test_*.py"]
 )

@@ -43,7 +43,13 @@ def mjlab_auto_reset(raw: Any, actions: list[torch.Tensor], seed: int) -> list[d
             obs, reward, terminated, truncated, _ = raw.step(action)
         groups = _groups(obs)
         record.append(
-            {"obs": groups, "root": groups, "reward": reward.clone(), "terminated": terminated.clone(), "truncated": truncated.clone()}
+            {
+                "obs": groups,
+                "root": groups,
+                "reward": reward.clone(),
+                "terminated": terminated.clone(),
+                "truncated": truncated.clone(),
+            }
         )
     return record
 
@@ -65,7 +71,13 @@ def mjlab_manual_reset(raw: Any, actions: list[torch.Tensor], seed: int) -> list
                 fresh, _ = raw.reset(env_ids=done.nonzero().view(-1))
             root = {name: torch.where(done.view(-1, 1), fresh[name], final[name]) for name in final}
         record.append(
-            {"obs": final, "root": root, "reward": reward.clone(), "terminated": terminated.clone(), "truncated": truncated.clone()}
+            {
+                "obs": final,
+                "root": root,
+                "reward": reward.clone(),
+                "terminated": terminated.clone(),
+                "truncated": truncated.clone(),
+            }
         )
     return record
 

@@ -81,7 +81,9 @@ def tilt_deg(projected_gravity: torch.Tensor) -> torch.Tensor:
     return torch.rad2deg(torch.acos(torch.clamp(-projected_gravity[..., 2], -1.0, 1.0)))
 
 
-def smooth_actions(num_envs: int, num_actions: int, steps: int, seed: int = 0, amplitude: float = 1.0) -> list[torch.Tensor]:
+def smooth_actions(
+    num_envs: int, num_actions: int, steps: int, seed: int = 0, amplitude: float = 1.0
+) -> list[torch.Tensor]:
     """``steps`` actions ``[num_envs, num_actions]``: slow sinusoids with random phases per row and joint.
 
     Smooth actions keep the last-action terms of the observations close from one step to

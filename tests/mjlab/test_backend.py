@@ -67,7 +67,13 @@ def test_groups_that_keep_their_terms_become_nested_keys():
     cfg.observations["critic"].concatenate_terms = False
     env = gpu_envs.wrap(raw_env(cfg))
     keys = set(env.single_observation_spec.keys(include_nested=True, leaves_only=True))
-    assert keys == {"actor", ("critic", "cart_pos"), ("critic", "pole_angle"), ("critic", "cart_vel"), ("critic", "pole_vel")}
+    assert keys == {
+        "actor",
+        ("critic", "cart_pos"),
+        ("critic", "pole_angle"),
+        ("critic", "cart_vel"),
+        ("critic", "pole_vel"),
+    }
     traj = env.rollout(25)  # past the 20-step time limit
     assert traj["next", "critic", "pole_angle"].shape == (2, 25, 2) and traj["next", "done"].any()
     assert torch.equal(traj["next", "critic", "pole_angle"], traj["next", "actor"][..., 1:3])
@@ -103,7 +109,9 @@ def test_partial_reset_resets_only_the_masked_rows(env):
     rows = mask.view(-1)
     assert base.episode_length_buf[rows].eq(0).all() and torch.equal(base.episode_length_buf[~rows], lengths[~rows])
     assert torch.equal(out["actor"][~rows], before["actor"][~rows])
-    assert (out["actor"][rows, 3:].abs() <= 0.01 + 1e-6).all() and not torch.equal(out["actor"][rows], before["actor"][rows])
+    assert (out["actor"][rows, 3:].abs() <= 0.01 + 1e-6).all() and not torch.equal(
+        out["actor"][rows], before["actor"][rows]
+    )
     td = out
     td["action"] = push()
     td, _ = env.step_and_maybe_reset(td)  # and stepping goes on from there

@@ -37,7 +37,10 @@ from tests.mjlab.tasks import (
     tilt_deg,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning"),
+]
 
 NUM_ENVS = 8
 NUM_ACTIONS = 12

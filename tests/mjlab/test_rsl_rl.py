@@ -41,7 +41,10 @@ import gpu_envs
 from gpu_envs.interop import to_rsl_rl
 from tests.mjlab.tasks import CARTPOLE, GO1, GO1_CRITIC, raw_env, task_cfg
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning"),
+]
 
 
 def mjlab_train_cfg(task_id: str) -> dict:

@@ -331,7 +331,9 @@ class GymnasiumBackend(Backend):
                     every_end=self._final_for_every_end,
                 )
         elif np.count_nonzero(done):  # the step's observation IS the final one; reset the ended rows (same step)
-            final, _ = final_obs_numpy(leaves, done, None, dtypes=self._dtypes)  # copies, before the reset rewrites them
+            final, _ = final_obs_numpy(
+                leaves, done, None, dtypes=self._dtypes
+            )  # copies, before the reset rewrites them
             obs, _ = self._call("reset", self.env.reset, options={"reset_mask": done})
             leaves = self._layout.read(obs)
         if self._info_keys:
@@ -438,4 +440,3 @@ def _apply_wrappers(env: gym.Env, from_pixels: bool, pixels_only: bool, frame_sk
     if from_pixels:
         env = add_pixels(env, pixels_only)
     return env
-

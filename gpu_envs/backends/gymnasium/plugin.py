@@ -79,6 +79,8 @@ def check_capacity(env_id: str, num_envs: int, use_async: bool) -> None:
             f"{what} starts {num_envs} worker processes, more than this user may run ({soft_procs}, ulimit -u). "
             "Use fewer envs or vectorization='sync'."
         )
+
+
 _PER_ENV_KWARGS = ("from_pixels", "pixels_only", "frame_skip")
 
 

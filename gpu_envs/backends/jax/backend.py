@@ -60,7 +60,11 @@ def _jax_device(device: torch.device) -> Any:
     if device.type == "cpu":
         return jax.devices("cpu")[0]
     if device.type == "cuda":
-        index = device.index if device.index is not None else (torch.cuda.current_device() if torch.cuda.is_available() else 0)
+        index = (
+            device.index
+            if device.index is not None
+            else (torch.cuda.current_device() if torch.cuda.is_available() else 0)
+        )
         try:
             gpus = jax.devices("gpu")
         except RuntimeError:
@@ -126,7 +130,9 @@ class JaxBackend(Backend):
     # final_obs_kind attribute)
     final_obs_kind = (FinalObsKind.SAME_STEP, FinalObsKind.SIMULATOR)
 
-    def __init__(self, core: Any, device: torch.device | str | None = None, *, seed: int | None = None, expose_info: bool = True) -> None:
+    def __init__(
+        self, core: Any, device: torch.device | str | None = None, *, seed: int | None = None, expose_info: bool = True
+    ) -> None:
         prepare_jax()
         import jax
 
@@ -291,7 +297,11 @@ class JaxBackend(Backend):
 
         leaves, treedef = jax.tree_util.tree_flatten(self._carry)
         for i, leaf in enumerate(leaves):
-            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) or leaf.ndim == 0 or leaf.shape[0] != self.num_envs:
+            if (
+                jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+                or leaf.ndim == 0
+                or leaf.shape[0] != self.num_envs
+            ):
                 raise SnapshotError(
                     f"the carry of {self.describe()} has a leaf ({i}: {leaf.shape} {leaf.dtype}) that is not one row per "
                     f"env ([{self.num_envs}, ...] numbers), so its rows cannot be snapshot one by one."

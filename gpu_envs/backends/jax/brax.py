@@ -177,7 +177,9 @@ def make_brax_core(
     if num_envs is None:
         num_envs = found.get("num_envs")
     elif "num_envs" in found and int(num_envs) != found["num_envs"]:
-        raise InvalidArgumentError(f"num_envs={num_envs} does not match the VmapWrapper's batch_size={found['num_envs']}.")
+        raise InvalidArgumentError(
+            f"num_envs={num_envs} does not match the VmapWrapper's batch_size={found['num_envs']}."
+        )
     num_envs = as_int(
         num_envs,
         "num_envs",
@@ -260,4 +262,3 @@ def is_brax_id(env_id: str) -> bool:
     if env_id.startswith(PLAYGROUND_PREFIX):
         return env_id[len(PLAYGROUND_PREFIX) :] in _playground_names()
     return False
-

@@ -103,13 +103,20 @@ class BraxCore:
     """
 
     def __init__(
-        self, env: Any, num_envs: int, episode_length: int | None, action_repeat: int = 1, reset_batch: int | None = None
+        self,
+        env: Any,
+        num_envs: int,
+        episode_length: int | None,
+        action_repeat: int = 1,
+        reset_batch: int | None = None,
     ) -> None:
         self.env = env
         self.num_envs = int(num_envs)
         self.episode_length = episode_length
         self.action_repeat = int(action_repeat)
-        self.reset_batch = default_reset_batch(self.num_envs) if reset_batch is None else min(int(reset_batch), self.num_envs)
+        self.reset_batch = (
+            default_reset_batch(self.num_envs) if reset_batch is None else min(int(reset_batch), self.num_envs)
+        )
         state = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
         self._like = _strong(state)
         action_size = int(env.action_size)

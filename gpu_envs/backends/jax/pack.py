@@ -40,7 +40,9 @@ class PackedLayout:
         groups: dict[np.dtype, list[int]] = {}
         for i, leaf in enumerate(leaves):
             groups.setdefault(np.dtype(leaf.dtype), []).append(i)
-        self.groups = [(dtype, members, [math.prod(self.shapes[i]) for i in members]) for dtype, members in groups.items()]
+        self.groups = [
+            (dtype, members, [math.prod(self.shapes[i]) for i in members]) for dtype, members in groups.items()
+        ]
 
     def pack(self, leaves: Sequence[Any]) -> tuple:
         """Traced inside ``jit``: one flat array per dtype group."""

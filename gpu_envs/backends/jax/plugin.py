@@ -117,7 +117,9 @@ def _check_num_envs(num_envs: Any) -> int:
     )
 
 
-def wrap_jax(obj: Any, device: torch.device | None = None, *, num_envs: Any = None, env_params: Any = None, **kwargs: Any) -> JaxBackend:
+def wrap_jax(
+    obj: Any, device: torch.device | None = None, *, num_envs: Any = None, env_params: Any = None, **kwargs: Any
+) -> JaxBackend:
     """Build the backend for a detected JAX env object (see the module docstring)."""
     prepare_jax()
     from gpu_envs.backends.jax.cores import FuncEnvCore, GymnaxCore
@@ -130,14 +132,20 @@ def wrap_jax(obj: Any, device: torch.device | None = None, *, num_envs: Any = No
 
         core_kw = {k: kwargs.pop(k) for k in CORE_OPTIONS if k in kwargs}
         if env_params is not None:
-            raise InvalidArgumentError("env_params applies to gymnax envs; configure Brax/Playground envs when building them.")
+            raise InvalidArgumentError(
+                "env_params applies to gymnax envs; configure Brax/Playground envs when building them."
+            )
         return JaxBackend(make_brax_core(obj, num_envs, **core_kw), device, **kwargs)
     if _is_gymnax_pair(obj):
         env, params = obj
-        core = GymnaxCore(env, _gymnax_params(env, params, env_params), _check_num_envs(num_envs if num_envs is not None else 1))
+        core = GymnaxCore(
+            env, _gymnax_params(env, params, env_params), _check_num_envs(num_envs if num_envs is not None else 1)
+        )
         return JaxBackend(core, device, **kwargs)
     if _is_gymnax_env(obj):
-        core = GymnaxCore(obj, _gymnax_params(obj, None, env_params), _check_num_envs(num_envs if num_envs is not None else 1))
+        core = GymnaxCore(
+            obj, _gymnax_params(obj, None, env_params), _check_num_envs(num_envs if num_envs is not None else 1)
+        )
         return JaxBackend(core, device, **kwargs)
     if _has_class(obj, _GYMNAX_GYM) or _has_class(obj, _GYMNAX_GYM_VECTOR):
         raise NotAnEnvError(
@@ -160,7 +168,9 @@ def wrap_jax(obj: Any, device: torch.device | None = None, *, num_envs: Any = No
     if num_envs is not None and num_envs != inner.num_envs:
         raise InvalidArgumentError(f"num_envs={num_envs} does not match the vector env's num_envs={inner.num_envs}.")
     if env_params is not None:
-        raise InvalidArgumentError("env_params applies to gymnax envs; pass gymnasium env kwargs to gymnasium.make_vec instead.")
+        raise InvalidArgumentError(
+            "env_params applies to gymnax envs; pass gymnasium env kwargs to gymnasium.make_vec instead."
+        )
     return JaxBackend(FuncEnvCore(inner), device, **kwargs)
 
 
@@ -180,7 +190,9 @@ class JaxPlugin:
         try:
             import gymnax
         except ImportError as err:  # installed without a dependency it imports: unusable
-            warnings.warn(f"gymnax is installed but cannot be imported ({err}); its envs are not offered.", stacklevel=2)
+            warnings.warn(
+                f"gymnax is installed but cannot be imported ({err}); its envs are not offered.", stacklevel=2
+            )
             return []
         return list(gymnax.registered_envs)
 

@@ -191,7 +191,9 @@ class RayBackend(Backend):
     # ------------------------------------------------------------------ calls
     def check_usable(self) -> None:
         if self._closed:
-            raise ClosedEnvError("this Ray env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap_ray().")
+            raise ClosedEnvError(
+                "this Ray env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap_ray()."
+            )
         if self._broken is not None:
             raise BackendError(f"{self.describe()} cannot be used any more: {self._broken} Build a new env.")
 
@@ -230,9 +232,13 @@ class RayBackend(Backend):
             if self._broken is not None:
                 cluster.stop_workers(self.workers, graceful=False)  # hung or lost: nothing to keep
                 error = StepTimeoutError if pending else BackendError  # a timeout is a BackendError too
-                raise error(f"{self.describe()} failed: {' '.join(failures)} Every worker was stopped; build a new env.")
+                raise error(
+                    f"{self.describe()} failed: {' '.join(failures)} Every worker was stopped; build a new env."
+                )
             raise BackendError(  # the caller's guard stays marked: the batch is half-stepped
-                f"{self.describe()}: " + "\n".join(failures) + "\nThe other workers stepped: call env.reset() before stepping again."
+                f"{self.describe()}: "
+                + "\n".join(failures)
+                + "\nThe other workers stepped: call env.reset() before stepping again."
             )
         return answers
 
@@ -292,7 +298,10 @@ class RayBackend(Backend):
             RowBlocks(r.done for r in results),
             final,
             final_mask,
-            [RowBlocks(self._info_rows(w, r.info, key) for w, r in zip(self.workers, results, strict=True)) for key in self._info_keys],
+            [
+                RowBlocks(self._info_rows(w, r.info, key) for w, r in zip(self.workers, results, strict=True))
+                for key in self._info_keys
+            ],
         )
         raw = layout.unpack(self._stage.publish(values), obs_are_final=final is None)
         self._guard.finish()

@@ -81,7 +81,9 @@ class RayPlugin:
                 "num_workers= sets the number of Ray workers."
             )
         offset = _check_offset(env_index_offset)
-        check_sub_env_args(kwargs.get("vector_kwargs"), kwargs.get("wrappers"), kwargs.get("frame_skip", 1))  # before Ray
+        check_sub_env_args(
+            kwargs.get("vector_kwargs"), kwargs.get("wrappers"), kwargs.get("frame_skip", 1)
+        )  # before Ray
         return _backend(
             num_envs, num_workers, offset, device, options,
             lambda start, size, first: functools.partial(make_share, env_id, size, first, kwargs),

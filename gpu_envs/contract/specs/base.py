@@ -28,7 +28,9 @@ def as_device(device: DeviceLike) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
-        raise SpecError(f"device={device!r} is not a device torch knows; use 'cpu', 'cuda' or 'cuda:<index>'.") from None
+        raise SpecError(
+            f"device={device!r} is not a device torch knows; use 'cpu', 'cuda' or 'cuda:<index>'."
+        ) from None
     return normalize_device(dev) if dev.type != "cuda" or torch.cuda.is_available() else dev
 
 

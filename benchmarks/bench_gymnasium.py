@@ -50,8 +50,7 @@ from tensordict import TensorDict
 
 import gpu_envs
 from benchmarks.timing import interleave, overhead_row, sizes_main
-from gpu_envs.core.step_path import STAMP
-from gpu_envs.utils.tensordicts import new_td, set_entry
+from gpu_envs.utils.tensordicts import fast_entries, new_td, set_entry, stamp, stamp_of
 
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 COLUMNS = [
@@ -94,10 +93,10 @@ def floor_step_fn(n: int, action: torch.Tensor, guards: bool = False) -> tuple:
         """The checks before the env moves: unfinished call, stale input, action metadata."""
         if state["pending"] is not None:
             raise RuntimeError("an earlier call did not finish")
-        stamp = td.__dict__.get(STAMP)
-        if stamp is not None and stamp != state["stamp"]:
+        dated = stamp_of(td)
+        if dated is not None and dated != state["stamp"]:
             raise RuntimeError("stale input")
-        act = td._tensordict["action"]
+        act = fast_entries(td)["action"]
         if act.__class__ is not torch.Tensor or act.shape != shape or act.dtype is not dtype or act.device != device:
             raise RuntimeError("bad action")
         state["pending"] = "step"
@@ -128,9 +127,9 @@ def floor_step_fn(n: int, action: torch.Tensor, guards: bool = False) -> tuple:
         root = {"observation": root_obs, "done": false, "terminated": false, "truncated": false}
         state["td"] = new_td(root, batch, device)
         if guards:  # date the outputs, release the guard (refused if another thread stepped meanwhile)
-            state["stamp"] = stamp = state["stamp"] + 1
-            following.__dict__[STAMP] = -stamp
-            state["td"].__dict__[STAMP] = stamp
+            state["stamp"] = number = state["stamp"] + 1
+            stamp(following, -number)
+            stamp(state["td"], number)
             if state["calls"] != call:
                 raise RuntimeError("overlapping calls")
             state["pending"] = None

@@ -7,7 +7,7 @@ a TensorDict:
 
 (a) raw: ``env.step(action)`` in a loop;
 (b) floor: the raw env plus ONLY the work the TensorDict contract needs, in the same
-    run: the env's step in the contract's layout (its ``step_transition``: a RawStep's
+    run: the env's step in the contract's layout (its ``raw_step``: a RawStep's
     fields, ``[N, 1]`` flags it already holds), the placeholder ``where`` on ended rows (final
     observations are not exposed), the two TensorDicts (the transition's ``"next"`` and
     the next root, built the cheapest way the installed tensordict allows) and the
@@ -59,6 +59,7 @@ from gpu_envs.builtin import CartPoleEnv
 from gpu_envs.contract.final_obs import ROW_VIEW_MIN_ENVS
 from gpu_envs.rollout import collect
 from gpu_envs.utils.tensordicts import new_td, set_entry
+from gpu_envs.utils.torch_internals import foreach_copy
 
 
 def floor_step_fn(n: int, device: torch.device, action: torch.Tensor):
@@ -79,7 +80,7 @@ def floor_step_fn(n: int, device: torch.device, action: torch.Tensor):
     def step() -> None:
         td = state["td"]
         td.set("action", action)
-        obs, reward, terminated, truncated, done, _, _, _ = env.step_transition(action)
+        obs, reward, terminated, truncated, done, _, _, _ = env.raw_step(action)
         obs = obs["observation"]
         if rows:
             next_obs = torch.where(done, nan_row, obs.view(torch.complex128)).view(torch.float32)
@@ -188,7 +189,7 @@ def plain_collect_fn(n: int, steps: int, device: torch.device, policy: LinearArg
                     action = torch.randint(0, 2, (n,), generator=generator, device=device)
                 else:
                     action = policy.act(obs)
-                next_obs, reward, terminated, truncated, done, final, _, _ = env.step_transition(action)
+                next_obs, reward, terminated, truncated, done, final, _, _ = env.raw_step(action)
                 next_obs, final = next_obs["observation"], final["observation"]
                 values = {
                     "observation": obs,
@@ -203,7 +204,7 @@ def plain_collect_fn(n: int, steps: int, device: torch.device, policy: LinearArg
                     "next_terminated": terminated,
                     "next_truncated": truncated,
                 }
-                torch._foreach_copy_(columns[t], [values[k] for k in order])
+                foreach_copy(columns[t], [values[k] for k in order])
                 obs = next_obs
         state["obs"] = obs
 

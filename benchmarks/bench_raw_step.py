@@ -10,7 +10,7 @@ thread, medians:
     counters): the reference the counter-based generator must match in eager mode. Its
     draws depend on N and on the other rows, it cannot be traced by ``torch.compile``,
     and a CUDA graph must register it: why it was replaced;
-(b) ``direct``: the shipped env stepped inside ``direct_draws()``: the draws computed
+(b) ``direct``: the shipped env stepped inside ``capturing()``: the draws computed
     from the counters with ~20 int64 ops per step (what a compiled or captured step
     records, and what every eager step cost before the pool);
 (c) ``pooled``: the shipped env: each row's next P draws precomputed in one int32 pass
@@ -36,7 +36,7 @@ import torch
 
 from benchmarks.timing import bench_result, interleave, sizes_main
 from gpu_envs.builtin import CartPoleEnv, PendulumEnv
-from gpu_envs.builtin.draw_pool import direct_draws
+from gpu_envs.utils.capture import capturing
 
 SIZES = (8, 256, 4096)
 
@@ -74,8 +74,8 @@ def generator_env(cls: type, n: int, **kwargs):
         low, high = [env.reset_low] * 4, [env.reset_high] * 4
     else:
         low, high = [-env.default_x_init, -env.default_y_init], [env.default_x_init, env.default_y_init]
-    env._step_draws = GeneratorDraws(env, low, high)
-    env._rng.advance = lambda mask=None: None  # the Generator-based step counted nothing per row
+    env.reset_draws = GeneratorDraws(env, low, high)
+    env.rng.advance = lambda mask=None: None  # the Generator-based step counted nothing per row
     return env
 
 
@@ -102,7 +102,7 @@ def contenders(env_id: str, n: int) -> dict:
     make = {"expose_final_obs": False, "seed": 0}
     return {
         "generator": _stepper(generator_env(cls, n, **make), action, contextlib.nullcontext),
-        "direct": _stepper(cls(n, **make), action, direct_draws),
+        "direct": _stepper(cls(n, **make), action, capturing),
         "pooled": _stepper(cls(n, **make), action, contextlib.nullcontext),
     }
 

@@ -9,7 +9,7 @@
   observation layout) behind the same protocol, when EnvPool is installed. EnvPool
   resets an ended env on its NEXT step; this class resets the ended rows within the
   step (``pool.reset(env_ids)``) and keeps their final frames, so the env is
-  same-step, as gpu_envs' torch vector-env protocol asks (:mod:`gpu_envs.backends.torch`).
+  same-step, as gpu_envs' torch vector-env protocol asks (:mod:`gpu_envs.backends.torch_envs`).
 
 Both follow that protocol (``step`` -> ``(obs, reward, terminated, truncated, info)``
 with ``info["final_obs"]``), so ``gpu_envs.wrap(env)`` takes them.

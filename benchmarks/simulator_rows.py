@@ -244,7 +244,7 @@ def envpool_rows(sizes: tuple[int, ...], steps: int, rounds: int) -> list[dict]:
             # instance to the next; their interleaved steps only mix the episodes.
             ours = gpu_envs.wrap(pool, device="cpu")
             # the info entries gpu_envs hands over too (its key names aside)
-            floor = envpool_floor(pool, n, _cycle(torch_actions), [f[0] for f in ours.backend._info])
+            floor = envpool_floor(pool, n, _cycle(torch_actions), ours.backend.info_names)
             loop = _TdLoop(ours, _cycle(torch_actions))
             raw_action, trainer_action = _cycle(actions), _cycle(torch_actions)
             # gpu_envs and the floor call the pool's step / reset timed (their own cost is the rest);

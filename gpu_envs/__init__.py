@@ -14,7 +14,6 @@ This module only re-exports; ``docs/ARCHITECTURE.md`` maps where everything live
 from __future__ import annotations
 
 from gpu_envs.builtin.gymnasium_ids import register_gymnasium_ids
-from gpu_envs.check import check_env
 from gpu_envs.contract.errors import (
     ActionError,
     AutoresetModeError,
@@ -41,6 +40,7 @@ from gpu_envs.contract.errors import (
     UnsupportedSpaceError,
 )
 from gpu_envs.core.env import BatchedEnv
+from gpu_envs.env_checker import check_env
 from gpu_envs.factory import available_envs, make, wrap, wrap_ray
 from gpu_envs.utils.devices import default_device
 from gpu_envs.utils.watchdog import watchdog

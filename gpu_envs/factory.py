@@ -9,7 +9,7 @@ simulator is built (:mod:`gpu_envs.utils.arguments`, :func:`gpu_envs.utils.devic
 so a bad call leaves nothing behind. Then the build itself is translated:
 
 * :func:`env_options` -- the keyword arguments the :class:`~gpu_envs.BatchedEnv` takes
-  (``missing_obs_value``, ``validate``, ``watchdog_s``, ``health_checks``), checked;
+  (``missing_obs_value``, ``validate_actions``, ``watchdog_s``, ``health_checks``), checked;
 * :func:`make_plugin` -- the backend that makes ``env_id``; a backend whose library is
   not installed is named with the ``pip install`` that brings it;
 * :func:`check_kwargs` -- unknown keyword arguments are refused with the list of the
@@ -34,6 +34,7 @@ from __future__ import annotations
 import importlib.util
 import numbers
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -42,8 +43,8 @@ import torch
 from gpu_envs.backends.common import release_simulator
 from gpu_envs.contract.errors import InvalidArgumentError, MissingComponentError, NotAnEnvError, UnknownEnvError
 from gpu_envs.core.env import BatchedEnv
-from gpu_envs.core.validation import health_mode
-from gpu_envs.registry import MAKE_ORDER, WRAP_ORDER, get_plugin, install_hint, may_make, owner_of, plugins
+from gpu_envs.core.health import health_mode
+from gpu_envs.registry import MAKE_ORDER, WRAP_ORDER, get_plugin, install_hint, may_make, owner_of, plugin_hook, plugins
 from gpu_envs.utils.arguments import as_bool, as_int, as_seed, describe, optional_seconds
 from gpu_envs.utils.devices import resolve_device
 from gpu_envs.utils.memory import ensure_fits, is_out_of_memory
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 # Keyword arguments consumed by BatchedEnv itself; the rest go to the backend.
-ENV_OPTIONS = ("missing_obs_value", "validate", "watchdog_s", "health_checks")
+ENV_OPTIONS = ("missing_obs_value", "validate_actions", "watchdog_s", "health_checks")
 # A lower bound of any env's memory per sub-env (its state, an observation, the done flags):
 # what make() checks when a backend cannot say more.
 MIN_BYTES_PER_ENV = 16
@@ -72,9 +73,19 @@ MIN_BYTES_PER_ENV = 16
 
 def env_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Pop and check the BatchedEnv's own keyword arguments from ``kwargs``."""
+    if "validate" in kwargs:  # the option's name before validate_actions
+        if "validate_actions" in kwargs:
+            raise InvalidArgumentError("pass validate_actions= only (validate= is its old name).")
+        warnings.warn(
+            "validate= was renamed validate_actions= (it checks action values on every step); "
+            "the old name goes away in the next release.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        kwargs["validate_actions"] = kwargs.pop("validate")
     options = {k: kwargs.pop(k) for k in ENV_OPTIONS if k in kwargs}
-    if "validate" in options:
-        options["validate"] = as_bool(options["validate"], "validate")
+    if "validate_actions" in options:
+        options["validate_actions"] = as_bool(options["validate_actions"], "validate_actions")
     if "health_checks" in options:
         health_mode(options["health_checks"])  # checked before anything is built
     if "watchdog_s" in options:
@@ -134,7 +145,7 @@ def make_plugin(env_id: str, backend: str) -> Any:
     auto = backend == "auto"
     candidates = [p for p in plugins(MAKE_ORDER) if p.available()] if auto else [require_plugin(backend)]
     for plugin in candidates:
-        if auto and getattr(plugin, "defers_to_registering_packages", False) and registering_package(env_id):
+        if auto and plugin_hook(plugin, "defers_to_registering_packages", False) and registering_package(env_id):
             continue  # e.g. EnvPool's own MiniGrid-* ids: without backend=, the id means minigrid's env
         if may_make(plugin, env_id):  # the registry decides who owns an id
             return plugin
@@ -167,7 +178,7 @@ def check_kwargs(plugin: Any, call: str, target: Any, kwargs: dict[str, Any]) ->
     ``call`` is ``"make"`` or ``"wrap"``; a plugin may list what it accepts with
     ``make_kwargs(env_id)`` / ``wrap_kwargs(obj)`` (None: open-ended, e.g. env kwargs).
     """
-    lister = getattr(plugin, f"{call}_kwargs", None)
+    lister = plugin_hook(plugin, f"{call}_kwargs")
     accepted = lister(target) if callable(lister) else None
     if accepted is None:
         return
@@ -252,7 +263,7 @@ def make(
     ``seed`` (an int >= 0) seeds the first ``reset()``. Other keyword arguments go to the
     backend (e.g. ``expose_final_obs`` and ``max_episode_steps`` for built-in envs;
     ``vectorization``, ``num_workers``, ``step_timeout`` for gymnasium), except
-    ``missing_obs_value``, ``validate``, ``watchdog_s`` and ``health_checks``, which configure the
+    ``missing_obs_value``, ``validate_actions``, ``watchdog_s`` and ``health_checks``, which configure the
     :class:`BatchedEnv`. Every argument is checked before anything is built: a bad
     one raises a :class:`GpuEnvsError` naming it (unknown keyword arguments list the
     accepted ones; a backend whose library is missing names the ``pip install``;
@@ -289,7 +300,7 @@ def make(
     check_kwargs(plugin, "make", env_id, backend_kwargs)
     if shard is not None and shard.is_distributed:
         backend_kwargs = _shard_kwargs(plugin, backend_kwargs, shard.env_index_offset(num_envs))
-    per_env = getattr(plugin, "min_bytes_per_env", None)
+    per_env = plugin_hook(plugin, "min_bytes_per_env")
     what = f"make({env_id!r}, num_envs={num_envs}, backend={plugin.name!r})"
     need = num_envs * (per_env(env_id) if callable(per_env) else MIN_BYTES_PER_ENV)
     ensure_fits(need, device, what, "Use fewer envs (num_envs), or a device with more memory.")
@@ -302,7 +313,7 @@ def make(
 
 def _shard_kwargs(plugin: Any, backend_kwargs: dict[str, Any], offset: int) -> dict[str, Any]:
     """The backend's keyword arguments with this shard's ``env_index_offset`` added."""
-    if not getattr(plugin, "accepts_env_index_offset", False):
+    if not plugin_hook(plugin, "accepts_env_index_offset", False):
         raise InvalidArgumentError(
             f"the {plugin.name} backend cannot give each process its own seed stream (it takes no "
             "env_index_offset), so make(..., distributed=True) cannot shard it. Use the torch (built-in) or "
@@ -320,13 +331,13 @@ def wrap(
 ) -> BatchedEnv:
     """Put an existing env object behind a :class:`BatchedEnv`, detecting its backend.
 
-    Accepts torch vector envs (see ``gpu_envs.backends.torch``), gymnasium ``Env`` and
+    Accepts torch vector envs (see ``gpu_envs.backends.torch_envs``), gymnasium ``Env`` and
     ``VectorEnv``, Isaac Lab envs, JAX envs, and the envs of other libraries:
     Stable-Baselines3 ``VecEnv`` s, legacy ``gym`` 0.26 envs, MO-Gymnasium envs (vector
     rewards) and minigrid envs (``mission=``, ``mission_length=``); see their modules in
     ``gpu_envs.backends``. ``device=None`` keeps a device-resident env where it lives
     (CPU backends default to CUDA when available). ``seed`` seeds the first ``reset()``,
-    as in :func:`make`; ``missing_obs_value``, ``validate``, ``watchdog_s`` and ``health_checks`` configure
+    as in :func:`make`; ``missing_obs_value``, ``validate_actions``, ``watchdog_s`` and ``health_checks`` configure
     the :class:`BatchedEnv`, other keyword arguments go to the backend. One env object
     is driven by one BatchedEnv at a time.
 
@@ -354,7 +365,7 @@ def wrap(
         f"wrap() does not know how to wrap a {type(obj).__module__}.{type(obj).__name__}. It accepts "
         "gymnasium Env/VectorEnv objects, Isaac Lab envs, JAX envs, Stable-Baselines3 VecEnvs, gym 0.26 envs, "
         "MO-Gymnasium and minigrid envs, and torch vector envs "
-        "(reset/step/num_envs/single_observation_space/single_action_space; see gpu_envs.backends.torch)."
+        "(reset/step/num_envs/single_observation_space/single_action_space; see gpu_envs.backends.torch_envs)."
     )
 
 
@@ -375,7 +386,7 @@ def wrap_ray(
     ``step_timeout`` (seconds, default 60), ``start_timeout``, ``cpus_per_worker``,
     ``address`` (a Ray cluster; default: the one this process uses, ``RAY_ADDRESS``,
     or a new local one), ``ray_init_kwargs``, ``one_hot_actions``, ``info_spec``,
-    ``env_index_offset``, plus ``missing_obs_value``/``validate``/``watchdog_s``/``health_checks``. Needs
+    ``env_index_offset``, plus ``missing_obs_value``/``validate_actions``/``watchdog_s``/``health_checks``. Needs
     ``pip install 'gpu-envs[ray]'``; see :mod:`gpu_envs.backends.ray`.
 
     Example::

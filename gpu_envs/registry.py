@@ -30,6 +30,7 @@ import importlib.util
 from typing import Any
 
 from gpu_envs.contract.errors import UnknownBackendError
+from gpu_envs.contract.protocols import BackendPlugin, OptionalPluginHooks
 
 # make(backend="auto") tries these in order: built-in torch envs first; jax before gymnasium
 # because gymnasium's registry also lists its functional JAX envs (phys2d/...), which only
@@ -65,9 +66,14 @@ WRAP_ORDER = (
 # Backends whose plugin claims ids that other backends must not make (``claims(env_id)``).
 CLAIMING = ("jax", "isaaclab")
 
+# the hooks a plugin may leave out (plugin_hook supplies the default)
+OPTIONAL_HOOKS = frozenset(
+    name for name in (*OptionalPluginHooks.__annotations__, *vars(OptionalPluginHooks)) if not name.startswith("_")
+)
+
 _MODULES = {
-    "torch": "gpu_envs.backends.torch",
-    "gymnasium": "gpu_envs.backends.gymnasium",
+    "torch": "gpu_envs.backends.torch_envs",
+    "gymnasium": "gpu_envs.backends.gymnasium_envs",
     "isaaclab": "gpu_envs.backends.isaaclab",
     "jax": "gpu_envs.backends.jax",
     "sb3": "gpu_envs.backends.sb3",
@@ -120,7 +126,7 @@ def _module_exists(name: str) -> bool:
     return importlib.util.find_spec(_MODULES[name]) is not None
 
 
-def get_plugin(name: str) -> Any:
+def get_plugin(name: str) -> BackendPlugin:
     """The plugin of backend ``name``; a clear error listing the known names otherwise."""
     if name not in _MODULES or not _module_exists(name):
         raise UnknownBackendError(
@@ -129,7 +135,22 @@ def get_plugin(name: str) -> Any:
     return importlib.import_module(_MODULES[name]).PLUGIN
 
 
-def plugins(order: tuple[str, ...]) -> list[Any]:
+def plugin_hook(plugin: BackendPlugin, hook: str, default: Any = None) -> Any:
+    """One of a plugin's optional hooks (:class:`~gpu_envs.contract.protocols.OptionalPluginHooks`), or ``default``.
+
+    The one place the registry's callers look optional hooks up by name: a plugin
+    that lacks ``make_kwargs`` (say) gets the default, never an ``AttributeError``.
+
+    Example::
+
+        plugin_hook(get_plugin("torch"), "accepts_env_index_offset", False)   # True
+    """
+    if hook not in OPTIONAL_HOOKS:
+        raise ValueError(f"{hook!r} is not an optional plugin hook; they are {sorted(OPTIONAL_HOOKS)}.")
+    return getattr(plugin, hook, default)
+
+
+def plugins(order: tuple[str, ...]) -> list[BackendPlugin]:
     """The installed plugins among ``order``, in that order."""
     return [get_plugin(name) for name in order if name in _MODULES and _module_exists(name)]
 

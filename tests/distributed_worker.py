@@ -82,8 +82,8 @@ def run_stats(rank: int, world: int) -> dict:
     for phase in range(2):
         collect(env, policy_from(actions[:, phase * STATS_STEPS : (phase + 1) * STATS_STEPS]), STATS_STEPS)
         sync_stats(env)
-        saved[f"norm{phase}"] = norm.state_dict()
-        saved[f"stats{phase}"] = stats.state_dict()
+        saved[f"norm{phase}"] = norm.statistics()
+        saved[f"stats{phase}"] = stats.statistics()
     env.close()
     return saved
 

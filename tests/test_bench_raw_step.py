@@ -13,7 +13,7 @@ def test_the_generator_reference_resets_rows_from_its_generator(env_id):
     cls = bench.ENVS[env_id]
     env = bench.generator_env(cls, 64, seed=0, max_episode_steps=5)
     env.reset()
-    counters = env.state_dict()["rng_counter"].clone()
+    counters = env.live_state()["rng_counter"].clone()
     action = torch.zeros(64, dtype=torch.long) if env_id == "CartPole-v1" else torch.zeros(64, 1)
     for _ in range(5):  # every row truncates at the fifth step
         env.step(action)
@@ -21,7 +21,7 @@ def test_the_generator_reference_resets_rows_from_its_generator(env_id):
     assert torch.equal(env.state, draws), "the ended rows took the Generator's candidates"
     low, high = (-0.05, 0.05) if env_id == "CartPole-v1" else (-torch.pi, torch.pi)
     assert bool((draws[:, 0] >= low).all()) and bool((draws[:, 0] < high).all())
-    assert torch.equal(env.state_dict()["rng_counter"], counters), "no per-row counters moved"
+    assert torch.equal(env.live_state()["rng_counter"], counters), "no per-row counters moved"
 
 
 def test_rows_hold_the_three_ways_of_drawing():

@@ -54,7 +54,7 @@ def test_two_shards_equal_one_run_of_twice_the_rows(env_id):
 def test_partial_reset_advances_only_masked_rows(cls):
     env = cls(num_envs=8, seed=3)
     env.reset()
-    counter = env.state_dict()["rng_counter"]
+    counter = env.live_state()["rng_counter"]
     assert counter.tolist() == [1] * 8
     mask = torch.tensor([True, False] * 4)
     before = env.state.clone()
@@ -92,7 +92,7 @@ def test_auto_resets_draw_each_rows_next_value(cls):
     """A row ended by step() takes the same fresh state a reset of that row alone would."""
     env = cls(num_envs=6, seed=9)
     env.reset()
-    state = env.state_dict()
+    state = env.live_state()
     state["elapsed_steps"].fill_(env.max_episode_steps - 1)  # every row truncates at the next step
     state["elapsed_steps"][::2] = 0
     action = torch.zeros(6, dtype=torch.long) if cls is CartPoleEnv else torch.zeros(6, 1)
@@ -102,7 +102,7 @@ def test_auto_resets_draw_each_rows_next_value(cls):
     reference.reset()
     reference.reset(options={"reset_mask": truncated})
     assert torch.equal(env.state[truncated], reference.state[truncated])
-    assert env.state_dict()["rng_counter"].tolist() == [1, 2] * 3
+    assert env.live_state()["rng_counter"].tolist() == [1, 2] * 3
 
 
 def test_reset_seed_rekeys_and_env_index_offset_is_checked():
@@ -125,23 +125,23 @@ def test_reset_seed_rekeys_and_env_index_offset_is_checked():
 def test_state_dict_is_live_in_place_state_and_restores_the_future(cls):
     env = cls(num_envs=16, seed=1, max_episode_steps=9)
     env.reset()
-    state = env.state_dict()
+    state = env.live_state()
     assert set(state) == {"state", "elapsed_steps", "rng_key", "rng_counter"}
     actions = [torch.randint(0, 2, (16,)) if cls is CartPoleEnv else torch.rand(16, 1) * 4 - 2 for _ in range(30)]
     snapshot = {name: value.clone() for name, value in state.items()}
     first = [env.step(a) for a in actions]
-    for name, value in env.state_dict().items():
+    for name, value in env.live_state().items():
         assert value is state[name], f"{name} was re-bound"
     assert not torch.equal(state["rng_counter"], snapshot["rng_counter"]), "resets happened"
-    env.load_state_dict(snapshot)
+    env.load_live_state(snapshot)
     second = [env.step(a) for a in actions]
     for a, b in zip(first, second, strict=True):
         for x, y in zip(a[:4], b[:4], strict=True):
             assert torch.equal(x, y)
-    with pytest.raises(InvalidArgumentError, match="load_state_dict expects the names"):
-        env.load_state_dict({"state": snapshot["state"]})
+    with pytest.raises(InvalidArgumentError, match="load_live_state expects the names"):
+        env.load_live_state({"state": snapshot["state"]})
     with pytest.raises(InvalidArgumentError, match="rng_counter"):
-        env.load_state_dict({**snapshot, "rng_counter": snapshot["rng_counter"].float()})
+        env.load_live_state({**snapshot, "rng_counter": snapshot["rng_counter"].float()})
 
 
 def test_reset_options_keep_draws_in_low_high():

@@ -9,8 +9,8 @@ from tensordict import TensorDict
 
 import gpu_envs
 from gpu_envs.builtin import CartPoleEnv
-from gpu_envs.check import FAIL, PASS, WARN, _check_final_obs, check_env
 from gpu_envs.contract.errors import InvalidArgumentError
+from gpu_envs.env_checker import FAIL, PASS, WARN, _check_final_obs, check_env
 from tests.fakes import CountingTorchVectorEnv
 
 

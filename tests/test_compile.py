@@ -287,11 +287,11 @@ def test_graph_refuses_python_side_step_state():
 
 def test_graph_refuses_an_env_that_does_not_expose_its_state():
     class Undeclared(CountingTorchVectorEnv):
-        state_attributes = None  # neither state_attributes nor state_dict()/load_state_dict()
+        state_attributes = None  # neither state_attributes nor live_state()/load_live_state()
 
     env = gpu_envs.wrap(Undeclared(N))
     env.reset()
-    with pytest.raises(RolloutError, match=r"Undeclared does not say which tensors .*state_dict\(\).*state_attributes"):
+    with pytest.raises(RolloutError, match=r"Undeclared does not say which tensors .*live_state\(\).*state_attributes"):
         GraphCollector(env, None, RolloutBuffer(env, 5), api=EmulatedGraphs())
 
 
@@ -325,20 +325,20 @@ def test_graph_refuses_a_host_sync_in_the_policy():
 
 
 def test_graph_state_is_what_the_layers_expose():
-    """The collector pins what state_dict() lists: live tensors, in place for the built-in env."""
+    """The collector pins what live_state() lists: live tensors, in place for the built-in env."""
     env = transformed_env()
     env.reset()
-    state = env.state_dict()
+    state = env.live_state()
     inner = env.env.backend.env
     assert state["env.backend.env.state"] is inner.state
-    assert state["env.backend.env.rng_counter"] is inner.state_dict()["rng_counter"]
+    assert state["env.backend.env.rng_counter"] is inner.live_state()["rng_counter"]
     assert state["env.root.observation"] is env.env.root()["observation"]
     assert {"transforms.0.running_return", "transforms.1.observation.mean"} <= set(state)
     collector = GraphCollector(env, None, RolloutBuffer(env, 6), api=EmulatedGraphs())
     collector.collect()
     collector.collect()
     # in-place state stays the very tensor the graph replays into
-    assert env.state_dict()["env.backend.env.state"] is state["env.backend.env.state"]
+    assert env.live_state()["env.backend.env.state"] is state["env.backend.env.state"]
 
 
 @pytest.mark.slow

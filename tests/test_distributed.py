@@ -79,9 +79,9 @@ def test_merging_pending_stats_of_two_shards_equals_one_process_over_all_data():
                 shards[r][kind].merge_stats(rows)
         for r in range(2):
             norm, stats = shards[r]
-            for key, value in whole_norm.state_dict().items():
+            for key, value in whole_norm.statistics().items():
                 # up to float32 rounding: each step's batch sums are float32 sums over its rows
-                torch.testing.assert_close(norm.state_dict()[key], value, rtol=1e-5, atol=1e-8, msg=key)
+                torch.testing.assert_close(norm.statistics()[key], value, rtol=1e-5, atol=1e-8, msg=key)
             assert stats.summary() == pytest.approx(whole_stats.summary())
             assert int(stats.episodes) == int(whole_stats.episodes) > 0
             # both ranks normalise with the same statistics
@@ -90,8 +90,8 @@ def test_merging_pending_stats_of_two_shards_equals_one_process_over_all_data():
                 norm._normalize("observation", obs), whole_norm._normalize("observation", obs), rtol=1e-5, atol=1e-6
             )
         for kind in range(2):  # bit for bit the same on both "ranks"
-            for key, value in shards[0][kind].state_dict().items():
-                assert torch.equal(value, shards[1][kind].state_dict()[key]), key
+            for key, value in shards[0][kind].statistics().items():
+                assert torch.equal(value, shards[1][kind].statistics()[key]), key
         assert not shards[0][0].pending_stats().any()
 
 
@@ -99,10 +99,10 @@ def test_sync_stats_in_one_process_keeps_the_statistics():
     norm, stats = ObservationNorm(), EpisodeStats()
     env = _stats_env(4, 0, norm, stats)
     env.rollout(50)
-    before_norm, before_stats = norm.state_dict(), stats.summary()
+    before_norm, before_stats = norm.statistics(), stats.summary()
     sync_stats(env)
     for key, value in before_norm.items():
-        torch.testing.assert_close(norm.state_dict()[key], value, rtol=1e-12, atol=0)
+        torch.testing.assert_close(norm.statistics()[key], value, rtol=1e-12, atol=0)
     assert stats.summary() == before_stats
     env.rollout(20, reset=False)  # keeps accumulating on top of the folded-in base
     assert norm.count() == before_norm["observation.count"] + 4 * 20
@@ -115,10 +115,10 @@ def test_loaded_statistics_are_not_recounted_by_a_sync():
     _stats_env(4, 0, source, EpisodeStats()).rollout(30)
     target = ObservationNorm()
     _stats_env(4, 0, target, EpisodeStats())
-    target.load_state_dict(source.state_dict())
+    target.load_statistics(source.statistics())
     assert not target.pending_stats().any()
     target.merge_stats(torch.stack([target.pending_stats()] * 2))  # two ranks that loaded the same checkpoint
-    torch.testing.assert_close(target.state_dict(), source.state_dict())
+    torch.testing.assert_close(target.statistics(), source.statistics())
 
 
 def test_sharding_passes_env_index_offset_to_backends_that_take_it_and_refuses_the_others():
@@ -190,9 +190,9 @@ def test_synced_statistics_are_identical_on_ranks_and_equal_one_process(shard_ru
         for key in (f"norm{phase}", f"stats{phase}"):
             for name, value in ranks[0][key].items():
                 assert torch.equal(value, ranks[1][key][name]), (key, name)  # bit for bit on both ranks
-        for name, value in norm.state_dict().items():
+        for name, value in norm.statistics().items():
             torch.testing.assert_close(ranks[0][f"norm{phase}"][name], value, rtol=1e-5, atol=1e-8)
-        for name, value in stats.state_dict().items():
+        for name, value in stats.statistics().items():
             torch.testing.assert_close(ranks[0][f"stats{phase}"][name], value, rtol=1e-12, atol=0)
     assert int(stats.episodes) > 0
 

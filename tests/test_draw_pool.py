@@ -14,7 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpu_envs.builtin import CartPoleEnv, PendulumEnv
 from gpu_envs.builtin.counter_rng import CounterRNG
-from gpu_envs.builtin.draw_pool import MAX_EVENTS, DrawPool, direct_draws, pool_events
+from gpu_envs.builtin.draw_pool import MAX_EVENTS, DrawPool, pool_events
+from gpu_envs.utils.capture import capturing
 
 # on CUDA the int32 kernels' wrapping multiplies are checked as well (benchmarks/gpu_check.py runs this file)
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -107,14 +108,14 @@ def test_writes_from_outside_are_noticed():
 
 def test_a_write_without_a_version_bump_needs_invalidate():
     """A CUDA graph replay writes the counters without bumping their version counters:
-    ``load_state_dict`` (which the graph collector calls after each replay) invalidates."""
+    ``load_live_state`` (which the graph collector calls after each replay) invalidates."""
     env = CartPoleEnv(8, seed=0)
     env.reset()
-    state = env.state_dict()
+    state = env.live_state()
     for _ in range(3):
         env.step(torch.ones(8, dtype=torch.long))
     state["rng_counter"].data.add_(7)  # .data: the same memory, no version bump
-    env.load_state_dict(state)  # the same tensors: nothing is copied, the pool is told
+    env.load_live_state(state)  # the same tensors: nothing is copied, the pool is told
     assert torch.equal(env._step_draws.uniform(), env._rng.uniform(env._reset_bounds))
 
 
@@ -133,7 +134,7 @@ def test_direct_draws_record_ops_on_the_counters_only():
     bounds = rng.bounds([-0.05] * 4, [0.05] * 4)
     pool = DrawPool(rng, bounds)
     pool.uniform()
-    with direct_draws(), _OpNames() as ops:
+    with capturing(), _OpNames() as ops:
         direct = pool.uniform()
     assert not any(name.startswith("gather") for name in ops.names)
     assert torch.equal(direct, rng.uniform(bounds))
@@ -150,7 +151,7 @@ def test_envs_made_under_inference_mode_draw_directly():
         reference.reset()
         assert not env._step_draws.enabled  # inference tensors have no version counters
         for _ in range(7):
-            with direct_draws():
+            with capturing():
                 expected = reference.step(torch.zeros(8, 1))
             got = env.step(torch.zeros(8, 1))
             assert torch.equal(got[0], expected[0])
@@ -180,13 +181,13 @@ def test_env_steps_with_pooled_draws_equal_direct_ones(cls, device):
         else:
             action = (torch.rand(32, 1, generator=generator) * 4 - 2).to(device)
         got = pooled.step(action)
-        with direct_draws():
+        with capturing():
             expected = direct.step(action)
         for a, b in zip(got[:4], expected[:4], strict=True):
             assert torch.equal(a, b)
         assert torch.equal(got[4]["final_obs"], expected[4]["final_obs"])
-    for name, value in pooled.state_dict().items():
-        assert torch.equal(value, direct.state_dict()[name]), name
+    for name, value in pooled.live_state().items():
+        assert torch.equal(value, direct.live_state()[name]), name
 
 
 @pytest.mark.slow
@@ -199,17 +200,17 @@ def test_compiled_steps_between_eager_ones_keep_the_stream():
     action = torch.ones(16, dtype=torch.long)
     for i in range(12):
         got = compiled(action) if i % 4 == 1 else env.step(action)
-        with direct_draws():
+        with capturing():
             expected = reference.step(action)
         # compiled code rounds floats differently (physics and the draws' float mapping, to
         # the last bit); the integer streams are the same, and eager draws are exact
         done = expected[2] | expected[3]
         assert torch.equal(got[2] | got[3], done), i
-        assert torch.equal(env.state_dict()["rng_counter"], reference.state_dict()["rng_counter"])
+        assert torch.equal(env.live_state()["rng_counter"], reference.live_state()["rng_counter"])
         if i % 4 != 1:
             assert torch.equal(got[0][done], expected[0][done]), i
         torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-6)
-    assert int(reference.state_dict()["rng_counter"].min()) == 5  # every row reset after each 3 steps
+    assert int(reference.live_state()["rng_counter"].min()) == 5  # every row reset after each 3 steps
 
 
 def _interrupt_the_hash_once(monkeypatch, module):
@@ -257,6 +258,6 @@ def test_a_full_reset_after_an_interrupted_step_draws_the_right_stream(monkeypat
     env.reset()  # no seed: the key stays, so nothing but the reset itself can refresh the pool
     fresh = CartPoleEnv(6, seed=2)
     fresh.reset()
-    fresh.load_state_dict({k: v.clone() for k, v in env.state_dict().items()})  # its pool: filled afresh
+    fresh.load_live_state({k: v.clone() for k, v in env.live_state().items()})  # its pool: filled afresh
     for _ in range(150):
         torch.testing.assert_close(env.step(action)[0], fresh.step(action)[0], rtol=0, atol=0)

@@ -60,7 +60,7 @@ def test_discrete_action_out_of_range_on_first_step(cartpole):
 
 
 def test_discrete_action_out_of_range_every_step_with_validate():
-    env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", validate=True)
+    env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", validate_actions=True)
     td = _td(env, torch.zeros(4, dtype=torch.long))
     td, root = env.step_and_maybe_reset(td)
     root["action"] = torch.tensor([0, -1, 0, 0])

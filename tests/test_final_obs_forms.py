@@ -197,7 +197,8 @@ def test_every_registered_backend_declares_its_final_observations_and_the_docs_a
         assert classes, f"no Backend subclass found for backend {name!r}"
         declared = set()
         for cls in classes:
-            assert cls.final_obs_kind is not None, f"{cls.__name__} declares no final_obs_kind"
-            declared |= _kinds(cls.final_obs_kind)
+            kind = cls.capabilities.final_obs
+            assert kind is not None, f"{cls.__name__} declares no capabilities.final_obs"
+            declared |= _kinds(kind)
         assert name in table, f"docs/ARCHITECTURE.md's backend table has no row for `{name}`"
         assert table[name] == declared, (name, table[name], declared)

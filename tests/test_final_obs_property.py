@@ -4,7 +4,7 @@ Random done patterns, random observation structures (one tensor; a dict of group
 nested group; float and integer dtypes; per-env rank 0..2), with and without final
 observations, with and without a final mask, default or configured placeholders. Every
 row's values are unique, so a swapped, lost or duplicated row cannot go unnoticed. The
-same expectations are checked on :class:`FinalObsTransform` directly and through
+same expectations are checked on :class:`FinalObsCache` directly and through
 :class:`BatchedEnv` over a scripted torch vector env.
 """
 
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpu_envs
-from gpu_envs.contract.final_obs import FinalObsTransform
+from gpu_envs.contract.final_obs import FinalObsCache
 from gpu_envs.contract.specs import Composite, numpy_dtype, spec_from_gym
 
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.uint8]
@@ -156,7 +156,7 @@ def check(
 def test_final_obs_transform_property(scenario):
     spec = spec_from_gym(scenario.space())
     spec = spec if isinstance(spec, Composite) else Composite({"observation": spec})
-    fo = FinalObsTransform(spec, scenario.num_envs, scenario.missing_value)
+    fo = FinalObsCache(spec, scenario.num_envs, scenario.missing_value)
     obs = unique_obs(scenario, base=1)
     final = None if scenario.final_mode == "none" else unique_obs(scenario, base=130)
     done = (scenario.terminated[0] | scenario.truncated[0]).view(-1, 1)

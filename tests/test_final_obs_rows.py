@@ -1,4 +1,4 @@
-"""The row-view fast path of FinalObsTransform gives bit-identical results.
+"""The row-view fast path of FinalObsCache gives bit-identical results.
 
 For large batches, short rows (2/4/8/16 bytes) are selected as single elements; the
 result must equal a plain broadcast ``torch.where`` for every dtype, shape and mask,
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu_envs.contract.final_obs import ROW_VIEW_MIN_ENVS, FinalObsTransform
+from gpu_envs.contract.final_obs import ROW_VIEW_MIN_ENVS, FinalObsCache
 from gpu_envs.contract.specs import Box, Composite
 
 CASES = [
@@ -46,7 +46,7 @@ def _assert_bit_equal(a, b):
 @pytest.mark.parametrize("mode", ["none", "ended", "every", "masked"])
 def test_matches_plain_where(n, shape, dtype, mode):
     gen = torch.Generator().manual_seed(n)
-    fo = FinalObsTransform(_spec(shape, dtype), n)
+    fo = FinalObsCache(_spec(shape, dtype), n)
     obs, final = _rand(n, shape, dtype, gen), _rand(n, shape, dtype, gen)
     done = torch.rand(n, 1, generator=gen) < 0.4
     fmask = torch.rand(n, generator=gen) < 0.5
@@ -74,7 +74,7 @@ def test_matches_plain_where(n, shape, dtype, mode):
 
 def test_non_contiguous_input_falls_back():
     n = ROW_VIEW_MIN_ENVS + 1
-    fo = FinalObsTransform(_spec((4,), torch.float32), n)
+    fo = FinalObsCache(_spec((4,), torch.float32), n)
     wide = torch.randn(n, 8)
     obs = wide[:, ::2]  # [N, 4], not contiguous: cannot be viewed as rows
     done = torch.zeros(n, 1, dtype=torch.bool)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import gpu_envs
-from gpu_envs.backends.gymnasium import PLUGIN, GymnasiumBackend
+from gpu_envs.backends.gymnasium_envs import PLUGIN, GymnasiumBackend
 from tests.fakes import CountingEnv
 from tests.gym_fakes import MODES, RaisingEnv, SlowEnv, counting_vector_env, register_test_envs
 from tests.processes import ending_new_children

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import gpu_envs
-from gpu_envs.backends.gymnasium import FrameSkip, add_pixels
+from gpu_envs.backends.gymnasium_envs import FrameSkip, add_pixels
 from tests.fakes import CountingEnv, reward_of
 from tests.gym_fakes import (
     PixelCountingEnv,

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import gpu_envs
-from gpu_envs.backends.gymnasium import GymnasiumBackend
+from gpu_envs.backends.gymnasium_envs import GymnasiumBackend
 from gpu_envs.contract.specs import Binary, Box, Composite, Discrete, MultiDiscrete, OneHot
 from tests.fakes import CountingEnv
 from tests.gym_fakes import (

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import gpu_envs
-from gpu_envs.check import check_env
+from gpu_envs.env_checker import check_env
 from gpu_envs.rollout import collect, gae
 from gpu_envs.transforms import ClipReward, EpisodeStats, RewardScale, ScalarizeReward, TransformedEnv
 from tests.fakes import CountingEnv

@@ -235,7 +235,7 @@ def test_a_runner_hooks_the_agent_it_builds(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         runner.run({"train": True, "play": False})
     built[0].writer.close()
-    assert seen and all(type(s).__name__ == "_ExactBootstrap" and s.vec is vec for s in seen)
+    assert seen and all(type(s).__name__ == "_RlGamesBootstrap" and s.vec is vec for s in seen)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -155,13 +155,13 @@ def test_seed_attributes_methods_and_wrappers():
     np.testing.assert_array_equal(venv.reset(), first)
     assert venv.get_attr("num_envs") == [4] * 4 and venv.get_attr("device", indices=[1]) == [env.device]
     assert venv.render_mode is None and venv.has_attr("single_action_spec") and not venv.has_attr("nope")
-    venv.set_attr("validate", True)
-    assert env.validate is True
+    venv.set_attr("validate_actions", True)
+    assert env.validate_actions is True
     assert venv.env_method("root")[0]["observation"].shape == (4, 4)
     assert venv.env_is_wrapped(EpisodeStats) == [True] * 4
     assert venv.env_is_wrapped(VecMonitor) == [False] * 4
     with pytest.raises(InvalidArgumentError, match="without indices"):
-        venv.set_attr("validate", False, indices=[0])
+        venv.set_attr("validate_actions", False, indices=[0])
     with pytest.raises(InvalidArgumentError, match="outside"):
         venv.get_attr("num_envs", indices=[7])
 

@@ -273,7 +273,7 @@ def test_episode_log_is_reachable():
 def test_partial_reset_on_manager_env_resets_only_masked_rows():
     fake = FakeIsaacManagerEnv(4)
     env = gpu_envs.wrap(gym.wrappers.OrderEnforcing(fake))
-    assert env.backend.supports_partial_reset
+    assert env.backend.capabilities.partial_reset
     td = env.reset()
     td["action"] = torch.zeros(4, 1)
     td, root = env.step_and_maybe_reset(td)
@@ -292,7 +292,7 @@ def test_partial_reset_on_manager_env_resets_only_masked_rows():
 
 def test_partial_reset_on_direct_env_is_a_clear_error():
     env = gpu_envs.wrap(FakeIsaacDirectEnv(4))
-    assert not env.backend.supports_partial_reset
+    assert not env.backend.capabilities.partial_reset
     root = env.reset()
     with pytest.raises(gpu_envs.ResetMaskError, match="subset"):
         env.reset(td=root.set("_reset", torch.tensor([[True], [False], [False], [False]])))

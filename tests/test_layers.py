@@ -33,13 +33,23 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the re-exports, make()/wrap() and the registry (which imports backends by name, at run time), the CLI, check_env
     (
         "entry points and tools",
-        ("gpu_envs", "gpu_envs.__main__", "gpu_envs.factory", "gpu_envs.registry", "gpu_envs.cli", "gpu_envs.check"),
+        (
+            "gpu_envs",
+            "gpu_envs.__main__",
+            "gpu_envs.factory",
+            "gpu_envs.registry",
+            "gpu_envs.cli",
+            "gpu_envs.env_checker",
+            "gpu_envs.check",
+        ),
     ),
     # to_torchrl, to_sb3, ...: another library's env type around a BatchedEnv
     ("interop", ("gpu_envs.interop",)),
     # collect() with its buffer, loop, cache, compiled and CUDA-graph paths, GAE; multi-process collection;
     # the off-policy replay buffer
     ("rollout / distributed", ("gpu_envs.rollout", "gpu_envs.distributed", "gpu_envs.replay")),
+    # env wrappers that reset rows of the env they wrap (Quarantine)
+    ("wrappers", ("gpu_envs.wrappers",)),
     # TensorDict -> TensorDict modules and TransformedEnv
     ("transforms", ("gpu_envs.transforms",)),
     # BatchedEnv and the one step path it runs
@@ -62,6 +72,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 CALL_TIME_UPWARD = {
     ("gpu_envs.core.env", "gpu_envs.rollout.loop"),
     ("gpu_envs.transforms.transformed_env", "gpu_envs.rollout.loop"),
+    # the deprecated alias gpu_envs.transforms.Quarantine (one release) reads it from its new place
+    ("gpu_envs.transforms", "gpu_envs.wrappers"),
 }
 
 
@@ -256,7 +268,7 @@ def _write(root: Path, files: dict[str, str]) -> Path:
             True,
         ),
         # the package root from a backend (`from gpu_envs import default_device`): up, no cycle
-        ({"gpu_envs/__init__.py": "", "gpu_envs/backends/torch.py": "from gpu_envs import x\n"}, True, False),
+        ({"gpu_envs/__init__.py": "", "gpu_envs/backends/torch_envs.py": "from gpu_envs import x\n"}, True, False),
         # two backends importing each other, one of them relatively: a cycle within one layer
         (
             {
@@ -295,3 +307,167 @@ def test_the_checker_sees_upward_imports_and_cycles(tmp_path, files, upward, cyc
     assert bool(problems) == upward, problems
     edges = {m: {t for t, _, _ in imports if t != m} for m, imports in graph.items()}
     assert (find_cycle(edges) is not None) == cycle
+
+
+# --------------------------------------------------------------- private names
+# The trees whose modules may not read or write another object's private names.
+PRIVATE_RULE_TREES = ("gpu_envs", "benchmarks", "examples", "scripts")
+
+# Foreign libraries' private names gpu_envs relies on, each read in ONE function of ONE
+# module (where its version is checked or its absence handled): (module, name) -> function.
+FOREIGN_PRIVATE = {
+    # tensordict's layout: gpu_envs.utils.tensordicts is the one module that knows it (DIRECT_VERSIONS)
+    ("gpu_envs.utils.tensordicts", "_tensordict"): (
+        "_direct",
+        "_direct_flat",
+        "get_entry",
+        "entries",
+        "set_entry",
+        "fast_entries",
+    ),
+    ("gpu_envs.utils.tensordicts", "_is_locked"): ("set_entry",),
+    ("gpu_envs.utils.tensordicts", "_set_str"): ("set_entry",),
+    ("gpu_envs.utils.tensordicts", "_is_non_tensor"): ("is_non_tensor",),
+    # torch's: gpu_envs.utils.torch_internals
+    ("gpu_envs.utils.torch_internals", "_foreach_copy_"): ("<module>",),
+    ("gpu_envs.utils.torch_internals", "_python_dispatch"): ("<module>",),
+    ("gpu_envs.utils.torch_internals", "_get_current_dispatch_mode"): ("<module>",),
+    ("gpu_envs.utils.torch_internals", "_version"): ("version_counter",),
+    # os._exit is public (documented), underscore and all
+    ("gpu_envs.backends.gymnasium_envs.workers", "_exit"): ("_die_with_parent", "watch"),
+    # Isaac Lab's closed mark, Brax's config and registry (neither has a public one)
+    ("gpu_envs.backends.isaaclab", "_is_closed"): ("_closed",),
+    ("gpu_envs.backends.jax.brax", "_config"): ("_config_value",),
+    ("gpu_envs.backends.jax.brax", "_envs"): ("_brax_names",),
+    # a SummaryWriter of torch.utils.tensorboard, recognised by its writer method
+    ("gpu_envs.transforms.record", "_get_file_writer"): ("_board",),
+    # benchmarks: torch._dynamo's counters; ManiSkillVectorEnv's inner env, to time its own calls
+    ("benchmarks.gpu_check", "_dynamo"): ("check_no_sync_loop",),
+    ("benchmarks.simulator_rows", "_env"): ("maniskill_rows",),
+    # MuJoCo Playground's rsl_rl wrapper lives in its private package only
+    ("benchmarks.simulator_rows", "_src"): ("playground_rows",),
+}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _own_names(tree: ast.AST) -> set[str]:
+    """Names a module defines itself: functions, classes, assigned names, attributes of self/cls, slots."""
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.arg):
+            own.add(node.arg)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, (ast.Store, ast.Del))
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
+            own.add(node.attr)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
+        ):
+            own.update(
+                c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            )
+    return own
+
+
+def private_reads(path: Path, module: str) -> list[tuple[int, str, str]]:
+    """``(line, private name, enclosing function)`` of every read/write of another's ``_name`` in the file.
+
+    ``self._x`` / ``cls._x`` (an object's own attributes) and names the module defines
+    itself are fine; ``other._x``, ``getattr(other, "_x")`` / ``setattr`` / ``hasattr``
+    and ``from m import _x`` are not, unless :data:`FOREIGN_PRIVATE` places them.
+    """
+    tree = ast.parse(path.read_text(), filename=str(path))
+    own = _own_names(tree)
+    found: list[tuple[int, str, str]] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        name = None
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            is_own_object = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if not is_own_object and node.attr not in own:
+                name = node.attr
+        elif isinstance(node, ast.ImportFrom):
+            names = [a.name for a in node.names if _is_private(a.name)]
+            if names:
+                name = names[0]
+            elif node.module and any(_is_private(part) for part in node.module.split(".")):
+                name = next(part for part in node.module.split(".") if _is_private(part))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _is_private(node.args[1].value)
+        ):
+            target = node.args[0]
+            if not (isinstance(target, ast.Name) and target.id in ("self", "cls")) and node.args[1].value not in own:
+                name = node.args[1].value
+        if name is not None and function not in FOREIGN_PRIVATE.get((module, name), ()):
+            found.append((node.lineno, name, function))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(tree, "<module>")
+    return found
+
+
+def _tree_modules() -> dict[str, Path]:
+    found = {}
+    for tree in PRIVATE_RULE_TREES:
+        for path in sorted((ROOT / tree).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def test_no_module_reads_another_modules_private_names():
+    """What one module needs of another object is a public method or protocol member, never its ``_name``."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {name} (in {function})"
+        for module, path in _tree_modules().items()
+        for line, name, function in private_reads(path, module)
+    ]
+    assert not bad, (
+        "private names read across modules (publish a method or protocol member, or, for a foreign library's "
+        "private name, read it in one function and add it to FOREIGN_PRIVATE):\n" + "\n".join(bad)
+    )
+
+
+def test_every_foreign_private_name_is_still_used_where_listed():
+    """FOREIGN_PRIVATE lists no stale entry: each (module, name) still occurs in that module."""
+    modules = _tree_modules()
+    stale = [(module, name) for module, name in FOREIGN_PRIVATE if name not in modules[module].read_text()]
+    assert not stale, f"drop these from FOREIGN_PRIVATE, their modules no longer use them: {stale}"
+
+
+def test_the_private_name_rule_sees_what_it_must(tmp_path):
+    """The check itself: another object's private read, getattr of one and a private import are caught."""
+    path = tmp_path / "m.py"
+    path.write_text(
+        "from x import _hidden\n"
+        "class A:\n"
+        "    def f(self, other):\n"
+        "        self._mine = 1\n"
+        "        return other._theirs, getattr(other, '_also'), self._mine\n"
+    )
+    assert [(name, function) for _, name, function in private_reads(path, "m")] == [
+        ("_hidden", "<module>"),
+        ("_theirs", "f"),
+        ("_also", "f"),
+    ]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import gpu_envs
-from gpu_envs.backends.torch import TorchVectorBackend, final_obs_in
+from gpu_envs.backends.torch_envs import TorchVectorBackend, final_obs_in
 from tests.fakes import reference_rollout
 from tests.isaac_fakes import FakeManiSkillVectorEnv, outside_sync_guard
 from tests.sync_guard import no_sync

@@ -6,7 +6,7 @@
 * an earlier root (stepped twice, from two steps ago, from before a reset) is refused
   before anything moves, with no host sync;
 * two threads calling one env at once are refused (ConcurrentCallError), never silent;
-* ``load_state_dict`` of the env's own un-copied state_dict from an earlier moment is
+* ``load_live_state`` of the env's own un-copied live_state from an earlier moment is
   refused (it would move the roots back but not the simulator);
 * ``EpisodeStats`` behind a ``TransformedEnv`` restarts when the env below is reset directly;
 * a gym-era env using ``np.float_`` on numpy 2 is told what helps.
@@ -40,7 +40,7 @@ def actions(steps, seed=0):
 
 
 def snapshot(env):
-    return {name: value.clone() for name, value in env.state_dict().items()}
+    return {name: value.clone() for name, value in env.live_state().items()}
 
 
 def assert_same(a, b, keys=None):
@@ -108,7 +108,7 @@ def test_stale_roots_are_refused_before_anything_moves():
         stale["action"] = torch.zeros(N, dtype=torch.long)
         with no_sync(), pytest.raises(gpu_envs.StaleInputError, match="this env is at root"):
             env.step_and_maybe_reset(stale)
-    for name, value in env.state_dict().items():
+    for name, value in env.live_state().items():
         assert torch.equal(value, before[name]), name
     env.reset()
     root2["action"] = torch.zeros(N, dtype=torch.long)
@@ -220,21 +220,21 @@ def test_call_guard_numbers_calls():
     assert guard.interrupted and guard.calls != second  # the other call fails its own check too
 
 
-# ------------------------------------------------------- 3: live state_dict
+# ------------------------------------------------------- 3: live live_state
 def test_loading_the_envs_own_live_state_dict_after_steps_is_refused():
     env = counting_env()
     td = env.reset(seed=0)
-    live = env.state_dict()
-    env.load_state_dict(live)  # nothing moved yet: loading it is a no-op, accepted
+    live = env.live_state()
+    env.load_live_state(live)  # nothing moved yet: loading it is a no-op, accepted
     td = env.root()  # (a load replaces the root: the earlier one is stale)
-    live = env.state_dict()
+    live = env.live_state()
     for a in actions(3):
         td["action"] = a
         _, td = env.step_and_maybe_reset(td)
     before = snapshot(env)
-    with pytest.raises(gpu_envs.InvalidArgumentError, match=r"own state_dict\(\) from an earlier moment.*clone"):
-        env.load_state_dict(live)
-    for name, value in env.state_dict().items():
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=r"own live_state\(\) from an earlier moment.*clone"):
+        env.load_live_state(live)
+    for name, value in env.live_state().items():
         assert torch.equal(value, before[name]), name  # refused before anything moved
     td["action"] = torch.zeros(N, dtype=torch.long)
     env.step_and_maybe_reset(td)  # and the env goes on
@@ -248,7 +248,7 @@ def test_a_copied_state_dict_restores_root_and_simulator_together():
     for a in actions(4):
         td["action"] = a
         _, td = env.step_and_maybe_reset(td)
-    env.load_state_dict(saved)
+    env.load_live_state(saved)
     assert_same(env.root(), saved_root)
     env2 = counting_env()
     expected = env2.reset(seed=0)
@@ -264,12 +264,12 @@ def test_a_copied_state_dict_restores_root_and_simulator_together():
 def test_transformed_env_refuses_its_own_live_state_dict_too():
     env = TransformedEnv(counting_env(), EpisodeStats())
     td = env.reset(seed=0)
-    live = env.state_dict()
+    live = env.live_state()
     td["action"] = torch.zeros(N, dtype=torch.long)
     env.step_and_maybe_reset(td)
     with pytest.raises(gpu_envs.InvalidArgumentError, match="earlier moment"):
-        env.load_state_dict(live)
-    env.load_state_dict({k: v.clone() for k, v in live.items()})  # a copy is a plain dict: taken
+        env.load_live_state(live)
+    env.load_live_state({k: v.clone() for k, v in live.items()})  # a copy is a plain dict: taken
 
 
 # ------------------------------------------------ 4: EpisodeStats, direct reset

@@ -172,7 +172,7 @@ def test_detects_mjlab_envs_without_importing_mjlab():
     assert is_mjlab_env(fake) and is_mjlab_env(Task()) and is_mjlab_env(RslRlVecEnvWrapper(fake))
     assert not is_mjlab_env(SimpleNamespace(unwrapped=None)) and not is_mjlab_env(object())
     env = gpu_envs.wrap(fake)
-    assert isinstance(env.backend, MjlabBackend) and env.backend.final_obs_kind == FinalObsKind.SAME_STEP
+    assert isinstance(env.backend, MjlabBackend) and env.backend.capabilities.final_obs == FinalObsKind.WRAPPER_RESET
     assert "mjlab" not in sys.modules
 
 
@@ -222,7 +222,7 @@ def test_in_place_buffers_are_copied():
 def test_partial_reset_resets_only_the_masked_rows():
     fake = ManagerBasedRlEnv()
     env = gpu_envs.wrap(fake)
-    assert env.backend.supports_partial_reset
+    assert env.backend.capabilities.partial_reset
     td = env.reset()
     td["action"] = torch.zeros(N, 1)
     td, td = env.step_and_maybe_reset(td)
@@ -307,7 +307,7 @@ def test_to_rsl_rl_reads_mjlabs_episode_clock_and_log():
 def test_exact_final_obs_false_keeps_mjlabs_auto_reset_with_placeholders():
     fake = ManagerBasedRlEnv()
     env = gpu_envs.wrap(fake, exact_final_obs=False)
-    assert fake.cfg.auto_reset is True and env.backend.final_obs_kind == FinalObsKind.PLACEHOLDER
+    assert fake.cfg.auto_reset is True and env.backend.capabilities.final_obs == FinalObsKind.PLACEHOLDER
     actions = actions_for()
     got, _ = run(env, actions)
     expected = reference_rollout(N, actions, final_obs="none")

@@ -20,7 +20,8 @@ from tensordict import TensorDict
 
 import gpu_envs
 from gpu_envs.rollout import collect
-from gpu_envs.transforms import EpisodeStats, Quarantine, QuarantineLimitError, TransformedEnv
+from gpu_envs.transforms import EpisodeStats, TransformedEnv
+from gpu_envs.wrappers import Quarantine, QuarantineLimitError
 from tests.fakes import CountingEnv, CountingTorchVectorEnv
 from tests.sync_guard import no_sync
 

@@ -174,8 +174,8 @@ def test_wrap_takes_a_seed_like_make_and_refuses_unknown_keywords():
     [
         ({"missing_obs_value": "x"}, ["missing_obs_value", "'x'"]),
         ({"missing_obs_value": True}, ["missing_obs_value", "True"]),
-        ({"validate": 1}, ["validate", "True or False"]),
-        ({"validate": "yes"}, ["validate"]),
+        ({"validate_actions": 1}, ["validate_actions", "True or False"]),
+        ({"validate_actions": "yes"}, ["validate_actions"]),
         ({"watchdog_s": 0}, ["watchdog_s", "> 0"]),
         ({"watchdog_s": "10"}, ["watchdog_s"]),
     ],

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 import gpu_envs
-from gpu_envs.backends.gymnasium import guarded_worker
-from gpu_envs.backends.gymnasium.workers import AsyncState
+from gpu_envs.backends.gymnasium_envs import guarded_worker
+from gpu_envs.backends.gymnasium_envs.workers import AsyncState
 from tests.fakes import CountingEnv
 from tests.gym_fakes import MODES, SlowEnv
 from tests.processes import PYTHON_WITH_SIGINT, Lines, ending_new_children

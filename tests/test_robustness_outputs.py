@@ -1,6 +1,6 @@
 """What an env returns, and what is stepped into it, is checked where it can be (issue 10).
 
-* ``validate=True`` checks action values on every step: Discrete ranges, Box bounds and
+* ``validate_actions=True`` checks action values on every step: Discrete ranges, Box bounds and
   non-finite values (a Pendulum torque of 100 or NaN raises ActionError); without it a
   Box action goes to the env as it is (documented), and nothing is touched by a refusal.
 * The first reset (and every reset) and the first step validate the backend's outputs
@@ -40,7 +40,7 @@ def _pendulum(**kwargs):
     ],
 )
 def test_validate_checks_box_bounds_and_non_finite_values_on_every_step(value, words):
-    env, td = _pendulum(validate=True)
+    env, td = _pendulum(validate_actions=True)
     for _ in range(3):  # valid steps first: the check runs on every step, not only the first
         td["action"] = env.action_spec.rand()
         td, td = env.step_and_maybe_reset(td)
@@ -66,16 +66,16 @@ def test_without_validate_a_box_action_goes_to_the_env_as_documented():
 
 def test_validate_can_be_switched_on_later_and_must_be_a_bool():
     env, td = _pendulum()
-    env.validate = True
+    env.validate_actions = True
     td["action"] = torch.full((N, 1), float("nan"))
     with pytest.raises(gpu_envs.ActionError, match="non-finite"):
         env.step(td)
-    with pytest.raises(gpu_envs.InvalidArgumentError, match="validate"):
-        env.validate = "yes"
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="validate_actions"):
+        env.validate_actions = "yes"
 
 
 def test_discrete_values_are_checked_on_the_first_step_and_with_validate():
-    env = gpu_envs.make("CartPole-v1", num_envs=N, device="cpu", validate=True)
+    env = gpu_envs.make("CartPole-v1", num_envs=N, device="cpu", validate_actions=True)
     td = env.reset()
     td["action"] = torch.zeros(N, dtype=torch.long)
     td, td = env.step_and_maybe_reset(td)

@@ -189,7 +189,7 @@ def test_memory_does_not_grow_over_many_collections():
     for _ in range(200):
         traj = collect(env, steps=4)
     assert {k: traj[k].untyped_storage().data_ptr() for k in traj.keys(True, True)} == storages
-    assert len(env._gpu_envs_collect_cache.buffers) == 1
+    assert len(env.caches["collect"].buffers) == 1
 
 
 def test_collect_through_a_transformed_env():

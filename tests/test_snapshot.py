@@ -49,7 +49,7 @@ def test_builtin_snapshot_holds_the_random_streams():
     assert set(state["backend"].keys()) == {"state", "elapsed_steps", "rng_key", "rng_counter"}
     assert state.batch_size == (2,) and state["root", "observation"].shape == (2, 4)
     inner = env.backend.env
-    assert torch.equal(state["backend", "rng_key"], inner.state_dict()["rng_key"][[2, 0]])
+    assert torch.equal(state["backend", "rng_key"], inner.live_state()["rng_key"][[2, 0]])
 
 
 def test_torch_env_with_the_protocol_continues_bitwise():
@@ -113,7 +113,7 @@ def test_transformed_env_full_restore_includes_shared_statistics():
 
 @pytest.mark.slow  # builds the poisoned env of tests/test_quarantine.py
 def test_quarantine_restores_its_records_and_served_rows():
-    from gpu_envs.transforms import Quarantine
+    from gpu_envs.wrappers import Quarantine
     from tests.test_quarantine import PoisonedTorchEnv
 
     class Poisoned(RowStateCountingEnv, PoisonedTorchEnv):

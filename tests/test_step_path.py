@@ -2,11 +2,11 @@
 
 Every variant of its parts is compared with another, key by key:
 
-* the built-in envs' ``step_transition`` (RawStep layout, no swap) against their plain
+* the built-in envs' ``raw_step`` (a RawStep, no swap) against their plain
   gymnasium-shaped ``step``;
-* a backend's direct transition (``Backend.transition``, what the path calls after the
-  first step) against its ``step`` returning a :class:`RawStep` object;
-* outputs checked on every step (``WatchedAdvance``, untrusted backends) against
+* a backend's direct step (``Backend.direct_step``, what the path calls after the
+  first step: :class:`DirectStep`) against its ``step`` (:class:`BackendStep`);
+* outputs checked on every step (:class:`WatchedStep`, untrusted backends) against
   outputs trusted after the first step;
 * random-action collections written straight into the buffer (``StepPath.values``)
   against the TensorDict path, for one observation, observation groups and nested keys;
@@ -21,6 +21,9 @@ step validates the one RawStep shape; refused calls leave the env as it was.
 
 from __future__ import annotations
 
+import pickle
+from pathlib import Path
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -28,11 +31,11 @@ from tensordict import TensorDict
 import gpu_envs
 import gpu_envs.utils.tensordicts as tds
 from gpu_envs.backends.base import RawStep
-from gpu_envs.backends.torch import TorchVectorBackend, transition_of
+from gpu_envs.backends.torch_envs import TorchVectorBackend, raw_step_of
 from gpu_envs.builtin import CartPoleEnv, PendulumEnv
 from gpu_envs.contract.keys import TRANSITION_KEYS, transition_keys
 from gpu_envs.core.env import BatchedEnv
-from gpu_envs.core.step_path import FirstStep, WatchedAdvance
+from gpu_envs.core.step_path import BackendStep, DirectStep, FirstStep, WatchedStep
 from gpu_envs.rollout import RolloutBuffer, collect
 from gpu_envs.rollout.cache import collect_cache
 from gpu_envs.rollout.cudagraph import GraphCollector
@@ -43,10 +46,10 @@ from tests.graph_emulation import EmulatedGraphs
 
 
 def _plain(cls):
-    """The same env class without ``step_transition``: the backend uses the plain ``step``."""
+    """The same env class without ``raw_step``: the backend uses the plain ``step``."""
 
     class Plain(cls):
-        step_transition = None
+        raw_step = None
 
     return Plain
 
@@ -66,10 +69,10 @@ def _assert_same(a: TensorDict, b: TensorDict) -> None:
 @pytest.mark.parametrize("cls", [CartPoleEnv, PendulumEnv])
 @pytest.mark.parametrize("expose_final_obs", [True, False])
 @pytest.mark.parametrize("n", [3, 600])  # 600: CartPole's whole-row views
-def test_step_transition_equals_plain_step(cls, expose_final_obs, n):
+def test_raw_step_equals_plain_step(cls, expose_final_obs, n):
     fast = gpu_envs.wrap(cls(n, seed=3, expose_final_obs=expose_final_obs))
     slow = gpu_envs.wrap(_plain(cls)(n, seed=3, expose_final_obs=expose_final_obs))
-    assert fast.backend._transition is not None and slow.backend._transition is None
+    assert raw_step_of(fast.backend.env) is not None and raw_step_of(slow.backend.env) is None
     a, b = fast.rollout(250), slow.rollout(250)  # CartPole and Pendulum episodes end within it
     assert a["next", "done"].any()
     _assert_same(a, b)
@@ -77,15 +80,15 @@ def test_step_transition_equals_plain_step(cls, expose_final_obs, n):
 
 
 def _through_step(env):
-    """``env`` whose backend hands no direct transition: every step builds a RawStep object."""
-    env.backend.direct_transition = False  # an instance attribute over the class's declaration
+    """``env`` whose backend hands no direct step: every step goes through the backend's ``step``."""
+    env.backend.capabilities = env.backend.capabilities.replace(direct_step=False)
     env._path.bind()
     return env
 
 
 def _watched(env):
     """``env`` whose backend's outputs are compared with the specs on every step."""
-    env.backend.trusted_outputs = False
+    env.backend.capabilities = env.backend.capabilities.replace(trusted_outputs=False)
     env._path.bind()
     return env
 
@@ -112,60 +115,61 @@ def _steps(env, steps):
 )
 @pytest.mark.parametrize("expose_final_obs", [True, False])
 @pytest.mark.parametrize("variant", [_through_step, _watched])
-def test_the_direct_transition_equals_the_raw_step_and_watched_outputs(env_id, n, steps, expose_final_obs, variant):
+def test_the_direct_step_equals_the_backend_step_and_watched_outputs(env_id, n, steps, expose_final_obs, variant):
     make = lambda: gpu_envs.make(env_id, num_envs=n, seed=5, expose_final_obs=expose_final_obs)  # noqa: E731
     direct, other = make(), variant(make())
     a, root_a = _steps(direct, steps)
     b, root_b = _steps(other, steps)
-    assert direct._path.advance == direct.backend.transition()  # the env's step_transition, straight
+    stepper = direct._path.stepper
+    assert isinstance(stepper, DirectStep) and stepper.step == direct.backend.env.raw_step  # the env's, straight
     if variant is _through_step:
-        assert other._path.advance == other.backend.step
+        assert isinstance(other._path.stepper, BackendStep) and other._path.stepper.backend is other.backend
     else:
-        assert isinstance(other._path.advance, WatchedAdvance)
+        assert isinstance(other._path.stepper, WatchedStep)
     assert any(bool(td["next", "done"].any()) for td in a)
     for x, y in zip(a, b, strict=True):
         _assert_same(x, y)
     _assert_same(root_a, root_b)
     _assert_same(direct.root(), other.root())
-    assert direct.state_dict().keys() == other.state_dict().keys()
+    assert direct.live_state().keys() == other.live_state().keys()
 
 
-def test_the_parts_are_bound_after_the_first_step_and_when_validate_changes():
+def test_the_parts_are_bound_after_the_first_step_and_when_validate_actions_changes():
     env = gpu_envs.make("CartPole-v1", num_envs=4, seed=0)
     path = env._path
     env.reset()
-    assert isinstance(path.advance, FirstStep) and path.check_values is not None  # Discrete values: first step
+    assert isinstance(path.stepper, FirstStep) and path.check_values is not None  # Discrete values: first step
     _steps(env, 1)  # the first step validates through the backend's step, then binds the later steps' parts
-    assert path.advance == env.backend.transition() and path.check_values is None
-    env.validate = True  # every step checks the action's values
+    assert isinstance(path.stepper, DirectStep) and path.check_values is None
+    env.validate_actions = True  # every step checks the action's values
     assert path.check_values is not None
     td = env.root().set("action", torch.full((4,), 2))
     with pytest.raises(gpu_envs.ActionError, match="outside"):
         env.step(td)
-    env.validate = False
+    env.validate_actions = False
     assert path.check_values is None
-    counting = gpu_envs.wrap(CountingTorchVectorEnv(4))  # a user env: no step_transition, outputs watched
+    counting = gpu_envs.wrap(CountingTorchVectorEnv(4))  # a user env: no raw_step, outputs watched
     _steps(counting, 3)
-    assert isinstance(counting._path.advance, WatchedAdvance)
+    assert isinstance(counting._path.stepper, WatchedStep)
 
 
 class CountingBackend(TorchVectorBackend):
-    """Counts the calls of ``step`` and of the direct transition it hands out."""
+    """Counts the calls of ``step`` and of the direct step it hands out."""
 
     def __init__(self, direct: bool) -> None:
         super().__init__(CartPoleEnv(4, seed=0))
-        self.direct_transition = direct
-        self.calls = {"step": 0, "transition": 0}
+        self.capabilities = self.capabilities.replace(direct_step=direct)
+        self.calls = {"step": 0, "direct": 0}
 
     def step(self, action):
         self.calls["step"] += 1
         return super().step(action)
 
-    def transition(self):
-        stepper = super().transition()
+    def direct_step(self):
+        stepper = super().direct_step()
 
         def counted(action):
-            self.calls["transition"] += 1
+            self.calls["direct"] += 1
             return stepper(action)
 
         return counted
@@ -176,8 +180,8 @@ def test_the_env_reads_what_a_backend_can_do_from_its_declaration(direct):
     env = BatchedEnv(CountingBackend(direct))
     _steps(env, 5)
     calls = env.backend.calls
-    # the first step is always the backend's step (validated); the later ones its direct transition when declared
-    assert calls == ({"step": 1, "transition": 4} if direct else {"step": 5, "transition": 0})
+    # the first step is always the backend's step (validated); the later ones its direct step when declared
+    assert calls == ({"step": 1, "direct": 4} if direct else {"step": 5, "direct": 0})
 
 
 def test_the_path_refuses_what_the_contract_refuses():
@@ -218,7 +222,7 @@ def test_an_interrupted_direct_step_marks_the_env_until_a_reset(monkeypatch):
     td = env.reset().set("action", torch.zeros(4, dtype=torch.int64))
     assert not env.interrupted
     assert env.step_and_maybe_reset(td)[1]["observation"].shape == (4, 4)
-    assert env._path.advance == env.backend.transition()
+    assert isinstance(env._path.stepper, DirectStep)
 
 
 def test_transitions_are_not_rewritten_later():
@@ -245,13 +249,13 @@ class OverridingCartPole(CartPoleEnv):
 
 def test_a_subclass_overriding_step_is_stepped_through_it():
     env = gpu_envs.wrap(OverridingCartPole(4, seed=0))
-    assert env.backend._transition is None
+    assert raw_step_of(env.backend.env) is None
     traj = env.rollout(5)
     assert torch.equal(traj["next", "reward"], torch.full((4, 5, 1), 2.0))
     raw = CartPoleEnv(4, seed=0)
     raw.step = raw.step  # an instance attribute replacing step: plain path too
-    assert transition_of(raw) is None
-    assert transition_of(CartPoleEnv(4)) is not None
+    assert raw_step_of(raw) is None
+    assert raw_step_of(CartPoleEnv(4)) is not None
 
 
 def test_direct_tensordicts_equal_the_public_constructor():
@@ -283,9 +287,29 @@ def test_set_entry_stores_like_set_and_a_locked_tensordict_refuses(monkeypatch, 
     assert td.get("other", None) is None
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_set_entry_on_a_consolidated_tensordict_leaves_it_to_tensordict(monkeypatch, direct):
+    """An unpickled consolidated TensorDict (unlocked, one storage) learns that a new entry is not in that storage."""
+    monkeypatch.setattr(tds, "DIRECT", direct)
+    consolidated = TensorDict({"observation": torch.randn(5, 4)}, batch_size=[5]).consolidate()
+    td = pickle.loads(pickle.dumps(consolidated))
+    assert not td.is_locked
+    tds.set_entry(td, "action", torch.zeros(5))
+    assert torch.equal(td["action"], torch.zeros(5))
+    assert torch.equal(td.clone()["action"], torch.zeros(5))  # a clone (of the consolidated storage) has it too
+
+
 @pytest.mark.parametrize(
     ("installed", "direct"),
-    [("0.14.3", True), ("0.14.0", True), ("0.15.0", False), ("0.9.2", False), ("nonsense", False), (None, False)],
+    [
+        ("0.14.3", True),
+        ("0.14.0", True),
+        ("0.15.3", True),
+        ("0.16.0", False),
+        ("0.9.2", False),
+        ("nonsense", False),
+        (None, False),
+    ],
 )
 def test_direct_construction_only_on_known_tensordict_versions(installed, direct):
     assert tds.direct_supported(installed) is direct
@@ -351,7 +375,7 @@ def test_a_bad_action_does_not_mark_the_env():
 class LayoutBackend(TorchVectorBackend):
     """Returns the RawStep layout with one entry of the wrong shape (flat [N] instead of [N, 1])."""
 
-    direct_transition = False  # it changes what step returns: never bypassed
+    capabilities = TorchVectorBackend.capabilities.replace(direct_step=False)  # its step is never bypassed
 
     def __init__(self, bad: str) -> None:
         super().__init__(CountingTorchVectorEnv(4))
@@ -398,7 +422,7 @@ class GroupedCounting(CountingTorchVectorEnv):
 
 
 def _no_fusing(env):
-    env._transition_values = lambda keys: None  # the TensorDict path, every step
+    env.transition_values = lambda keys: None  # the TensorDict path, every step
     return env
 
 
@@ -419,10 +443,10 @@ def test_random_action_collections_written_without_tensordicts_equal_the_tensord
         a, b = collect(fused, steps=steps).clone(), collect(plain, steps=steps).clone()
         _assert_same(a, b)
         _assert_same(fused.root(), plain.root())
-    assert fused._transition_values(collect_cache(fused).buffers[40].keys) is not None
+    assert fused.transition_values(collect_cache(fused).buffers[40].keys) is not None
     assert torch.equal(fused.generator.get_state(), plain.generator.get_state())  # the same draws
-    for name, value in fused.state_dict().items():
-        assert torch.equal(value.nan_to_num(7.0), plain.state_dict()[name].nan_to_num(7.0)), name
+    for name, value in fused.live_state().items():
+        assert torch.equal(value.nan_to_num(7.0), plain.live_state()[name].nan_to_num(7.0)), name
 
 
 def test_only_envs_that_step_as_batched_env_does_are_collected_without_tensordicts():
@@ -432,22 +456,22 @@ def test_only_envs_that_step_as_batched_env_does_are_collected_without_tensordic
     collect(env, steps=4)
     buffer = collect_cache(env).buffers[4]
     assert fused_writer(env, buffer) is not None
-    assert env._transition_values(keys[::-1]) is not None  # any order of the same keys
-    assert env._transition_values(keys[:-1]) is None and env._transition_values([*keys, "sample_log_prob"]) is None
-    transformed = TransformedEnv(env, RewardScale(0.5))  # forwards public attributes, never this private one
+    assert env.transition_values(keys[::-1]) is not None  # any order of the same keys
+    assert env.transition_values(keys[:-1]) is None and env.transition_values([*keys, "sample_log_prob"]) is None
+    transformed = TransformedEnv(env, RewardScale(0.5))  # transforms rewrite transitions: not forwarded
     assert fused_writer(transformed, buffer) is None
     assert fused_writer(env, RolloutBuffer(env, 4)) is None  # a buffer not laid out yet
     watched = gpu_envs.make("CartPole-v1", num_envs=4, seed=0, watchdog_s=60)
     collect(watched, steps=4)
-    assert watched._transition_values(keys) is None  # the watchdog watches step_and_maybe_reset
+    assert watched.transition_values(keys) is None  # the watchdog watches step_and_maybe_reset
     watched.close()
     fresh = gpu_envs.make("CartPole-v1", num_envs=4, seed=0)
     fresh.reset()
-    assert fresh._transition_values(keys) is None  # before the first (validated) step
+    assert fresh.transition_values(keys) is None  # before the first (validated) step
     with_info = gpu_envs.make("CartPole-v1", num_envs=4, backend="gymnasium", seed=0)
     with_info.reset()
     _steps(with_info, 1)
-    assert with_info._transition_values(transition_keys(["observation"])) is not None  # no info entries
+    assert with_info.transition_values(transition_keys(["observation"])) is not None  # no info entries
     with_info.close()
 
 
@@ -521,3 +545,28 @@ def test_every_collection_gives_the_same_transitions(env_name, variant):
         return
     _assert_same(fused, other)
     _assert_same(fused_root, other_root)
+
+
+def _route(env) -> str:
+    """The bound advance after the first step, as docs/ARCHITECTURE.md's route table names it."""
+    _steps(env, 2)
+    stepper = env._path.stepper
+    if isinstance(stepper, WatchedStep):
+        return f"WatchedStep({type(stepper.inner).__name__})"
+    return type(stepper).__name__
+
+
+def test_the_steady_state_routes_are_the_ones_the_architecture_page_draws():
+    from tests.isaac_fakes import FakeIsaacDirectEnv
+
+    routes = {
+        "built-in CartPole / Pendulum (`torch`)": _route(gpu_envs.make("CartPole-v1", num_envs=4, seed=0)),
+        "your torch vector env (`torch`), ManiSkill3": _route(gpu_envs.wrap(CountingTorchVectorEnv(4))),
+        "gymnasium, Ray, EnvPool, JAX (trusted, staged or packed)": _route(
+            gpu_envs.make("CartPole-v1", num_envs=4, backend="gymnasium", seed=0)
+        ),
+        "Isaac Lab, mjlab (the simulator's own tensors)": _route(gpu_envs.wrap(FakeIsaacDirectEnv(4))),
+    }
+    page = (Path(__file__).resolve().parent.parent / "docs" / "ARCHITECTURE.md").read_text()
+    for kind, route in routes.items():
+        assert f"| {kind} | `{route}` |" in page, (kind, route)

@@ -20,7 +20,7 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 class _PlainCartPole(CartPoleEnv):
-    step_transition = None
+    raw_step = None
 
 
 def _builders(device):
@@ -33,7 +33,7 @@ def _builders(device):
         "Pendulum-no-final-obs": lambda: gpu_envs.make(
             "Pendulum-v1", num_envs=16, device=device, seed=0, expose_final_obs=False
         ),
-        # the plain gymnasium-shaped step of a built-in env (no step_transition fast path)
+        # the plain gymnasium-shaped step of a built-in env (no raw_step fast path)
         "CartPole-plain-step": lambda: gpu_envs.wrap(_PlainCartPole(16, device=device, seed=0)),
         "user-env-final-obs": lambda: gpu_envs.wrap(CountingTorchVectorEnv(16, device, final_obs="info")),
         "user-env-masked-final-obs": lambda: gpu_envs.wrap(CountingTorchVectorEnv(16, device, final_obs="masked")),

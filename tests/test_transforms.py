@@ -166,8 +166,8 @@ def test_episode_stats_reset_drops_unfinished_episodes_and_clear_zeroes_the_aggr
         "total_return": torch.tensor(10.0, dtype=torch.float64),
         "total_length": torch.tensor(8),
     }
-    stats.load_state_dict(saved)
-    assert stats.summary().mean_return == 2.5 and stats.state_dict()["total_length"].item() == 8
+    stats.load_statistics(saved)
+    assert stats.summary().mean_return == 2.5 and stats.statistics()["total_length"].item() == 8
 
 
 # ------------------------------------------------------------------------ ObservationNorm
@@ -219,9 +219,9 @@ def test_observation_norm_root_and_next_agree_on_running_rows_and_freeze():
     assert keep.any() and not keep.all()
     torch.testing.assert_close(root["observation"][keep], td["next", "observation"][keep])
     norm.freeze()
-    frozen = norm.state_dict()
+    frozen = norm.statistics()
     env.rollout(10, reset=False)
-    for key, value in norm.state_dict().items():
+    for key, value in norm.statistics().items():
         assert torch.equal(value, frozen[key]), key
     norm.unfreeze()
     env.rollout(2, reset=False)
@@ -233,16 +233,16 @@ def test_observation_norm_state_dict_round_trip_and_errors():
     TransformedEnv(gpu_envs.make("Pendulum-v1", num_envs=8, device="cpu", seed=0), source).rollout(20)
     target = ObservationNorm(clip=5.0, frozen=True)
     env = TransformedEnv(gpu_envs.make("Pendulum-v1", num_envs=8, device="cpu", seed=1), target)
-    target.load_state_dict(source.state_dict())
+    target.load_statistics(source.statistics())
     root = env.reset()
     torch.testing.assert_close(target.mean(), source.mean())
     assert root["observation"].abs().max() <= 5.0
     assert env.single_observation_spec["observation"] == Box(-5.0, 5.0, (3,), torch.float32)
     assert env.observation_spec["observation"] == Box(-5.0, 5.0, (3,), torch.float32).expand(8, 3)
     with pytest.raises(InvalidArgumentError, match="do not match"):
-        target.load_state_dict({"obs.mean": torch.zeros(3)})
+        target.load_statistics({"obs.mean": torch.zeros(3)})
     with pytest.raises(InvalidArgumentError, match="set up"):
-        ObservationNorm().load_state_dict(source.state_dict())
+        ObservationNorm().load_statistics(source.statistics())
 
 
 def test_observation_norm_key_selection():

@@ -1,4 +1,4 @@
-"""Health checks without a host sync (gpu_envs.core.validation): bad values flagged on the
+"""Health checks without a host sync (gpu_envs.core.health): bad values flagged on the
 device, raised as HealthCheckError where the host looks anyway, naming rows, step, value."""
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def test_out_of_range_discrete_from_a_policy_is_raised_at_the_end_of_collect():
 
 def test_multidiscrete_ranges_are_checked_per_element():
     from gpu_envs.contract.specs import MultiDiscrete
-    from gpu_envs.core.validation import HealthMonitor
+    from gpu_envs.core.health import HealthMonitor
 
     spec = MultiDiscrete([3, 2])
     monitor = HealthMonitor(3, torch.device("cpu"), spec, {"observation": torch.float32}, "step")
@@ -301,7 +301,7 @@ class _FakeEvent:
 
 def test_the_cuda_poll_never_waits_and_raises_once_the_copy_has_arrived(monkeypatch):
     """The CUDA branch of the poll, emulated on the CPU: a copy in flight is not waited for."""
-    from gpu_envs.core.validation import HealthMonitor
+    from gpu_envs.core.health import HealthMonitor
 
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
     monitor = HealthMonitor(
@@ -326,7 +326,7 @@ def test_the_cuda_poll_never_waits_and_raises_once_the_copy_has_arrived(monkeypa
 
 
 def test_quarantine_ends_nan_rows_before_the_default_checks_see_them():
-    from gpu_envs.transforms import Quarantine
+    from gpu_envs.wrappers import Quarantine
 
     env = Quarantine(gpu_envs.wrap(NaNTorchEnv(N)))
     traj = collect(env, steps=10)

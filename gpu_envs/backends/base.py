@@ -10,19 +10,15 @@ Every backend behaves like a *same-step auto-resetting* vector env: when a row e
 Backends over envs that reset differently (gymnasium's NEXT_STEP or DISABLED modes, a
 single env) translate to this one shape, so the layers above have one path.
 
-What a backend can do is declared in class attributes, read once by the env (never
-found out by probing methods): ``trusted_outputs`` (its tensors are its own, in its
-specs' layout: checked on the first step only), ``final_obs_kind`` (which final
-observations it gives: :class:`~gpu_envs.contract.final_obs.FinalObsKind`) and
-``direct_transition`` (it can hand the env a function that steps straight into a
-:class:`RawStep`'s fields, see :meth:`Backend.transition`) and ``snapshot_rows`` (its
-:meth:`Backend.get_state` / :meth:`Backend.set_state` snapshot and restore rows exactly,
-see :mod:`gpu_envs.core.snapshot`).
+What a backend can do is declared once, in one frozen :class:`Capabilities` (the
+``capabilities`` class attribute; an instance may narrow it to what its simulator
+allows), read by the env when it binds its step path -- never found out by probing
+methods, as rsl_rl's ``VecEnv`` declares its few attributes.
 
 Example (a minimal backend over something that already speaks torch)::
 
     class MyBackend(Backend):
-        final_obs_kind = FinalObsKind.SIMULATOR
+        capabilities = Capabilities(final_obs=FinalObsKind.SIMULATOR)
 
         def reset(self, seed=None, mask=None):
             return {"observation": self.sim.reset(seed)}
@@ -36,9 +32,12 @@ Example (a minimal backend over something that already speaks torch)::
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDictBase
@@ -46,52 +45,86 @@ from tensordict import TensorDictBase
 from gpu_envs.contract.errors import RolloutError, SnapshotError
 from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
+from gpu_envs.contract.raw_step import NO_INFO, RawStep
 from gpu_envs.contract.specs import Composite, Spec
 
-__all__ = ["NO_INFO", "Backend", "RawStep"]
-
-NO_INFO: ObsDict = {}  # the info entries of a step that has none (one constant, never written)
+__all__ = ["NO_INFO", "Backend", "Capabilities", "RawStep"]
 
 
-class RawStep(NamedTuple):
-    """One vector step, as torch tensors on the target device: ONE shape for every backend.
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do: the one declaration :class:`~gpu_envs.core.env.BatchedEnv` reads.
 
-    Build it with keywords (``RawStep(obs=..., reward=..., ...)``). It is a tuple, so a
-    backend's direct transition (:meth:`Backend.transition`) can hand the same fields,
-    in this order, as a plain tuple.
-
-    Every tensor is the backend's to give away: it is never written again after
-    ``step`` returns (a transition handed out stays as it was; copy what the simulator
-    rewrites in place).
+    Frozen: a backend class declares it (``capabilities = Capabilities(...)``); an instance
+    whose simulator allows less (or exactly one of several kinds) replaces its own copy
+    with :meth:`replace` in ``__init__``, before the env reads it.
 
     Attributes:
-        obs: observation per key, ``[N, *shape]``; post-reset on rows that ended (what
-            the next step acts on). Keys: ``"observation"`` for a lone observation, group
-            names otherwise; tuple keys for nested dicts.
-        reward: ``[N, 1]`` float32 (``[N, K]`` for a backend that declares a K-objective
-            ``reward_spec``).
-        terminated, truncated, done: ``[N, 1]`` bool, ``done == terminated | truncated``
-            (:func:`gpu_envs.backends.common.flag_columns` makes them from flat ``[N]`` values).
-        final_obs: the pre-reset observations, a dict like ``obs``, or ``None`` when the
-            simulator cannot give them (ended rows then get placeholders and
-            ``("next", "final_obs_missing")``).
-        final_mask: ``None``: ``final_obs`` is valid on EVERY row (each row's pre-reset
-            observation: the final one where an episode ended, the plain next one
-            elsewhere). A ``[N]`` or ``[N, 1]`` bool tensor: valid only on those rows
-            (pass ``done`` itself for "on the rows that ended"). The rule that turns
-            these into the transition is :mod:`gpu_envs.contract.final_obs`'s.
-        info: extra numeric entries ``[N, ...]`` placed under ``("next", key)``;
-            :data:`NO_INFO` when none.
+        final_obs: which final observations the backend gives
+            (:class:`~gpu_envs.contract.final_obs.FinalObsKind`), or a tuple of them on
+            the class when it depends on the simulator or its options (an instance then
+            narrows it to the one in force). ``docs/ARCHITECTURE.md``'s backend table
+            lists them; every registered backend declares one.
+        trusted_outputs: every tensor the backend returns is one it made itself, in the
+            layout of its specs (the gymnasium and JAX backends, the built-in envs): the
+            env checks the outputs' metadata on the first step only, instead of on every
+            step.
+        direct_step: :meth:`Backend.direct_step` may hand the env a function stepping the
+            simulator straight into a :class:`RawStep` (no backend call in between).
+        partial_reset: ``reset(mask=...)`` resets a subset of rows (otherwise a masked
+            reset of some rows is refused, one of all rows is a full reset).
+        snapshot_rows: :meth:`Backend.get_state` / :meth:`Backend.set_state` snapshot and
+            restore rows exactly (the continuation after a restore is bitwise the
+            original's); :meth:`Backend.snapshot_refusal` says why not, and what works.
+
+    Example::
+
+        class MyBackend(Backend):
+            capabilities = Capabilities(final_obs=FinalObsKind.SIMULATOR, partial_reset=True)
+
+            def __init__(self, sim):
+                if not sim.can_reset_rows:
+                    self.capabilities = self.capabilities.replace(partial_reset=False)
     """
 
-    obs: ObsDict
-    reward: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    done: torch.Tensor
-    final_obs: ObsDict | None = None
-    final_mask: torch.Tensor | None = None
-    info: ObsDict = NO_INFO
+    final_obs: FinalObsKind | tuple[FinalObsKind, ...] | None = None
+    trusted_outputs: bool = False
+    direct_step: bool = False
+    partial_reset: bool = False
+    snapshot_rows: bool = False
+
+    def replace(self, **changes: Any) -> Capabilities:
+        """A copy with some fields changed: ``caps.replace(partial_reset=False)``."""
+        return dataclasses.replace(self, **changes)
+
+
+# the attributes backends declared before Capabilities, and the field each became (kept one release)
+_OLD_DECLARATIONS = {
+    "final_obs_kind": "final_obs",
+    "trusted_outputs": "trusted_outputs",
+    "direct_transition": "direct_step",
+    "supports_partial_reset": "partial_reset",
+    "snapshot_rows": "snapshot_rows",
+}
+
+
+def _old_declaration(old: str) -> property:
+    """A read/write alias of ``capabilities.<field>`` under its old attribute name, warning on writes."""
+    field = _OLD_DECLARATIONS[old]
+
+    def read(self: Backend) -> Any:
+        return getattr(self.capabilities, field)
+
+    def write(self: Backend, value: Any) -> None:
+        warnings.warn(
+            f"Backend.{old} is now Backend.capabilities.{field}: write "
+            f"`self.capabilities = self.capabilities.replace({field}=...)`; the old name goes away in the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.capabilities = self.capabilities.replace(**{field: value})
+
+    return property(read, write, doc=f"``capabilities.{field}`` (deprecated name).")
 
 
 class Backend(ABC):
@@ -104,33 +137,40 @@ class Backend(ABC):
     stays ``None`` for a scalar reward (the env exposes it as ``[N, 1]``); a backend whose
     reward is a vector (K objectives of a multi-objective env) sets it to ONE env's float32
     ``Box`` of shape ``(K,)``, and ``("next", "reward")`` is then ``[N, K]``.
-    ``supports_partial_reset`` says whether ``reset(mask=...)`` can reset
-    a subset of rows. ``name`` is shown in ``repr``.
+    What it can do is its :class:`Capabilities`. ``name`` is shown in ``repr``.
     """
 
     name: str = "backend"
-    # True when every tensor the backend returns is one it made itself, in the layout of its
-    # specs (the gymnasium and JAX backends, the built-in envs): BatchedEnv then checks the
-    # outputs' metadata on the first step only, instead of on every step.
-    trusted_outputs: bool = False
-    # Which final observations the backend gives: a FinalObsKind, or a tuple of them when it
-    # depends on the simulator's options (an instance may then narrow it to the one in force).
-    # docs/ARCHITECTURE.md's backend table lists them; every registered backend declares one.
-    final_obs_kind: FinalObsKind | tuple[FinalObsKind, ...] | None = None
-    # True when transition() may hand the env a function stepping the simulator straight
-    # into a RawStep's fields (no RawStep object, no backend call in between); see transition().
-    direct_transition: bool = False
+    capabilities: Capabilities = Capabilities()
     num_envs: int
     device: torch.device
     observation_spec: Composite
     action_spec: Spec
     info_spec: Composite
     reward_spec: Spec | None = None
-    supports_partial_reset: bool = False
-    # True when get_state/set_state snapshot and restore rows exactly (the continuation after a
-    # restore is bitwise the original's); an instance may narrow it (a torch env without the
-    # snapshot protocol). snapshot_refusal() says why not, and what works instead.
-    snapshot_rows: bool = False
+
+    # the declarations before Capabilities, as aliases of its fields (deprecated)
+    final_obs_kind: ClassVar[property] = _old_declaration("final_obs_kind")
+    trusted_outputs: ClassVar[property] = _old_declaration("trusted_outputs")
+    direct_transition: ClassVar[property] = _old_declaration("direct_transition")
+    supports_partial_reset: ClassVar[property] = _old_declaration("supports_partial_reset")
+    snapshot_rows: ClassVar[property] = _old_declaration("snapshot_rows")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass declaring the old class attributes (``supports_partial_reset = True``) gets them as capabilities."""
+        super().__init_subclass__(**kwargs)
+        old = {name: cls.__dict__[name] for name in _OLD_DECLARATIONS if name in cls.__dict__}
+        old = {name: value for name, value in old.items() if not isinstance(value, property)}
+        if old:
+            warnings.warn(
+                f"{cls.__name__} declares {sorted(old)} as class attributes; declare them in one "
+                "`capabilities = Capabilities(...)` (gpu_envs.backends.base); the old names go away in the next release.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            for name in old:
+                delattr(cls, name)
+            cls.capabilities = cls.capabilities.replace(**{_OLD_DECLARATIONS[k]: v for k, v in old.items()})
 
     @abstractmethod
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
@@ -143,15 +183,15 @@ class Backend(ABC):
     def step(self, action: torch.Tensor) -> RawStep:
         """Step every row once, auto-resetting rows that end (same-step semantics)."""
 
-    def transition(self) -> Callable[[torch.Tensor], tuple] | None:
-        """For a backend with ``direct_transition``: ``action -> RawStep's fields`` (a plain tuple), or None.
+    def direct_step(self) -> Callable[[torch.Tensor], RawStep] | None:
+        """For a backend with ``capabilities.direct_step``: a function ``action -> RawStep``, or None.
 
         The env asks once after its first step and after every full reset; while the
         function is in force the env calls it INSTEAD of :meth:`step`, so it must do
-        exactly what ``step`` would, handing the same eight fields in :class:`RawStep`'s
-        order without building the object (the torch backend hands the built-in envs'
-        ``step_transition`` this way). ``None`` (the default, and whenever the backend is
-        in a state where ``step`` does more): the env calls :meth:`step`.
+        exactly what ``step`` would (the torch backend hands the built-in envs' own
+        ``raw_step`` this way: a built-in step is one call of the env). ``None`` (the
+        default, and whenever the backend is in a state where ``step`` does more): the
+        env calls :meth:`step`.
         """
         return None
 
@@ -162,22 +202,22 @@ class Backend(ABC):
         so that a backend that knows why (a dead worker process) says so.
         """
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The simulator's per-step state as live tensors (see :mod:`gpu_envs.utils.state_dicts`).
+    def live_state(self) -> dict[str, torch.Tensor]:
+        """The simulator's per-step state as live tensors (see :mod:`gpu_envs.utils.live_state`).
 
         This default refuses: most simulators (numpy envs, JAX arrays, a physics engine)
         keep their state outside torch tensors, where a CUDA graph cannot replay it.
         """
         raise RolloutError(
             f"the {self.describe()} backend keeps its simulator's state outside torch tensors, so it has no "
-            "state_dict(); a CUDA graph can only replay envs whose per-step state lives in device tensors "
+            "live_state(); a CUDA graph can only replay envs whose per-step state lives in device tensors "
             "(torch vector envs). Use cudagraph=False for this env."
         )
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Take the values of a :meth:`state_dict` (refused where that is)."""
-        self.state_dict()  # raises where the state is not torch tensors
-        raise NotImplementedError(f"{type(self).__name__} has a state_dict() but no load_state_dict()")
+    def load_live_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Take the values of a :meth:`live_state` (refused where that is)."""
+        self.live_state()  # raises where the state is not torch tensors
+        raise NotImplementedError(f"{type(self).__name__} has a live_state() but no load_live_state()")
 
     # ------------------------------------------------------------ row snapshots
     def get_state(self, rows: torch.Tensor) -> TensorDictBase:

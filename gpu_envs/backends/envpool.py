@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.backends.base import Backend, Capabilities, RawStep
 from gpu_envs.backends.common import claim_simulator, flatten_obs, observation_spec_from_space
 from gpu_envs.backends.layout import StepLayout
 from gpu_envs.contract.errors import (
@@ -177,9 +177,11 @@ class EnvPoolBackend(Backend):
     """
 
     name = "envpool"
-    supports_partial_reset = True
-    final_obs_kind = FinalObsKind.SAME_STEP  # ended rows reset in the same call, their step observation kept
-    trusted_outputs = True  # every tensor comes out of its own staging, laid out from the specs
+    capabilities = Capabilities(
+        final_obs=FinalObsKind.WRAPPER_RESET,  # ended rows reset in the same call, their step observation kept
+        trusted_outputs=True,  # every tensor comes out of its own staging, laid out from the specs
+        partial_reset=True,
+    )
     # Staging mode: None picks by device (packed buffer + one transfer off the CPU); tests set True
     # to run the packed (CUDA) path on the CPU.
     staging_packed: bool | None = None
@@ -261,6 +263,11 @@ class EnvPoolBackend(Backend):
     def pool(self) -> Any:
         """The EnvPool pool being driven (None before the first reset of a made env)."""
         return self._pool
+
+    @property
+    def info_names(self) -> list[str]:
+        """The names of EnvPool's info fields handed over as ``("next", key)`` entries (empty without ``expose_info``)."""
+        return [field[0] for field in self._info]
 
     def describe(self) -> str:
         return f"{self.name}({self._task}, {'made' if self._factory is not None else 'wrapped'})"

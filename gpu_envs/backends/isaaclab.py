@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.backends.base import Backend, Capabilities, RawStep
 from gpu_envs.backends.common import (
     check_same_step,
     claim_simulator,
@@ -105,9 +105,14 @@ def _class_names(obj: Any) -> set[str]:
     return {c.__name__ for c in type(obj).__mro__}
 
 
+def _closed(base: Any) -> bool:
+    """Isaac Lab's own closed mark, ``env._is_closed`` (private; set by ``close()`` in 2.x and 3.0)."""
+    return bool(getattr(base, "_is_closed", False))
+
+
 def _refuse_unsupported(env: Any, base: Any) -> None:
     """Clear errors for Isaac Lab objects that do not follow the single-agent RL contract."""
-    if getattr(base, "_is_closed", False):
+    if _closed(base):
         raise ClosedEnvError(f"this {type(base).__name__} was closed; build a new Isaac Lab env to wrap.")
     names = _class_names(base)
     if "DirectMARLEnv" in names:
@@ -161,7 +166,7 @@ class IsaacLabBackend(Backend):
 
     name = "isaaclab"
     # extras["final_obs"] with cfg.compute_final_obs, placeholders without (an instance knows which)
-    final_obs_kind = (FinalObsKind.SIMULATOR, FinalObsKind.PLACEHOLDER)
+    capabilities = Capabilities(final_obs=(FinalObsKind.SIMULATOR, FinalObsKind.PLACEHOLDER))
 
     def __init__(self, env: Any, device: torch.device | str | None = None, *, copy_obs: bool | None = None) -> None:
         base = env.unwrapped
@@ -178,7 +183,7 @@ class IsaacLabBackend(Backend):
         )
         self.action_spec = spec_from_gym(_attr(env, "single_action_space"), device=self.device)
         self.info_spec = Composite({}, device=self.device)
-        self.supports_partial_reset = _accepts_env_ids(base)
+        self.capabilities = self.capabilities.replace(partial_reset=_accepts_env_ids(base))
         self.copy_obs = copy_obs is True  # None: decided by the first calls (_watch)
         self._keys = list(self.observation_spec.keys(include_nested=True, leaves_only=True))
         self._flat = all(isinstance(key, str) for key in self._keys)
@@ -187,7 +192,8 @@ class IsaacLabBackend(Backend):
         self._last_obs: ObsDict | None = None  # served when a partial reset names no row
         compute_final_obs = getattr(getattr(base, "cfg", None), "compute_final_obs", None)
         if isinstance(compute_final_obs, bool):
-            self.final_obs_kind = FinalObsKind.SIMULATOR if compute_final_obs else FinalObsKind.PLACEHOLDER
+            kind = FinalObsKind.SIMULATOR if compute_final_obs else FinalObsKind.PLACEHOLDER
+            self.capabilities = self.capabilities.replace(final_obs=kind)
         claim_simulator(base, self)
 
     # ------------------------------------------------------------------ setup
@@ -232,7 +238,7 @@ class IsaacLabBackend(Backend):
         if mask is None:
             obs, extras = self.env.reset(seed=seed)
         else:
-            if not self.supports_partial_reset:
+            if not self.capabilities.partial_reset:
                 raise ResetMaskError(
                     f"{type(self.base).__name__} (a direct Isaac Lab env) can only reset all of its envs at once: "
                     "its reset() takes no env_ids. Reset everything with env.reset(), or use a manager-based env."

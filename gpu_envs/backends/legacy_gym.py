@@ -45,7 +45,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from gpu_envs.backends.gymnasium import GymnasiumBackend
+from gpu_envs.backends.gymnasium_envs import GymnasiumBackend
 from gpu_envs.backends.inbound import InboundPlugin, check_options, from_package
 from gpu_envs.contract.errors import NotAnEnvError, ResetMaskError, UnsupportedSpaceError
 from gpu_envs.utils.arguments import as_int
@@ -203,7 +203,7 @@ class LegacyGymBackend(GymnasiumBackend):
     def __init__(self, env: Any, device: torch.device | str | None = None, **kwargs: Any) -> None:
         if isinstance(env, GymVectorEnvShim):
             super().__init__(env, device, **kwargs)
-            self.supports_partial_reset = False
+            self.capabilities = self.capabilities.replace(partial_reset=False)
         else:
             one = gymnasium.vector.SyncVectorEnv([lambda: env], copy=False, autoreset_mode=AutoresetMode.DISABLED)
             super().__init__(one, device, single=True, **kwargs)

@@ -3,7 +3,7 @@
 ManiSkill3's ``ManiSkillVectorEnv`` is a torch vector env (tensors on the simulation
 device) that resets ended rows inside ``step`` and, on steps where some row ended, puts a
 clone of the pre-reset observation in ``info["final_observation"]`` (masked by
-``info["_final_observation"]``): the torch backend (:mod:`gpu_envs.backends.torch`)
+``info["_final_observation"]``): the torch backend (:mod:`gpu_envs.backends.torch_envs`)
 reads it, so its transitions carry the TRUE final observation. This module makes sure
 every ManiSkill object gets there in that shape:
 
@@ -40,7 +40,7 @@ import torch
 
 from gpu_envs.backends.base import Backend
 from gpu_envs.backends.inbound import InboundPlugin
-from gpu_envs.backends.torch import TorchVectorBackend  # ManiSkill's vector env is stepped as a torch vector env
+from gpu_envs.backends.torch_envs import TorchVectorBackend  # ManiSkill's vector env is stepped as a torch vector env
 from gpu_envs.contract.errors import AutoresetModeError, InvalidArgumentError
 
 __all__ = ["PLUGIN", "ManiSkillPlugin", "is_bare_maniskill_env", "is_maniskill_vector_env", "vector_env_of"]

@@ -47,8 +47,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
-from gpu_envs.backends.gymnasium import GymnasiumBackend
+from gpu_envs.backends.gymnasium_envs import PLUGIN as GYMNASIUM
+from gpu_envs.backends.gymnasium_envs import GymnasiumBackend
 from gpu_envs.backends.inbound import InboundPlugin, from_package
 from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError, ObservationError
 

@@ -57,12 +57,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.backends.base import Backend, Capabilities, RawStep
 from gpu_envs.backends.common import NO_INFO, claim_simulator, copied_flag_columns, flatten_obs
 from gpu_envs.backends.reuse import ReuseDetector
 from gpu_envs.contract.errors import (
@@ -85,6 +86,9 @@ __all__ = ["MjlabBackend", "is_mjlab_env"]
 BACKEND_HOOK = "gpu_envs_backend"
 # The class every mjlab RL env derives from (mjlab 1.x).
 _ENV_CLASS = ("mjlab.envs.manager_based_rl_env", "ManagerBasedRlEnv")
+
+# the mjlab envs a backend of ours has closed (mjlab keeps no mark of its own): wrapping one again is refused
+_CLOSED: weakref.WeakSet = weakref.WeakSet()
 
 
 def _mjlab_class(cls: type) -> bool:
@@ -121,7 +125,7 @@ def _refuse_unsupported(env: Any, base: Any) -> None:
             f"{type(base).__name__} has no cfg.auto_reset: gpu_envs needs mjlab >= 1.6, whose ManagerBasedRlEnvCfg "
             "can turn the auto-reset off (that is how the true final observations are read). Upgrade mjlab."
         )
-    if getattr(base, "_gpu_envs_closed", False):
+    if base in _CLOSED:
         raise ClosedEnvError(f"this {type(base).__name__} was closed; build a new mjlab env to wrap.")
 
 
@@ -165,13 +169,15 @@ class MjlabBackend(Backend):
     """
 
     name = "mjlab"
-    # SAME_STEP by default (auto-reset off, ended rows reset here); PLACEHOLDER with
-    # exact_final_obs=False (an instance narrows it to the one in force)
-    final_obs_kind = (FinalObsKind.SAME_STEP, FinalObsKind.PLACEHOLDER)
-    # Observations are mjlab's own tensors (handed on uncopied unless the task reuses them),
-    # so the env compares every step's metadata (no host sync) instead of the first only.
-    trusted_outputs = False
-    supports_partial_reset = True
+    capabilities = Capabilities(
+        # WRAPPER_RESET by default (auto-reset off, ended rows reset here); PLACEHOLDER with
+        # exact_final_obs=False (an instance narrows it to the one in force)
+        final_obs=(FinalObsKind.WRAPPER_RESET, FinalObsKind.PLACEHOLDER),
+        # Observations are mjlab's own tensors (handed on uncopied unless the task reuses them),
+        # so the env compares every step's metadata (no host sync) instead of the first only.
+        trusted_outputs=False,
+        partial_reset=True,
+    )
 
     def __init__(
         self,
@@ -186,7 +192,8 @@ class MjlabBackend(Backend):
         if copy_obs is not None:
             copy_obs = as_bool(copy_obs, "copy_obs")
         self.exact_final_obs = as_bool(exact_final_obs, "exact_final_obs")
-        self.final_obs_kind = FinalObsKind.SAME_STEP if self.exact_final_obs else FinalObsKind.PLACEHOLDER
+        kind = FinalObsKind.WRAPPER_RESET if self.exact_final_obs else FinalObsKind.PLACEHOLDER
+        self.capabilities = self.capabilities.replace(final_obs=kind)
         if not _accepts_env_ids(env):
             env = base  # a wrapper whose reset takes no env_ids: reset through the env itself
         self.env = env
@@ -327,7 +334,7 @@ class MjlabBackend(Backend):
 
     def close(self) -> None:
         self.base.cfg.auto_reset = self._auto_reset_was
-        self.base._gpu_envs_closed = True
+        _CLOSED.add(self.base)
         self.env.close()
 
 

@@ -58,7 +58,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from gpu_envs.backends.gymnasium import GymnasiumBackend
+from gpu_envs.backends.gymnasium_envs import GymnasiumBackend
 from gpu_envs.backends.inbound import InboundPlugin, check_options, from_package
 from gpu_envs.contract.errors import InvalidArgumentError, MissingComponentError, NotAnEnvError
 from gpu_envs.contract.specs import Box

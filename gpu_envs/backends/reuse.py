@@ -11,7 +11,7 @@ the backend does not have to take it on trust:
   (so the allocator cannot recycle their memory and fake a match);
 * an output whose storage was already returned by an earlier call is a reused buffer.
 
-Then ``copy_buffers`` decides (:class:`~gpu_envs.backends.torch.TorchVectorBackend`):
+Then ``copy_buffers`` decides (:class:`~gpu_envs.backends.torch_envs.TorchVectorBackend`):
 ``None`` (default) copies every output from then on, ``False`` refuses with a
 :class:`~gpu_envs.contract.errors.BackendError` naming the fix, ``True`` copies from the start
 and skips the detection. Once decided, the detector is dropped: no cost per step. The

@@ -14,7 +14,7 @@ errors):
   ``("next", "final_obs_missing")``. SB3's observation wrappers (``VecNormalize``,
   ``VecFrameStack``...) transform it like the observation.
 * Other numeric info entries become ``("next", key)`` tensors, discovered at the first
-  step (:mod:`gpu_envs.backends.gymnasium.info`); an ended row's entry is its last step's
+  step (:mod:`gpu_envs.backends.gymnasium_envs.info`); an ended row's entry is its last step's
   (SB3 keeps the reset info apart). The ``("episode", "r"/"l"/"t")`` entries of SB3's
   ``Monitor`` (which ``make_vec_env`` adds) are there from the first step when every
   sub-env has a Monitor, 0 on rows where no episode ended.
@@ -22,7 +22,7 @@ errors):
   at the next reset, gymnasium's rule). SB3 resets all sub-envs or none, so a reset
   mask naming only some rows is refused (by the BatchedEnv, with the fix).
 * Spaces are gymnasium's (SB3 >= 2.0): Dict observations become keys, Discrete
-  actions an index ``[N]`` (:mod:`gpu_envs.backends.gymnasium.spaces`).
+  actions an index ``[N]`` (:mod:`gpu_envs.backends.gymnasium_envs.spaces`).
 
 Python loops over the ended rows and over the info dicts (SB3 itself deep-copies them
 every step). Detection looks at class modules, so stable_baselines3 is imported only
@@ -43,7 +43,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from gpu_envs.backends.gymnasium import GymnasiumBackend
+from gpu_envs.backends.gymnasium_envs import GymnasiumBackend
 from gpu_envs.backends.inbound import InboundPlugin, check_options, from_package
 from gpu_envs.contract.errors import NotAnEnvError, ResetMaskError
 from gpu_envs.contract.final_obs import FinalObsKind
@@ -127,8 +127,8 @@ class SB3VecEnvBackend(GymnasiumBackend):
     """The gymnasium backend over an SB3 VecEnv, through :class:`SB3VecEnvShim`; no partial reset."""
 
     name = "sb3"
-    supports_partial_reset = False
-    final_obs_kind = FinalObsKind.SIMULATOR  # an SB3 VecEnv resets in step and keeps infos[i]["terminal_observation"]
+    # an SB3 VecEnv resets in step and keeps infos[i]["terminal_observation"]; no partial reset
+    capabilities = GymnasiumBackend.capabilities.replace(final_obs=FinalObsKind.SIMULATOR, partial_reset=False)
 
     def __init__(self, venv: Any, device: torch.device | str | None = None, **kwargs: Any) -> None:
         super().__init__(SB3VecEnvShim(venv), device, **kwargs)

@@ -1,6 +1,6 @@
 """Built-in pure-torch batched environments (no simulator dependency, any device).
 
-Each follows the torch vector env protocol of :mod:`gpu_envs.backends.torch` and
+Each follows the torch vector env protocol of :mod:`gpu_envs.backends.torch_envs` and
 reproduces a gymnasium classic-control env exactly (same equations, constants, initial
 state distribution, termination and truncation limits), in float32, for N rows at once.
 

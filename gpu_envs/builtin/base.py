@@ -1,15 +1,15 @@
 """What every built-in torch env shares: lifecycle, seeding, state, partial resets.
 
 A built-in env is a gymnasium ``VectorEnv`` (so gymnasium and torchrl tooling accept it)
-that follows the torch vector env protocol (:mod:`gpu_envs.backends.torch`): torch
+that follows the torch vector env protocol (:mod:`gpu_envs.backends.torch_envs`): torch
 tensors in and out, same-step auto-reset, final observations in ``info["final_obs"]``.
 Subclasses write the physics (``step``) and the initial-state bounds; this base owns the
 rest, so the envs differ only where their dynamics do.
 
 State lives in tensors that are updated IN PLACE and never re-bound (the physical state,
 the step counts, the random generator's keys and counters): a CUDA graph or a compiled
-step reads and writes the same memory every time, and :meth:`BatchedTorchEnv.state_dict`
-/ :meth:`BatchedTorchEnv.load_state_dict` expose and restore all of it.
+step reads and writes the same memory every time, and :meth:`BatchedTorchEnv.live_state`
+/ :meth:`BatchedTorchEnv.load_live_state` expose and restore all of it.
 
 Randomness comes from a :class:`~gpu_envs.builtin.counter_rng.CounterRNG`: row ``i``'s initial
 states depend only on the seed, its global index ``env_index_offset + i`` and how many
@@ -35,6 +35,7 @@ Example (a subclass)::
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, ClassVar
 
 import gymnasium
@@ -43,11 +44,10 @@ import torch
 from gpu_envs.builtin.counter_rng import CounterRNG
 from gpu_envs.contract.errors import ActionError, ClosedEnvError, InvalidArgumentError, ResetMaskError, ResetNeededError
 from gpu_envs.contract.keys import OBSERVATION
+from gpu_envs.contract.raw_step import NO_INFO, RawStep
 from gpu_envs.utils.arguments import as_bool, as_int, as_seed
 from gpu_envs.utils.devices import resolve_device
-from gpu_envs.utils.state_dicts import copy_into
-
-_NO_INFO: dict = {}  # step_transition's info entries: none (one constant, never written)
+from gpu_envs.utils.live_state import copy_into
 
 
 class BatchedTorchEnv(gymnasium.vector.VectorEnv):
@@ -131,6 +131,25 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         self._assign(self._state, value, "state")
 
     @property
+    def rng(self) -> CounterRNG:
+        """The env's counter-based generator: the only source of its randomness (seeded by ``reset(seed=...)``)."""
+        return self._rng
+
+    @property
+    def reset_draws(self) -> Any:
+        """Where a step takes its reset candidates: a :class:`~gpu_envs.builtin.draw_pool.DrawPool` of ``rng``.
+
+        Anything with ``uniform() -> [N, state_size]`` (the same values as
+        ``rng.uniform(reset bounds)``) may replace it; ``benchmarks/bench_raw_step.py``
+        swaps in the earlier ``torch.Generator`` draws to time them side by side.
+        """
+        return self._step_draws
+
+    @reset_draws.setter
+    def reset_draws(self, draws: Any) -> None:
+        self._step_draws = draws
+
+    @property
     def elapsed_steps(self) -> torch.Tensor:
         """``[N]`` int64 steps since each row's episode began, updated in place."""
         return self._elapsed
@@ -139,7 +158,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
     def elapsed_steps(self, value: torch.Tensor) -> None:
         self._assign(self._elapsed, value, "elapsed_steps")
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
+    def live_state(self) -> dict[str, torch.Tensor]:
         """Every tensor a step reads and writes, live (not copies), by name.
 
         ``state`` ``[N, state_size]`` float32, ``elapsed_steps`` ``[N]`` int64, and the
@@ -154,34 +173,54 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
             "rng_counter": self._rng.counter,
         }
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Copy a :meth:`state_dict` (this env's or a snapshot of it) into the env, in place.
+    def load_live_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Copy a :meth:`live_state` (this env's or a snapshot of it) into the env, in place.
 
         The env is then ready to step from exactly that state (same future draws too).
         """
-        copy_into(self.state_dict(), state, type(self).__name__)
+        copy_into(self.live_state(), state, type(self).__name__)
         # a CUDA graph replay wrote the generator's tensors without bumping their versions
         # (it hands them back here): caches of draws must not trust them
         self._rng.invalidate()
         self._needs_reset = False
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Deprecated name of :meth:`live_state` (goes away in the next release)."""
+        warnings.warn(
+            f"{type(self).__name__}.state_dict() was renamed live_state() (live tensors; a snapshot of rows is "
+            "get_state()); the old name goes away in the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.live_state()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Deprecated name of :meth:`load_live_state` (goes away in the next release)."""
+        warnings.warn(
+            f"{type(self).__name__}.load_state_dict() was renamed load_live_state(); the old name goes away in the "
+            "next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.load_live_state(state)
+
     def get_state(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         """Copies of ``rows``' state (``rows``: int64 ``[k]`` on ``device``): the snapshot protocol.
 
-        The entries of :meth:`state_dict`, each ``[k, ...]``: the physical state, the step
+        The entries of :meth:`live_state`, each ``[k, ...]``: the physical state, the step
         counts and the random streams' keys and counters, so :meth:`set_state` makes the
         same continuation again, reset draws included, in these rows or others
         (:class:`gpu_envs.contract.protocols.RowStateEnv`).
         """
         if self._needs_reset:
             self._raise_not_ready()
-        return {name: value.index_select(0, rows) for name, value in self.state_dict().items()}
+        return {name: value.index_select(0, rows) for name, value in self.live_state().items()}
 
     def set_state(self, state: Any, rows: torch.Tensor) -> None:
         """Write a :meth:`get_state` into ``rows`` (distinct, int64 ``[k]`` on ``device``), in place."""
         if self._needs_reset:
             self._raise_not_ready()
-        mine = self.state_dict()
+        mine = self.live_state()
         keys = set(state.keys())
         if keys != set(mine):
             raise InvalidArgumentError(
@@ -286,7 +325,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
 
         Returns ``(obs, reward, terminated, truncated, done, pre-reset obs or None)``, the
         reward and flags as ``[N, 1]`` columns when ``columns`` (the TensorDict layout of
-        :meth:`step_transition`), else ``[N]`` (gymnasium's, for :meth:`step`): each
+        :meth:`raw_step`), else ``[N]`` (gymnasium's, for :meth:`step`): each
         layout computed directly, with no views added afterwards.
         """
         raise NotImplementedError
@@ -325,17 +364,18 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
             return obs, reward, terminated, truncated, {}
         return obs, reward, terminated, truncated, {"final_obs": final, "_final_obs": done}
 
-    def step_transition(self, action: torch.Tensor) -> tuple:
-        """The same step as the fields of a gpu_envs ``RawStep`` (:mod:`gpu_envs.backends.torch`'s fast path).
+    def raw_step(self, action: torch.Tensor) -> RawStep:
+        """The same step as a gpu_envs :class:`~gpu_envs.contract.raw_step.RawStep` (the torch backend's direct step).
 
-        Returns ``(obs, reward [N, 1], terminated [N, 1], truncated [N, 1], done [N, 1],
-        final_obs, final_mask, info)``: observations as ``{"observation": tensor}``;
+        Observations as ``{"observation": tensor}``; reward and flags ``[N, 1]``;
         ``final_obs`` is the pre-reset observation of every row (the final one where an
         episode ended, the plain next one elsewhere: ``final_mask`` None), or ``None``
-        without ``expose_final_obs``; no info entries.
+        without ``expose_final_obs``; no info entries. The torch backend hands this
+        method to the env as its step (:mod:`gpu_envs.backends.torch_envs`), so a built-in
+        step is one call with nothing in between.
         """
         obs, reward, terminated, truncated, done, final = self._advance(action, True)
-        return (
+        return RawStep(
             {OBSERVATION: obs},
             reward,
             terminated,
@@ -343,8 +383,18 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
             done,
             {OBSERVATION: final} if self.expose_final_obs else None,
             None,
-            _NO_INFO,
+            NO_INFO,
         )
+
+    def step_transition(self, action: torch.Tensor) -> tuple:
+        """Deprecated name of :meth:`raw_step` (a plain tuple of its fields); goes away in the next release."""
+        warnings.warn(
+            f"{type(self).__name__}.step_transition was renamed raw_step (it returns a RawStep); "
+            "the old name goes away in the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return tuple(self.raw_step(action))
 
     # -------------------------------------------------------------- lifecycle
     def _raise_not_ready(self) -> None:

@@ -44,7 +44,7 @@ class CartPoleEnv(BatchedTorchEnv):
     """``num_envs`` CartPole-v1 systems stepped together as one ``[N, 4]`` float32 tensor.
 
     A gymnasium ``VectorEnv`` (so gymnasium and torchrl tooling accept it) that follows
-    the torch vector env protocol (see :mod:`gpu_envs.backends.torch`): torch tensors in and out and same-step
+    the torch vector env protocol (see :mod:`gpu_envs.backends.torch_envs`): torch tensors in and out and same-step
     auto-reset. The state ``(x, x_dot, theta, theta_dot)`` is also the observation.
 
     Args:
@@ -61,7 +61,7 @@ class CartPoleEnv(BatchedTorchEnv):
         state: ``[N, 4]`` float32, updated in place by ``reset``/``step``.
         elapsed_steps: ``[N]`` int64, steps since each row's episode began (in place).
 
-    ``step_transition`` (the torch backend's fast path, see :mod:`gpu_envs.backends.torch`)
+    ``raw_step`` (the torch backend's direct step, see :mod:`gpu_envs.backends.torch_envs`)
     returns the same step in the TensorDict layout.
 
     Every tensor ``reset``/``step`` return is newly allocated (never the state itself, never
@@ -197,7 +197,7 @@ class CartPoleEnv(BatchedTorchEnv):
         Returns:
             ``(obs [N, 4] float32, reward float32, terminated bool, truncated bool,
             done bool, pre-reset obs [N, 4])``; ``obs`` is post-reset on ended rows (see
-            ``step`` and ``step_transition``).
+            ``step`` and ``raw_step``).
         """
         if self._needs_reset:
             self._raise_not_ready()

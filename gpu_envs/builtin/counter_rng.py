@@ -57,6 +57,8 @@ from collections.abc import Sequence
 
 import torch
 
+from gpu_envs.utils.torch_internals import version_counter
+
 __all__ = ["CounterRNG", "UniformBounds", "mix32", "mix32_int32_"]
 
 MASK32 = 0xFFFFFFFF
@@ -214,20 +216,20 @@ class CounterRNG:
             counter = self._counter_col
         self.advances += 1  # counted first: interrupted below, pools refill early, never late
         if self.tracked:
-            if counter._version != self._counter_version:  # written by someone else since our last write
+            if version_counter(counter) != self._counter_version:  # written by someone else since our last write
                 self.epoch += 1
             counter.add_(1 if mask is None else mask)
-            self._counter_version = counter._version
+            self._counter_version = version_counter(counter)
         else:
             counter.add_(1 if mask is None else mask)
 
     def unchanged_since(self, epoch: int) -> bool:
         """True if the counters changed only by :meth:`advance` since ``epoch`` was read (tracked only)."""
-        return epoch == self.epoch and self.counter._version == self._counter_version
+        return epoch == self.epoch and version_counter(self.counter) == self._counter_version
 
     def current_epoch(self) -> int:
         """The epoch, moved on first if the counters were written since our last write (tracked only)."""
-        version = self.counter._version
+        version = version_counter(self.counter)
         if version != self._counter_version:
             self.epoch += 1
             self._counter_version = version

@@ -20,11 +20,12 @@ traffic, no masking after the multiplies), and each step takes row ``i``'s value
 * **No host sync.** When to refill is decided on the host without reading any tensor:
   every :meth:`CounterRNG.advance` moves a row's counter by at most one, so for ``P``
   advances after a fill every row is still inside its window. Anything else that writes
-  the key or counters (a reseed, ``load_state_dict``, a user's in-place write, a compiled
+  the key or counters (a reseed, ``load_live_state``, a user's in-place write, a compiled
   step) is noticed through the tensors' version counters, and a CUDA graph replay (which
   bumps none) through :meth:`CounterRNG.invalidate`; the pool then refills.
 * **Eager only.** Under ``torch.compile``, during a CUDA stream capture, and inside
-  :func:`direct_draws` (which ``collect(..., cudagraph=True)`` enters around its capture),
+  :func:`gpu_envs.utils.capture.capturing` (which ``collect(..., cudagraph=True)`` enters
+  around its capture),
   :meth:`DrawPool.uniform` returns ``rng.uniform(bounds)`` itself: plain integer ops a
   trace fuses and a graph replays, and no host-side bookkeeping to freeze.
 * **Memory.** ``P`` shrinks as ``N`` grows so that a fill stays around ``2^17`` values on
@@ -42,16 +43,15 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import threading
-from collections.abc import Iterator
 
 import torch
 
 from gpu_envs.builtin.counter_rng import MASK32, CounterRNG, UniformBounds, mix32_int32_
+from gpu_envs.utils.capture import is_capturing
+from gpu_envs.utils.torch_internals import version_counter
 
-__all__ = ["DrawPool", "direct_draws", "pool_events"]
+__all__ = ["DrawPool", "pool_events"]
 
 MAX_EVENTS = 64
 # values per fill: cache-sized on a CPU; on an accelerator a fill is cheap, launches are not
@@ -60,29 +60,6 @@ _DEFAULT_FILL_VALUES = 1 << 20
 # a row of L float32 lanes gathered as ONE element of this dtype (no per-lane index)
 _ROW_DTYPES = {4: torch.float32, 8: torch.float64, 16: torch.complex128}
 _TOP_24_BITS = (1 << 24) - 1
-
-
-class _DirectSwitch(threading.local):
-    active = False
-
-
-_DIRECT = _DirectSwitch()
-
-
-@contextlib.contextmanager
-def direct_draws() -> Iterator[None]:
-    """Inside, every :class:`DrawPool` draws directly from the counters (for captures and traces).
-
-    ``collect(..., cudagraph=True)`` enters it around its capture: the graph records the
-    direct draws, which replay correctly, instead of a gather from a pool that replays
-    would never refill. Per thread; nests.
-    """
-    previous = _DIRECT.active
-    _DIRECT.active = True
-    try:
-        yield
-    finally:
-        _DIRECT.active = previous
 
 
 def pool_events(num_envs: int, lanes: int, device: torch.device) -> int:
@@ -143,7 +120,7 @@ class DrawPool:
     def uniform(self) -> torch.Tensor:
         """``[N, L]`` float32: ``rng.uniform(bounds)`` at the current counters (a new tensor)."""
         rng = self.rng
-        direct = torch.compiler.is_compiling() or _DIRECT.active
+        direct = torch.compiler.is_compiling() or is_capturing()
         if direct or not self.enabled or (self._cuda and torch.cuda.is_current_stream_capturing()):
             return rng.uniform(self.bounds)
         if self.events == 1:  # the int32 hash of this draw only, straight into a new tensor
@@ -151,7 +128,7 @@ class DrawPool:
         if (
             rng.advances - self._filled_at >= self.events
             or not rng.unchanged_since(self._epoch)
-            or rng.key._version != self._key_version
+            or version_counter(rng.key) != self._key_version
         ):
             self._fill(out=self._values)
         if self._rows is None:
@@ -164,7 +141,7 @@ class DrawPool:
         rng = self.rng
         # The pool is trusted only once the fill has completed: an exception or Ctrl-C in
         # the middle leaves it marked stale (refilled at the next draw), never half-written.
-        epoch, filled_at, key_version = rng.current_epoch(), rng.advances, rng.key._version
+        epoch, filled_at, key_version = rng.current_epoch(), rng.advances, version_counter(rng.key)
         self._epoch = -1
         if self._key_version != key_version:  # a new key: new per-row lane offsets
             self._key_version = -1

@@ -44,7 +44,7 @@ class PendulumEnv(BatchedTorchEnv):
     """``num_envs`` Pendulum-v1 systems stepped together as one ``[N, 2]`` float32 state.
 
     A gymnasium ``VectorEnv`` (so gymnasium and torchrl tooling accept it) that follows
-    the torch vector env protocol (see :mod:`gpu_envs.backends.torch`): torch tensors in and out and same-step
+    the torch vector env protocol (see :mod:`gpu_envs.backends.torch_envs`): torch tensors in and out and same-step
     auto-reset. The state is ``(th, thdot)`` with ``th`` unwrapped (as in gymnasium);
     the observation is ``[cos th, sin th, thdot]``.
 

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu_envs.cli.common import EXIT_INTERRUPTED, check_output_path
+from gpu_envs.cli.common import EXIT_INTERRUPTED, Subcommands, check_output_path
 
 NAMES = ("overhead", "gymnasium", "device", "rollout", "inbound", "interop")
 TIME_SUFFIXES = (("_us", 1e-6), ("_ms", 1e-3), ("_s", 1.0))
@@ -51,7 +51,7 @@ COLUMNS = [
 ]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subcommands) -> None:
     parser = sub.add_parser(
         "bench",
         help="run the benchmark suite and print one table of speed ratios",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from gpu_envs.cli.common import add_env_arguments, make_env
+from gpu_envs.cli.common import Subcommands, add_env_arguments, make_env
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subcommands) -> None:
     parser = sub.add_parser(
         "check",
         help="validate an env: specs vs data, determinism, final observations",
@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpu_envs.check import check_env
+    from gpu_envs.env_checker import check_env
 
     with make_env(args) as env:
         report = check_env(env, steps=args.steps, seed=args.seed, name=args.env_id)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from gpu_envs.cli.common import Subcommands
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+
+def add_parser(sub: Subcommands) -> None:
     parser = sub.add_parser(
         "list",
         help="print the env ids each installed backend can make",

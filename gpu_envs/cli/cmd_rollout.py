@@ -30,12 +30,12 @@ import time
 
 import torch
 
-from gpu_envs.cli.common import EXIT_INTERRUPTED, add_env_arguments, check_output_path, make_env
+from gpu_envs.cli.common import EXIT_INTERRUPTED, Subcommands, add_env_arguments, check_output_path, make_env
 
 CHUNK = 32  # steps per collect() call: one progress update per chunk
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subcommands) -> None:
     parser = sub.add_parser(
         "rollout",
         help="roll out an env with random actions and print a summary",

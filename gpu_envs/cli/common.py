@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 DEFAULT_ENV = "CartPole-v1"
 EXIT_ERROR = 1  # an unexpected failure
 EXIT_USAGE = 2  # a user error: bad arguments, unknown env, missing library, unwritable path
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
+
+
+class Subcommands(Protocol):
+    """What a subcommand module's ``add_parser(sub)`` uses of ``parser.add_subparsers()`` (argparse's action)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
 
 
 def add_env_arguments(parser: argparse.ArgumentParser, *, num_envs: int, steps: int, env_required: bool) -> None:

@@ -33,7 +33,7 @@ class ActionError(GpuEnvsError, ValueError):
 
 class HealthCheckError(GpuEnvsError, ValueError):
     """Bad values were flagged on the device: an out-of-range discrete action, a non-finite action,
-    observation or reward (see :mod:`gpu_envs.core.validation`).
+    observation or reward (see :mod:`gpu_envs.core.health`).
 
     Attributes: ``rows`` (the rows flagged), ``steps`` (each row's first faulty step, counted
     from the last full reset) and ``values`` (the value found there), in the same order.

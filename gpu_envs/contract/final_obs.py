@@ -30,7 +30,7 @@ Forms of the rule:
   give (whose placeholders the torch form fills).
 
 Each backend declares which kind of final observation it gives (:class:`FinalObsKind`,
-the ``final_obs_kind`` attribute of every backend; ``docs/ARCHITECTURE.md`` has the
+``Backend.capabilities.final_obs`` of every backend; ``docs/ARCHITECTURE.md`` has the
 table).
 
 Example::
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import enum
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,27 +56,49 @@ from gpu_envs.contract.specs import Composite
 
 __all__ = [
     "ROW_VIEW_MIN_ENVS",
+    "FinalObsCache",
     "FinalObsKind",
     "FinalObsRule",
-    "FinalObsTransform",
     "check_placeholder",
     "final_obs_numpy",
 ]
 
 
-class FinalObsKind(str, enum.Enum):
-    """Which final observations a backend gives (``Backend.final_obs_kind``; the docs table's column).
+class _KindsWithOldNames(enum.EnumMeta):
+    """``FinalObsKind.SAME_STEP``, the old name of ``WRAPPER_RESET``: kept one release, with a warning."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name == "SAME_STEP":
+            warnings.warn(
+                "FinalObsKind.SAME_STEP was renamed FinalObsKind.WRAPPER_RESET (gymnasium's AutoresetMode.SAME_STEP "
+                "means something else); the old name goes away in the next release.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return cls.WRAPPER_RESET
+        raise AttributeError(name)
+
+
+class FinalObsKind(str, enum.Enum, metaclass=_KindsWithOldNames):
+    """Which final observations a backend gives (``Backend.capabilities.final_obs``; the docs table's column).
 
     The values are the phrases of ``docs/ARCHITECTURE.md``, so a backend may also declare
-    the phrase itself.
+    the phrase itself. (Not to be confused with gymnasium's ``AutoresetMode``, which says
+    when a vector env resets: a gymnasium ``SAME_STEP`` env gives ``SIMULATOR`` final
+    observations, a ``NEXT_STEP`` one is made ``WRAPPER_RESET`` by gpu_envs.)
+
+    Example::
+
+        FinalObsKind("exact from the simulator") is FinalObsKind.SIMULATOR
     """
 
     #: the simulator keeps the final observation and hands it over (gymnasium SAME_STEP
     #: ``final_obs``, Isaac Lab with ``compute_final_obs``, the built-in envs)
     SIMULATOR = "exact from the simulator"
-    #: the simulator is run without its own auto-reset, or its next-step reset is turned
-    #: into a same-step one: ended rows are reset inside the same ``step`` by gpu_envs
-    SAME_STEP = "exact by same-step handling in gpu_envs"
+    #: gpu_envs resets the ended rows itself, inside the same ``step`` call, after reading
+    #: their final observation: the simulator runs without its own auto-reset, or its
+    #: next-step reset is turned into a same-step one
+    WRAPPER_RESET = "exact by same-step handling in gpu_envs"
     #: the simulator resets inside ``step`` and keeps nothing: placeholders, and
     #: ``("next", "final_obs_missing")`` True on those rows
     PLACEHOLDER = "placeholder + final_obs_missing"
@@ -255,7 +278,7 @@ class FinalObsRule:
         return next_obs, missing
 
 
-class FinalObsTransform(FinalObsRule):
+class FinalObsCache(FinalObsRule):
     """The rule as torchrl's ``VecGymEnvTransform``-style module: it also caches the next root.
 
     ``fo(obs, done, final_obs, final_mask)`` returns what :class:`FinalObsRule` returns
@@ -265,7 +288,7 @@ class FinalObsTransform(FinalObsRule):
 
     Example::
 
-        fo = FinalObsTransform(env.single_observation_spec, env.num_envs)
+        fo = FinalObsCache(env.single_observation_spec, env.num_envs)
         next_obs, missing = fo(raw.obs, raw.done, raw.final_obs, raw.final_mask)
         fo.root_obs  # observations to act on next
     """
@@ -362,3 +385,16 @@ def final_obs_numpy(
         return out, None
     # take is rows & done, a subset of done: equal when it counts as many rows
     return out, None if np.count_nonzero(take) == np.count_nonzero(done) else take
+
+
+def __getattr__(name: str) -> Any:
+    """``FinalObsTransform``, the old name of :class:`FinalObsCache` (it is not a Transform): one release, with a warning."""
+    if name == "FinalObsTransform":
+        warnings.warn(
+            "FinalObsTransform was renamed FinalObsCache (the rule plus the cached next root; not a Transform); "
+            "the old name goes away in the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return FinalObsCache
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,11 +5,15 @@
   accept anything that does. :func:`require_env_api` refuses something that does not,
   naming the missing attributes and the way out.
 * :class:`TorchVectorEnv` -- what a user's own device-resident env implements to be
-  wrapped by the torch backend (documented in full in :mod:`gpu_envs.backends.torch`).
+  wrapped by the torch backend (documented in full in :mod:`gpu_envs.backends.torch_envs`).
 * :class:`RowStateEnv` -- what a torch vector env adds so that ``env.get_state(rows)`` /
   ``env.set_state(state, rows)`` can snapshot and restore its rows (:mod:`gpu_envs.core.snapshot`).
+* :class:`FusedCollectEnv` -- what an env offers a random-action collection that writes
+  its tensors straight into a buffer (``transition_values``; ``BatchedEnv`` has it).
+* :class:`LiveStateEnv` -- an env whose per-step state is live tensors
+  (``live_state``/``load_live_state``), which a CUDA-graph collection replays.
 * :class:`BackendPlugin` -- the registry entry of one backend family
-  (:mod:`gpu_envs.registry`).
+  (:mod:`gpu_envs.registry`), every hook the registry and ``make``/``wrap`` call.
 
 Protocols only describe: nothing here imports an implementation.
 
@@ -24,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -31,7 +36,17 @@ from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError
 
-__all__ = ["ENV_API", "BackendPlugin", "EnvAPI", "RowStateEnv", "TorchVectorEnv", "require_env_api"]
+__all__ = [
+    "ENV_API",
+    "BackendPlugin",
+    "EnvAPI",
+    "FusedCollectEnv",
+    "LiveStateEnv",
+    "OptionalPluginHooks",
+    "RowStateEnv",
+    "TorchVectorEnv",
+    "require_env_api",
+]
 
 
 @runtime_checkable
@@ -96,7 +111,7 @@ def require_env_api(env: Any, who: str, error: type[Exception] = InvalidArgument
 
 @runtime_checkable
 class TorchVectorEnv(Protocol):
-    """A user's vector env speaking torch tensors (see :mod:`gpu_envs.backends.torch` for the rules).
+    """A user's vector env speaking torch tensors (see :mod:`gpu_envs.backends.torch_envs` for the rules).
 
     The shape of a gymnasium ``VectorEnv`` with same-step auto-reset: ``reset`` returns
     ``(obs, info)``, ``step`` returns ``(obs, reward [N], terminated [N], truncated [N],
@@ -144,8 +159,48 @@ class RowStateEnv(Protocol):
     def set_state(self, state: TensorDictBase, rows: torch.Tensor) -> None: ...
 
 
+@runtime_checkable
+class FusedCollectEnv(Protocol):
+    """An env a random-action collection can step straight into its buffer (:func:`gpu_envs.rollout.loop.fused_writer`).
+
+    ``transition_values(keys)`` returns ``action -> tensors`` (one per key of ``keys``, a
+    buffer's layout, in that order): the same step ``step_and_maybe_reset`` makes, without
+    its TensorDicts; or None where it cannot (a wrapper whose transforms rewrite
+    transitions, transitions with entries the step does not make).
+    """
+
+    def transition_values(self, keys: list) -> Callable[[torch.Tensor], Any] | None: ...
+
+
+@runtime_checkable
+class LiveStateEnv(Protocol):
+    """An env (or backend, or transform) whose per-step state is torch tensors, handed out LIVE.
+
+    ``live_state()`` returns the very tensors a step reads and writes (not copies), by
+    name; ``load_live_state(state)`` copies values into them. A CUDA-graph collection
+    (:mod:`gpu_envs.rollout.cudagraph`) keeps state this way; see
+    :mod:`gpu_envs.utils.live_state`. (A snapshot of rows, copies, is ``get_state``.)
+    """
+
+    def live_state(self) -> dict[str, torch.Tensor]: ...
+    def load_live_state(self, state: dict[str, torch.Tensor]) -> None: ...
+
+
 class BackendPlugin(Protocol):
-    """One backend family's entry in :mod:`gpu_envs.registry` (a module's ``PLUGIN``)."""
+    """One backend family's entry in :mod:`gpu_envs.registry` (a module's ``PLUGIN``): every hook called on it.
+
+    Required: ``name``, ``available()``, ``env_ids()``, ``can_make(env_id)``,
+    ``make(env_id, num_envs, device, **kwargs)``, ``detect(obj)`` and
+    ``wrap(obj, device, **kwargs)``. Optional (the registry falls back when a plugin
+    lacks one; :func:`gpu_envs.registry.plugin_hook` reads them): ``claims(env_id)``
+    (no other backend may make the id), ``make_kwargs(env_id)`` / ``wrap_kwargs(obj)``
+    (the backend's accepted keyword names, for error messages; None: any),
+    ``min_bytes_per_env(env_id)`` (a lower bound checked before building),
+    ``accepts_env_index_offset`` (``make`` takes ``env_index_offset=k``: what
+    ``distributed=True`` needs to shard seeds) and ``defers_to_registering_packages``
+    (``backend="auto"`` leaves ids of packages whose import registers them, such as
+    ``ALE/``, to the backend that registers them).
+    """
 
     name: str
 
@@ -155,3 +210,15 @@ class BackendPlugin(Protocol):
     def make(self, env_id: str, num_envs: int, device: torch.device, **kwargs: Any) -> Any: ...
     def detect(self, obj: Any) -> bool: ...
     def wrap(self, obj: Any, device: torch.device | None, **kwargs: Any) -> Any: ...
+
+
+class OptionalPluginHooks(Protocol):
+    """The optional hooks of a :class:`BackendPlugin` (each looked up, with a default, by the registry)."""
+
+    accepts_env_index_offset: bool
+    defers_to_registering_packages: bool
+
+    def claims(self, env_id: str) -> bool: ...
+    def make_kwargs(self, env_id: str) -> list[str] | None: ...
+    def wrap_kwargs(self, obj: Any) -> list[str] | None: ...
+    def min_bytes_per_env(self, env_id: str) -> int: ...

@@ -26,9 +26,10 @@ A step is :class:`~gpu_envs.core.step_path.StepPath`'s, for every backend: the a
 check, the backend's one :class:`~gpu_envs.backends.base.RawStep`, the final-observation
 rule, the TensorDicts (``docs/ARCHITECTURE.md`` draws it). The hot path never
 synchronises with the host: action checks look at metadata only (shape, dtype, device);
-value checks (a Discrete action out of range; Box bounds and NaN with ``validate``) run
-on the first step (Discrete), or on every step with ``validate=True``. Health checks
-(``health_checks``, :mod:`gpu_envs.core.validation`) flag out-of-range discrete actions
+value checks (a Discrete action out of range; Box bounds and NaN with
+``validate_actions``) run on the first step (Discrete), or on every step with
+``validate_actions=True``. Health checks
+(``health_checks``, :mod:`gpu_envs.core.health`) flag out-of-range discrete actions
 and non-finite actions, observations and rewards on the device, without a sync, and
 raise :class:`~gpu_envs.contract.errors.HealthCheckError` where the host looks anyway:
 the end of ``collect``, a full ``reset()``, ``check_health()``.
@@ -61,6 +62,7 @@ Example::
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -74,13 +76,13 @@ from gpu_envs.contract.final_obs import FinalObsRule
 from gpu_envs.contract.keys import DONE_KEYS
 from gpu_envs.contract.specs import Binary, Box, Composite
 from gpu_envs.contract.specs.env_specs import BatchedSpecs
-from gpu_envs.core.checks import StepChecks
+from gpu_envs.core.health import HealthMonitor, health_mode
 from gpu_envs.core.snapshot import Rows, RowSnapshots
 from gpu_envs.core.step_path import CLOSED, StepPath
-from gpu_envs.core.validation import HealthMonitor, health_mode
+from gpu_envs.core.step_validation import StepValidator
 from gpu_envs.utils.arguments import as_bool, as_seed, check_td, optional_seconds
 from gpu_envs.utils.devices import normalize_device, same_device
-from gpu_envs.utils.state_dicts import DatedState, check_state, prefixed, refuse_stale, under
+from gpu_envs.utils.live_state import DatedState, check_state, prefixed, refuse_stale, under
 from gpu_envs.utils.tensordicts import get_entry
 from gpu_envs.utils.watchdog import Watchdog
 
@@ -94,7 +96,7 @@ class BatchedEnv(BatchedSpecs):
         backend: the adapter that talks to the simulator (see ``gpu_envs.backends``).
         missing_obs_value: placeholder for final observations a backend cannot give;
             ``None`` means NaN for floats, 0 for integers.
-        validate: check action values on every step, at the cost of one host sync per
+        validate_actions: check action values on every step, at the cost of one host sync per
             step: Discrete/MultiDiscrete/Binary ranges, Box bounds and non-finite values.
             Without it, action metadata (shape, dtype, device) is checked on every step,
             Discrete values on the first step only, and Box values are handed to the env
@@ -104,7 +106,7 @@ class BatchedEnv(BatchedSpecs):
         health_checks: flag bad values on the device, without a host sync, and raise
             them as :class:`~gpu_envs.contract.errors.HealthCheckError` at the end of
             ``collect``/``rollout``, at a full ``reset()`` and in :meth:`check_health`
-            (:mod:`gpu_envs.core.validation`): ``True``/``"collect"`` (default) scans
+            (:mod:`gpu_envs.core.health`): ``True``/``"collect"`` (default) scans
             each collection's transitions once; ``"step"`` checks every step (a few
             small ops each, for hand-written loops); ``False`` checks no values.
         watchdog_s: if set, a ``reset``/``step`` call running longer than this many
@@ -123,6 +125,8 @@ class BatchedEnv(BatchedSpecs):
             transforms' per-row state then).
         last_reset_rows: the ``[N, 1]`` bool mask of the last of those resets, or
             ``None`` when it reset every row.
+        caches: per-env state the layers above derive and keep with the env (``collect``'s
+            buffers, compiled loops and graphs, under ``"collect"``); goes away with it.
     """
 
     rank: int = 0
@@ -133,12 +137,12 @@ class BatchedEnv(BatchedSpecs):
         backend: Backend,
         *,
         missing_obs_value: float | int | None = None,
-        validate: bool = False,
+        validate_actions: bool = False,
         seed: int | None = None,
         watchdog_s: float | None = None,
         health_checks: bool | str = True,
     ) -> None:
-        validate = as_bool(validate, "validate")
+        validate_actions = as_bool(validate_actions, "validate_actions")
         mode = health_mode(health_checks)
         seed = as_seed(seed)
         watchdog_s = optional_seconds(watchdog_s, "watchdog_s")
@@ -158,7 +162,7 @@ class BatchedEnv(BatchedSpecs):
             info=getattr(backend, "info_spec", None) or Composite({}, device=self.device),
         )
         rule = FinalObsRule(self.single_observation_spec, self.num_envs, missing_obs_value)
-        checks = StepChecks(
+        validator = StepValidator(
             backend,
             self.action_spec,
             self.single_action_spec,
@@ -168,19 +172,19 @@ class BatchedEnv(BatchedSpecs):
             self.device,
         )
         # the one way a step is made: action check, backend advance, final-obs rule, TensorDicts
-        self._path = StepPath(backend, rule, checks, self.batch_size, self.device)
-        self._checks = checks
+        self._path = StepPath(backend, rule, validator, self.batch_size, self.device)
+        self._validator = validator
         self._health = HealthMonitor(
             self.num_envs,
             self.device,
             self.single_action_spec,
-            {k: dtype for k, (_, dtype) in checks.obs_meta.items()},
+            {k: dtype for k, (_, dtype) in validator.obs_meta.items()},
             mode,
         )
         self._path.monitor = self._health
-        # state_dict() names of the cached root observations
+        # live_state() names of the cached root observations
         self._root_names = {k: "root." + ("/".join(k) if isinstance(k, tuple) else k) for k in rule.keys}
-        self._state_token = object()  # names this env in its state_dict()s' dates (holds nothing alive)
+        self._state_token = object()  # names this env in its live_state()s' dates (holds nothing alive)
         # Seeded by reset(seed=...): random actions (policy=None) are reproducible too.
         self.generator = torch.Generator(device=self.device)
         self._snapshots = RowSnapshots(self._path, backend, self.generator)
@@ -188,8 +192,9 @@ class BatchedEnv(BatchedSpecs):
         self._closed = False
         self._needs_reset = True
         self.reset_count = 0
+        self.caches: dict[str, Any] = {}
         self.last_reset_rows: torch.Tensor | None = None
-        self.validate = validate
+        self.validate_actions = validate_actions
         self._watchdog = None
         if watchdog_s is not None:
             self._start_watchdog(watchdog_s)
@@ -230,7 +235,7 @@ class BatchedEnv(BatchedSpecs):
             if interrupted:
                 self.backend.recover()  # e.g. drain or restart async workers left mid-call
             obs = self.backend.reset(seed=seed)
-            self._checks.observations("reset", obs)
+            self._validator.observations("reset", obs)
             if seed is not None:
                 self.generator.manual_seed(seed)
             path.root_obs = obs
@@ -267,7 +272,7 @@ class BatchedEnv(BatchedSpecs):
         path = self._path
         # rows not already reset by the backend (none since a step_and_maybe_reset: the constant False)
         todo = mask if path.last_done is path.false else mask & ~path.last_done
-        if self.backend.supports_partial_reset:
+        if self.backend.capabilities.partial_reset:
             # an all-False mask is a no-op for the backend: no host sync to find out
             path.guard.start("reset")
             obs = self.backend.reset(seed=seed, mask=todo.view(self.num_envs))
@@ -281,7 +286,7 @@ class BatchedEnv(BatchedSpecs):
                 f"the {self.backend.describe()} backend cannot reset a subset of its envs. "
                 "Reset all of them with env.reset(), or use an env that accepts a reset mask."
             )
-        self._checks.observations("reset", obs)
+        self._validator.observations("reset", obs)
         root = path.root_obs
         path.root_obs = {
             key: torch.where(todo.view((self.num_envs,) + (1,) * (value.dim() - 1)), value, root[key])
@@ -310,16 +315,16 @@ class BatchedEnv(BatchedSpecs):
         """
         return self._path.step_and_reset(td)
 
-    def _transition_values(self, keys: list) -> Callable[[torch.Tensor], Any] | None:
-        """For a random-action collection (:func:`gpu_envs.rollout.loop.fused_writer`): ``action -> values``.
+    def transition_values(self, keys: list) -> Callable[[torch.Tensor], Any] | None:
+        """For a random-action collection (:func:`gpu_envs.rollout.loop.fused_writer`): ``action -> values``, or None.
 
         The step path's :meth:`~gpu_envs.core.step_path.StepPath.values`: the step
         ``step_and_maybe_reset`` makes, returning the transition's tensors for ``keys``
         (a buffer's layout), in that order, without building TensorDicts. None where the
         path cannot (see :meth:`~gpu_envs.core.step_path.StepPath.values_in`) and while
-        a watchdog watches the steps (it watches ``step_and_maybe_reset``). Private, so
-        that a wrapper forwarding attributes (``TransformedEnv``) never hands out its
-        inner env's.
+        a watchdog watches the steps (it watches ``step_and_maybe_reset``). Part of
+        :class:`~gpu_envs.contract.protocols.FusedCollectEnv`; a wrapper that changes
+        transitions (``TransformedEnv``) answers None itself.
         """
         if self._watchdog is not None:
             return None
@@ -336,20 +341,31 @@ class BatchedEnv(BatchedSpecs):
 
         return rollout(self, steps, policy, reset=reset)
 
-    # ------------------------------------------------------------- validation
+    # ------------------------------------------------------------- validation and health
     @property
-    def validate(self) -> bool:
-        """Check action values (ranges) on every step; a host sync per step when True."""
-        return self._path.validate
+    def validate_actions(self) -> bool:
+        """Check action values (ranges, non-finite values) on every step; a host sync per step when True."""
+        return self._path.validate_actions
 
-    @validate.setter
-    def validate(self, value: bool) -> None:
-        self._path.validate = as_bool(value, "validate")
+    @validate_actions.setter
+    def validate_actions(self, value: bool) -> None:
+        self._path.validate_actions = as_bool(value, "validate_actions")
         self._path.bind()  # the action check part: values on every step, or not
 
     @property
+    def validate(self) -> bool:
+        """Deprecated name of :attr:`validate_actions` (goes away in the next release)."""
+        _renamed("validate", "validate_actions")
+        return self.validate_actions
+
+    @validate.setter
+    def validate(self, value: bool) -> None:
+        _renamed("validate", "validate_actions")
+        self.validate_actions = value
+
+    @property
     def health_checks(self) -> str:
-        """``"collect"``, ``"step"`` or ``"off"``: which values are flagged on the device (:mod:`gpu_envs.core.validation`)."""
+        """``"collect"``, ``"step"`` or ``"off"``: which values are flagged on the device (:mod:`gpu_envs.core.health`)."""
         return self._health.mode
 
     @health_checks.setter
@@ -381,10 +397,10 @@ class BatchedEnv(BatchedSpecs):
             raise ClosedEnvError("this env was closed; build a new one with gpu_envs.make() or gpu_envs.wrap().")
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Everything a step reads and writes, as live tensors (see :mod:`gpu_envs.utils.state_dicts`).
+    def live_state(self) -> dict[str, torch.Tensor]:
+        """Everything a step reads and writes, as live tensors (see :mod:`gpu_envs.utils.live_state`).
 
-        Live: copy it to keep it (``{k: v.clone() for k, v in env.state_dict().items()}``);
+        Live: copy it to keep it (``{k: v.clone() for k, v in env.live_state().items()}``);
         the dict itself, loaded back after the env moved on, is refused (it would move the
         roots back but not the simulator).
 
@@ -395,11 +411,11 @@ class BatchedEnv(BatchedSpecs):
         """
         path = self._path
         state = {self._root_names[key]: value for key, value in path.root_obs.items()}
-        state.update(prefixed("backend", self.backend.state_dict()))
+        state.update(prefixed("backend", self.backend.live_state()))
         return DatedState(state, (self._state_token, path.stamp))
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Take the values of a :meth:`state_dict`: the backend copies them into its tensors;
+    def load_live_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Take the values of a :meth:`live_state`: the backend copies them into its tensors;
         the root observations are stored as copies (handed-out roots are never written)."""
         check_state(state, "BatchedEnv")
         refuse_stale(state, self._state_token, self._path.stamp, "BatchedEnv")
@@ -407,14 +423,14 @@ class BatchedEnv(BatchedSpecs):
         for key, name in self._root_names.items():
             value, spec = roots[name], self.observation_spec[key]
             if not isinstance(value, torch.Tensor):
-                raise InvalidArgumentError(f"BatchedEnv.load_state_dict: {name!r} is missing or not a tensor.")
+                raise InvalidArgumentError(f"BatchedEnv.load_live_state: {name!r} is missing or not a tensor.")
             if value.shape != spec.shape or value.dtype != spec.dtype or not same_device(value.device, self.device):
                 raise InvalidArgumentError(
-                    f"BatchedEnv.load_state_dict: {name!r} must be a {tuple(spec.shape)} {spec.dtype} tensor on "
+                    f"BatchedEnv.load_live_state: {name!r} must be a {tuple(spec.shape)} {spec.dtype} tensor on "
                     f"{self.device} (this env's observations), got {tuple(value.shape)} {value.dtype} on "
-                    f"{value.device}; pass a state_dict() of an env built like this one."
+                    f"{value.device}; pass a live_state() of an env built like this one."
                 )
-        self.backend.load_state_dict(under("backend", state))
+        self.backend.load_live_state(under("backend", state))
         path = self._path
         path.root_obs = {key: roots[name].clone() for key, name in self._root_names.items()}
         path.moved()
@@ -422,6 +438,26 @@ class BatchedEnv(BatchedSpecs):
         self._needs_reset = False
         if not self._closed:
             path.guard.finish()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Deprecated name of :meth:`live_state` (goes away in the next release)."""
+        warnings.warn(
+            f"{type(self).__name__}.state_dict() was renamed live_state() (live tensors; a snapshot of rows is "
+            "get_state()); the old name goes away in the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.live_state()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Deprecated name of :meth:`load_live_state` (goes away in the next release)."""
+        warnings.warn(
+            f"{type(self).__name__}.load_state_dict() was renamed load_live_state(); the old name goes away in the "
+            "next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.load_live_state(state)
 
     def get_state(self, rows: Rows = None) -> TensorDict:
         """A snapshot of ``rows`` (``None``: all), a TensorDict ``[len(rows)]`` (:mod:`gpu_envs.core.snapshot`).
@@ -477,3 +513,11 @@ class BatchedEnv(BatchedSpecs):
             f"BatchedEnv({self.backend.describe()}, num_envs={self.num_envs}, device={self.device}, "
             f"observation={{{obs}}}, action={self.single_action_spec!r}, {state})"
         )
+
+
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(
+        f"BatchedEnv.{old} was renamed {new}; the old name goes away in the next release.",
+        DeprecationWarning,
+        stacklevel=3,
+    )

@@ -179,7 +179,7 @@ class RowSnapshots:
         path = self.path
         if path.guard.pending is not None:
             path.refuse(call)  # closed, never reset, or a call that did not finish
-        if not self.backend.snapshot_rows:
+        if not self.backend.capabilities.snapshot_rows:
             raise SnapshotError(self.backend.snapshot_refusal())
 
     def get(self, rows: Rows) -> TensorDict:

@@ -7,8 +7,7 @@ captured, and ``collect``'s random-action writes straight into a buffer), runs
 
     td["action"] --1 guard----------> refused after a call that did not finish (CallGuard)
                  --2 action check---> metadata (type, shape, dtype, device); values where bound
-                 --3 backend advance> backend.step(action): ONE RawStep shape (or the backend's
-                                      direct transition: the same eight fields as a plain tuple)
+                 --3 backend advance> the bound Advance (below): ONE RawStep shape
                  --4 final-obs rule-> FinalObsRule(obs, done, final_obs, final_mask)
                                       -> next observations, final_obs_missing
                  --5 TensorDict build> td["next"]; the next root from the cached post-reset obs
@@ -21,21 +20,25 @@ What differs between backends and moments is decided once, in :meth:`StepPath.bi
 (after construction, after the first step, after a full reset, when ``validate``
 changes), never per step:
 
-* the backend advance: the first step goes through :class:`FirstStep` (the backend's
-  ``step``, validated field by field by :class:`~gpu_envs.core.checks.StepChecks`, then
-  :meth:`~StepPath.bind` again); later steps call the backend's direct transition
-  where it declares one (``Backend.direct_transition``), else its ``step``; a backend
-  that hands on tensors it did not make (``trusted_outputs`` False) gets its outputs'
-  metadata compared on every step (:class:`WatchedAdvance`);
-* the action value check: none, or ``StepChecks.action_values`` (Discrete ranges on
-  the first step; every range with ``validate``);
+* the backend advance, one of four named classes with one method, ``run(action) ->
+  RawStep``: :class:`FirstStep` on the first step (the backend's ``step``, validated
+  field by field by :class:`~gpu_envs.core.step_validation.StepValidator`, then
+  :meth:`~StepPath.bind` again); later, :class:`DirectStep` (the function the backend
+  hands from :meth:`~gpu_envs.backends.base.Backend.direct_step` where it declares
+  ``capabilities.direct_step``: for the built-in envs, their own ``raw_step``) or
+  :class:`BackendStep` (its ``step``); and around either, for a backend that hands on
+  tensors it did not make (``capabilities.trusted_outputs`` False),
+  :class:`WatchedStep`, which compares the outputs' metadata on every step;
+* the action value check: none, or ``StepValidator.action_values`` (Discrete ranges on
+  the first step; every range with ``validate_actions``);
 * the health watch: none, or ``HealthMonitor.watch`` (``health_checks="step"``: every
-  transition's values flagged on the device, no sync; :mod:`gpu_envs.core.validation`);
+  transition's values flagged on the device, no sync; :mod:`gpu_envs.core.health`);
 * the TensorDict build: flat keys (one dict, built without re-validation) or nested
   ones (tuple keys become sub-TensorDicts).
 
 :meth:`StepPath.step` and :meth:`StepPath.values` share steps 2-4
-(:meth:`~StepPath.check_action`, :meth:`~StepPath.transition`, :meth:`~StepPath.finish`);
+(:meth:`~StepPath.check_action`, :meth:`~StepPath.advance` -- which returns the step's
+:class:`Advanced` record -- and :meth:`~StepPath.finish`);
 :meth:`StepPath.values` is the same path ending in the transition's tensors instead of
 TensorDicts (keys :func:`~gpu_envs.contract.keys.transition_keys`), for random-action
 collections that copy them straight into their buffer; ``tests/test_step_path.py``
@@ -44,8 +47,8 @@ proves every variant equal, key by key.
 Inputs are dated, on the host. Every change of the root (a step, a reset, a loaded
 state) numbers it on (:attr:`StepPath.stamp`); each root TensorDict the path builds
 carries its number, and each ``td["next"]`` the negated number of its step, as a plain
-attribute (:data:`STAMP`, never an entry). Integers and identities compared on the
-host: no host sync. A step given
+mark (:func:`gpu_envs.utils.tensordicts.stamp`, never an entry). Integers and
+identities compared on the host: no host sync. A step given
 
 * the root of the moment (or a TensorDict the path did not build: a user's, a
   transform's copy) steps it;
@@ -78,52 +81,93 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from operator import itemgetter
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch.compiler import is_compiling
 
 import gpu_envs.utils.tensordicts as tds
-from gpu_envs.backends.base import Backend
+from gpu_envs.backends.base import Backend, RawStep
 from gpu_envs.contract.errors import ClosedEnvError, ResetNeededError, StaleInputError
 from gpu_envs.contract.final_obs import FinalObsRule
-from gpu_envs.contract.keys import transition_keys
+from gpu_envs.contract.keys import ObsDict, transition_keys
 from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete
-from gpu_envs.core.checks import StepChecks
-from gpu_envs.core.validation import HealthMonitor
+from gpu_envs.core.health import HealthMonitor
+from gpu_envs.core.step_validation import StepValidator
 from gpu_envs.utils.arguments import STEP_CALLS, check_td
 from gpu_envs.utils.call_guard import CallGuard
-from gpu_envs.utils.tensordicts import get_entry, nest, set_entry
+from gpu_envs.utils.tensordicts import fast_entries, get_entry, nest, set_entry, stamp, stamp_of
 
-__all__ = ["CLOSED", "NEVER_RESET", "STAMP", "FirstStep", "StepPath", "WatchedAdvance"]
+__all__ = [
+    "CLOSED",
+    "NEVER_RESET",
+    "Advance",
+    "Advanced",
+    "BackendStep",
+    "DirectStep",
+    "FirstStep",
+    "StepPath",
+    "WatchedStep",
+]
 
 # why the guard is held when no call was interrupted (the env's reasons to refuse every call)
 NEVER_RESET = "never reset"
 CLOSED = "closed"
-# the attribute dating the path's TensorDicts: the root's number, or minus it on a step's td["next"]
-STAMP = "_gpu_envs_stamp"
 _NOTHING = object()  # matches no entry
 
-Advance = Callable[[torch.Tensor], tuple]
+
+# ------------------------------------------------------------------ the advances
+class Advance(Protocol):
+    """Step 3 of the path, as bound by :meth:`StepPath.bind`: one simulator step, as a RawStep."""
+
+    def run(self, action: torch.Tensor) -> RawStep: ...
 
 
-class WatchedAdvance:
-    """A backend advance whose outputs' metadata are compared with the specs on every step.
+class BackendStep:
+    """The backend's own ``step``: the advance of backends without a direct step."""
+
+    __slots__ = ("backend",)
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def run(self, action: torch.Tensor) -> RawStep:
+        return self.backend.step(action)
+
+
+class DirectStep:
+    """The function a backend hands from :meth:`~gpu_envs.backends.base.Backend.direct_step`, called as the step.
+
+    For the built-in envs, their own ``raw_step``: a built-in step is one call of the
+    env, with nothing of the backend in between.
+    """
+
+    __slots__ = ("step",)
+
+    def __init__(self, step: Callable[[torch.Tensor], RawStep]) -> None:
+        self.step = step
+
+    def run(self, action: torch.Tensor) -> RawStep:
+        return self.step(action)
+
+
+class WatchedStep:
+    """An advance whose outputs' metadata are compared with the specs on every step.
 
     For backends that hand on tensors someone else made (a user's torch env, Isaac Lab):
     a shape or dtype that changes after the first step is an error naming it, never a
     silent broadcast. No value is read (no host sync).
     """
 
-    __slots__ = ("advance", "check")
+    __slots__ = ("check", "inner")
 
-    def __init__(self, advance: Advance, check: Callable[[tuple], None]) -> None:
-        self.advance = advance
+    def __init__(self, inner: Advance, check: Callable[[RawStep], None]) -> None:
+        self.inner = inner
         self.check = check
 
-    def __call__(self, action: torch.Tensor) -> tuple:
-        raw = self.advance(action)
+    def run(self, action: torch.Tensor) -> RawStep:
+        raw = self.inner.run(action)
         self.check(raw)
         return raw
 
@@ -131,33 +175,52 @@ class WatchedAdvance:
 class FirstStep:
     """The first step's advance: the backend's ``step``, checked field by field; then the path's later parts.
 
-    ``done`` is a weak reference to the path's method that binds them (the part holds no
-    strong reference back to its path: a dropped env is freed at once, with its simulator).
+    ``bind_later`` is a weak reference to the path's method that binds them (the part
+    holds no strong reference back to its path: a dropped env is freed at once, with its
+    simulator).
     """
 
-    __slots__ = ("backend", "checks", "done")
+    __slots__ = ("backend", "bind_later", "validator")
 
-    def __init__(self, backend: Backend, checks: StepChecks, done: weakref.WeakMethod) -> None:
+    def __init__(self, backend: Backend, validator: StepValidator, bind_later: weakref.WeakMethod) -> None:
         self.backend = backend
-        self.checks = checks
-        self.done = done
+        self.validator = validator
+        self.bind_later = bind_later
 
-    def __call__(self, action: torch.Tensor) -> tuple:
+    def run(self, action: torch.Tensor) -> RawStep:
         raw = self.backend.step(action)
-        self.checks.raw_step(raw)
-        bind = self.done()
+        self.validator.raw_step(raw)
+        bind = self.bind_later()
         if bind is not None:
             bind()
         return raw
 
 
+class Advanced:
+    """What steps 3-4 made of one action (:meth:`StepPath.advance`): the RawStep and the final-obs rule's result.
+
+    One record per path, written in place by every step (no allocation): read it before
+    the next step. ``call`` is the guard's call number of the step (None inside a
+    compiled chunk), which :meth:`StepPath.finish` checks.
+    """
+
+    __slots__ = ("call", "final_obs_missing", "next_obs", "raw")
+
+    def __init__(self) -> None:
+        self.raw: RawStep
+        self.next_obs: ObsDict = {}
+        self.final_obs_missing: torch.Tensor
+        self.call: int | None = None
+
+
+# -------------------------------------------------------------------- the path
 class StepPath:
     """The step of one env, from action to transition (see the module docstring).
 
     Args:
         backend: the env's backend.
         rule: the final-observation rule (torch form) of the env's observations.
-        checks: the env's action and output checks.
+        validator: the env's action and output checks.
         batch_size, device: the env's.
 
     Attributes:
@@ -165,23 +228,24 @@ class StepPath:
         guard: refuses calls after one that did not finish, until a full reset.
         last_done: ``[N, 1]`` rows reset by the backend in the last ``step`` (a masked
             reset serves their cached observations instead of resetting them again).
-        validate: check action values on every step (one host sync each).
+        validate_actions: check action values on every step (one host sync each).
         stamp: the number of the current root (module docstring); whoever replaces
             :attr:`root_obs` outside the path calls :meth:`moved`.
-        monitor: the env's :class:`~gpu_envs.core.validation.HealthMonitor`, or None.
+        monitor: the env's :class:`~gpu_envs.core.health.HealthMonitor`, or None.
+        stepper: the bound :class:`Advance` (module docstring).
     """
 
     def __init__(
         self,
         backend: Backend,
         rule: FinalObsRule,
-        checks: StepChecks,
+        validator: StepValidator,
         batch_size: torch.Size,
         device: torch.device,
     ) -> None:
         self.backend = backend
         self.rule = rule
-        self.checks = checks
+        self.validator = validator
         self.batch_size = batch_size
         self.device = device
         self.guard = CallGuard("this env")
@@ -189,18 +253,19 @@ class StepPath:
         self.false = torch.zeros(batch_size.numel(), 1, dtype=torch.bool, device=device)
         # the flags of every root: one constant, never written (outputs are read-only)
         self.root_flags = {"done": self.false, "terminated": self.false, "truncated": self.false}
-        self.root_obs: dict = {}
+        self.root_obs: ObsDict = {}
         self.last_done = self.false
-        self.validate = False
+        self.validate_actions = False
         self.monitor: HealthMonitor | None = None
-        self.first = True  # the first step is validated (first_step), then the parts are bound again
-        self.keys = list(checks.obs_meta)
+        self.first = True  # the first step is validated (first_step_done), then the parts are bound again
+        self.keys = list(validator.obs_meta)
         self._lone = self.keys[0] if len(self.keys) == 1 else None
         self.stamp = 0
+        self.advanced = Advanced()
         # a top-level observation key, and its tensor in the last td["next"] (a copy fed back is stepped from the root)
         self._next_marker = next((k for k in self.keys if isinstance(k, str)), None)
         self._last_next: object = _NOTHING
-        spec = checks.action_spec
+        spec = validator.action_spec
         self._discrete = isinstance(spec, (Discrete, MultiDiscrete, Binary))
         self._box = isinstance(spec, Box)
         self.bind()
@@ -208,24 +273,25 @@ class StepPath:
     # ------------------------------------------------------------------- parts
     def bind(self) -> None:
         """Choose the parts of the path (module docstring); called whenever what they depend on changes."""
-        backend, checks = self.backend, self.checks
+        backend, validator = self.backend, self.validator
+        capabilities = backend.capabilities
         if self.first:
-            self.advance: Advance = FirstStep(backend, checks, weakref.WeakMethod(self.first_step_done))
+            self.stepper: Advance = FirstStep(backend, validator, weakref.WeakMethod(self.first_step_done))
         else:
-            direct = backend.transition() if backend.direct_transition else None
-            advance = backend.step if direct is None else direct
-            self.advance = advance if backend.trusted_outputs else WatchedAdvance(advance, checks.outputs)
-        values = (self._discrete and (self.validate or self.first)) or (self._box and self.validate)
-        self.check_values: Callable[[torch.Tensor], None] | None = checks.action_values if values else None
+            direct = backend.direct_step() if capabilities.direct_step else None
+            stepper: Advance = BackendStep(backend) if direct is None else DirectStep(direct)
+            self.stepper = stepper if capabilities.trusted_outputs else WatchedStep(stepper, validator.outputs)
+        values = (self._discrete and (self.validate_actions or self.first)) or (self._box and self.validate_actions)
+        self.check_values: Callable[[torch.Tensor], None] | None = validator.action_values if values else None
         monitor = self.monitor
         self.watch = monitor.watch if monitor is not None and monitor.every_step else None
         info_spec = getattr(backend, "info_spec", None)
         info_keys = [] if info_spec is None else list(info_spec.keys(include_nested=True, leaves_only=True))
         nested = any(isinstance(key, tuple) for key in [*self.keys, *info_keys])
-        # flat keys: one plain dict per TensorDict; nested keys: sub-dicts, made sub-TensorDicts
+        # the TensorDict layout: flat keys make one plain dict per TensorDict; nested keys
+        # make sub-dicts, which become sub-TensorDicts
         self.entries: Callable[[dict], dict] = nest if nested else dict
         self.new_td: Callable[..., TensorDict] = tds.new_td if nested else tds.new_flat_td
-        self._direct_td = tds.DIRECT  # read the action from a TensorDict's own dict (tensordicts.py knows it)
 
     def moved(self) -> None:
         """The root was replaced outside a step (a reset, a loaded state): earlier roots and ``td["next"]`` are stale."""
@@ -247,16 +313,17 @@ class StepPath:
         self.backend.check_usable()  # a backend that knows it is dead says why
         guard.refuse(call)
 
-    def other_input(self, td: TensorDictBase, stamp: int | None) -> None:
+    def other_input(self, td: TensorDictBase, dated: int | None) -> None:
         """A step's input that is not the current root (module docstring): the last ``td["next"]`` or a stale one."""
-        if stamp == -self.stamp or (stamp is None and self._next_marker is not None):
+        if dated == -self.stamp or (dated is None and self._next_marker is not None):
             # the last step's td["next"] (or a step_mdp copy of it): continue from the cached root, torchrl's way
             for key, value in self.root_obs.items():
                 td.set(key, value)
             for key, value in self.root_flags.items():
                 td.set(key, value)
             return
-        what = 'a td["next"] of an earlier step' if stamp < 0 else f"an earlier root TensorDict (root {stamp})"
+        assert dated is not None
+        what = 'a td["next"] of an earlier step' if dated < 0 else f"an earlier root TensorDict (root {dated})"
         raise StaleInputError(
             f"step() was given {what}; this env is at root {self.stamp}: it was stepped, reset or loaded since (in "
             "this thread or another), so those observations are not the ones it continues from. Step the root the "
@@ -267,46 +334,44 @@ class StepPath:
     # ------------------------------------------------------------------- steps
     def action_of(self, td: TensorDictBase) -> torch.Tensor:
         """``td["action"]``, checked (metadata; values where bound), before anything moves."""
-        if self._direct_td and td.__class__ is TensorDict:
-            entries = td._tensordict
+        entries = fast_entries(td)
+        if entries is not None:  # a plain TensorDict: its own entries, read without tensordict's dispatch
             action = entries.get("action")
-            if (
-                not is_compiling()
-            ):  # dated inputs: host bookkeeping, left out of compiled chunks (module docstring: compiled chunks)
-                stamp = td.__dict__.get(STAMP)
-                if (stamp is not None and stamp != self.stamp) or entries.get(self._next_marker) is self._last_next:
-                    self.other_input(td, stamp)
+            if not is_compiling():  # dated inputs: host bookkeeping, left out of compiled chunks (module docstring)
+                dated = stamp_of(td)
+                if (dated is not None and dated != self.stamp) or entries.get(self._next_marker) is self._last_next:
+                    self.other_input(td, dated)
         else:
             check_td(td, STEP_CALLS)  # a dict, None, a (td, root) tuple: refused before anything moves
             action = get_entry(td, "action")
             if not is_compiling():
-                stamp = getattr(td, "__dict__", {}).get(STAMP)
+                dated = stamp_of(td)
                 watched = None if self._next_marker is None else get_entry(td, self._next_marker)
-                if (stamp is not None and stamp != self.stamp) or (watched is not None and watched is self._last_next):
-                    self.other_input(td, stamp)
+                if (dated is not None and dated != self.stamp) or (watched is not None and watched is self._last_next):
+                    self.other_input(td, dated)
         self.check_action(action)
         return action
 
     def check_action(self, action: torch.Tensor) -> None:
         """Step 2 of every step: the action's metadata (type, shape, dtype, device), and its values where bound."""
-        checks = self.checks
+        validator = self.validator
         if (
             action.__class__ is not torch.Tensor
-            or action.shape != checks.action_shape
-            or action.dtype is not checks.action_dtype  # torch dtypes are singletons
+            or action.shape != validator.action_shape
+            or action.dtype is not validator.action_dtype  # torch dtypes are singletons
             or action.device != self.device
         ):
-            checks.action(action)  # raises, unless a tensor subclass with the right metadata
+            validator.action(action)  # raises, unless a tensor subclass with the right metadata
         check_values = self.check_values
         if check_values is not None:
             check_values(action)
 
-    def transition(self, action: torch.Tensor) -> tuple:
-        """Steps 3-4 of every step, guarded: the backend advance and the final-observation rule.
+    def advance(self, action: torch.Tensor) -> Advanced:
+        """Steps 3-4 of every step, guarded: the bound :class:`Advance` and the final-observation rule.
 
-        Returns ``(obs, reward, terminated, truncated, done, info, next_obs, missing,
-        call)`` and leaves the guard pending; the caller builds its outputs, then calls
-        :meth:`finish` with ``call`` (the guard's call number; None inside a compiled
+        Returns the path's :class:`Advanced` record (rewritten by the next step) and
+        leaves the guard pending; the caller builds its outputs, then calls
+        :meth:`finish` with its ``call`` (the guard's call number; None inside a compiled
         chunk, which leaves the numbering out: module docstring). An exception in between
         leaves the env refusing calls until a full reset.
         """
@@ -316,12 +381,17 @@ class StepPath:
         if not is_compiling():
             call = guard.calls + 1  # guard.start("step"), inline: the number a second thread would change
             guard.calls = call
-        obs, reward, terminated, truncated, done, final_obs, final_mask, info = self.advance(action)
-        next_obs, missing = self.rule(obs, done, final_obs, final_mask)
+        raw = self.stepper.run(action)
+        next_obs, missing = self.rule(raw.obs, raw.done, raw.final_obs, raw.final_mask)
         if self.watch is not None:
-            self.watch(action, next_obs, reward, missing)
-        self.root_obs = obs
-        return obs, reward, terminated, truncated, done, info, next_obs, missing, call
+            self.watch(action, next_obs, raw.reward, missing)
+        self.root_obs = raw.obs
+        out = self.advanced
+        out.raw = raw
+        out.next_obs = next_obs
+        out.final_obs_missing = missing
+        out.call = call
+        return out
 
     def finish(self, call: int | None) -> None:
         """The end of a guarded step: refuse it if another thread stepped meanwhile, else release the guard."""
@@ -339,25 +409,27 @@ class StepPath:
         if self.guard.pending is not None:
             self.refuse("step")
         action = self.action_of(td)
-        obs, reward, terminated, truncated, done, info, next_obs, missing, call = self.transition(action)
+        out = self.advance(action)
+        raw, next_obs, call = out.raw, out.next_obs, out.call
         dated = call is not None  # host integers a compiled chunk would guard on and recompile on (module docstring)
         if dated:
-            self.stamp = stamp = self.stamp + 1
+            self.stamp = number = self.stamp + 1
             marker = self._next_marker
             if marker is not None:
                 marked = next_obs[marker]
-                self._last_next = _NOTHING if marked is obs[marker] else marked
+                self._last_next = _NOTHING if marked is raw.obs[marker] else marked
         data = self.entries(next_obs)
-        data["reward"] = reward
+        done = raw.done
+        data["reward"] = raw.reward
         data["done"] = done
-        data["terminated"] = terminated
-        data["truncated"] = truncated
-        data["final_obs_missing"] = missing
-        if info:
-            data.update(self.entries(info))
+        data["terminated"] = raw.terminated
+        data["truncated"] = raw.truncated
+        data["final_obs_missing"] = out.final_obs_missing
+        if raw.info:
+            data.update(self.entries(raw.info))
         following = self.new_td(data, self.batch_size, self.device)
         if dated:
-            following.__dict__[STAMP] = -stamp
+            stamp(following, -number)
         set_entry(td, "next", following)
         self.last_done = done
         self.finish(call)
@@ -371,7 +443,7 @@ class StepPath:
         data.update(self.root_flags)
         root = self.new_td(data, self.batch_size, self.device)
         if not is_compiling():
-            root.__dict__[STAMP] = self.stamp
+            stamp(root, self.stamp)
         return td, root
 
     def root(self) -> TensorDict:
@@ -381,7 +453,7 @@ class StepPath:
         data = self.entries(self.root_obs)
         data.update(self.root_flags)
         root = self.new_td(data, self.batch_size, self.device)
-        root.__dict__[STAMP] = self.stamp
+        stamp(root, self.stamp)
         return root
 
     # ---------------------------------------------------- straight into a buffer
@@ -396,12 +468,14 @@ class StepPath:
             self.refuse("step")
         self.check_action(action)
         previous = self.root_obs
-        _, reward, terminated, truncated, done, _, next_obs, missing, call = self.transition(action)
+        out = self.advance(action)
+        raw, next_obs, call = out.raw, out.next_obs, out.call
         if call is not None:  # (module docstring: compiled chunks)
             self.stamp += 1
             self._last_next = _NOTHING  # no td["next"] was handed out
         self.last_done = false = self.false
         self.finish(call)
+        missing = out.final_obs_missing
         lone = self._lone
         if lone is not None:
             return (
@@ -411,10 +485,10 @@ class StepPath:
                 false,
                 action,
                 next_obs[lone],
-                reward,
-                done,
-                terminated,
-                truncated,
+                raw.reward,
+                raw.done,
+                raw.terminated,
+                raw.truncated,
                 missing,
             )
         keys = self.keys
@@ -425,10 +499,10 @@ class StepPath:
             false,
             action,
             *(next_obs[k] for k in keys),
-            reward,
-            done,
-            terminated,
-            truncated,
+            raw.reward,
+            raw.done,
+            raw.terminated,
+            raw.truncated,
             missing,
         )
 

@@ -106,7 +106,8 @@ def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
 def can_reset_rows(env: Any) -> bool:
     """Whether ``env.reset`` accepts a ``"_reset"`` mask of some rows (NEXT_STEP needs it)."""
     backend = getattr(env, "backend", None)
-    return bool(getattr(backend, "supports_partial_reset", True))
+    capabilities = getattr(backend, "capabilities", None)
+    return True if capabilities is None else capabilities.partial_reset
 
 
 def nest_info(entries: dict[Key, Any], mask: Any) -> dict[str, Any]:

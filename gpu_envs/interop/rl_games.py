@@ -113,7 +113,7 @@ class RlGamesVecEnv(rl_games_vecenv.IVecEnv):
         self.action_space = self._action_space(env.single_action_spec)
         self._root: TensorDictBase | None = None
         self._pending: Any = None  # a Runner whose agent is not built yet (bootstrap_from)
-        self._bootstrap: _ExactBootstrap | None = None
+        self._bootstrap: _RlGamesBootstrap | None = None
         self.final_observations: dict[str, torch.Tensor] | None = None  # s_T of the last step, while bootstrapping
         self.exact_time_outs: torch.Tensor | None = None  # [N] bool: rows bootstrapped from s_T
 
@@ -223,12 +223,12 @@ class RlGamesVecEnv(rl_games_vecenv.IVecEnv):
 
     def _install(self, agent: Any) -> None:
         shaper = agent.rewards_shaper
-        if isinstance(shaper, _ExactBootstrap):
+        if isinstance(shaper, _RlGamesBootstrap):
             if shaper.vec is not self:
                 raise InvalidArgumentError("this agent already bootstraps from another env adapter.")
             self._bootstrap = shaper
             return
-        self._bootstrap = _ExactBootstrap(self, agent)
+        self._bootstrap = _RlGamesBootstrap(self, agent)
         agent.rewards_shaper = self._bootstrap
 
     # ------------------------------------------------------------------ helpers
@@ -286,7 +286,7 @@ class RlGamesVecEnv(rl_games_vecenv.IVecEnv):
         return space
 
 
-class _ExactBootstrap:
+class _RlGamesBootstrap:
     """Stands in for the agent's ``rewards_shaper``: shaped rewards plus ``gamma * V(s_T)`` on exact time-out rows.
 
     rl_games calls it right after each step (``play_steps``), before it adds its own

@@ -165,7 +165,7 @@ class RslRlVecEnv(rsl_rl_env.VecEnv):
         self._clock = _EpisodeClock(env)
         self._max_episode_length = _max_length(self._clock.limit, max_episode_length)
         self._clock.bound = self._max_episode_length
-        self._bootstrap: _ExactBootstrap | None = None  # set by bootstrap_from
+        self._bootstrap: _RslRlBootstrap | None = None  # set by bootstrap_from
         self.final_observations: TensorDict | None = None  # s_T of the last step, while bootstrapping
         self.exact_time_outs: torch.Tensor | None = None  # [N] bool: rows bootstrapped from s_T
         cfg = getattr(self._clock.sim, "cfg", None)
@@ -261,12 +261,12 @@ class RslRlVecEnv(rsl_rl_env.VecEnv):
                 f"bootstrap_from needs rsl_rl's PPO (an algorithm with a critic); this runner's is "
                 f"{type(alg).__name__}. Distillation learns no value function: train it without bootstrap_from."
             )
-        if isinstance(alg.process_env_step, _ExactBootstrap):
+        if isinstance(alg.process_env_step, _RslRlBootstrap):
             if alg.process_env_step.vec is not self:
                 raise InvalidArgumentError("this runner already bootstraps from another env adapter.")
             self._bootstrap = alg.process_env_step
             return
-        self._bootstrap = _ExactBootstrap(self, alg)
+        self._bootstrap = _RslRlBootstrap(self, alg)
         alg.process_env_step = self._bootstrap
 
     # ------------------------------------------------------------------ helpers
@@ -276,7 +276,7 @@ class RslRlVecEnv(rsl_rl_env.VecEnv):
         return TensorDict(obs, batch_size=[self.num_envs], device=self.device)
 
 
-class _ExactBootstrap:
+class _RslRlBootstrap:
     """Stands in for ``alg.process_env_step``: adds ``gamma * V(s_T)`` on exact time-out rows, then calls it.
 
     ``alg.transition`` already holds V(s_t) (``alg.act`` ran); the critic is evaluated on

@@ -51,6 +51,7 @@ from gpu_envs.contract.specs import Binary, Box, Composite, Discrete, MultiDiscr
 from gpu_envs.interop.conversions import require_env
 from gpu_envs.interop.libraries import require
 from gpu_envs.utils.arguments import as_seed
+from gpu_envs.utils.tensordicts import set_entry
 
 torchrl_data = require("torchrl.data", package="torchrl", extra="torchrl", consumer="to_torchrl")
 torchrl_envs = require("torchrl.envs", package="torchrl", extra="torchrl", consumer="to_torchrl")
@@ -194,7 +195,7 @@ class TorchRLEnv(torchrl_envs.EnvBase):
         carried.update(self._reset_extras_items)
         if type(root) is TensorDict:  # the env just built it: skip update()'s re-validation
             for key, value in carried.items():
-                root._set_str(key, value, validated=True, inplace=False)
+                set_entry(root, key, value)
         else:
             root.update(carried)
         return tensordict, root

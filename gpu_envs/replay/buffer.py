@@ -32,6 +32,7 @@ from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.keys import NEXT, REWARD
 from gpu_envs.replay.layout import FLAG_KEYS, Key, Layout
 from gpu_envs.replay.n_step import discount_table, window_targets
+from gpu_envs.utils.torch_internals import foreach_copy
 
 __all__ = ["ReplayBuffer"]
 
@@ -167,7 +168,7 @@ class ReplayBuffer:
         sources = [*values.values(), flags]
         parts = [(start, skip, first)] + ([(0, skip + first, count - first)] if first < count else [])  # wraps
         for at, begin, length in parts:
-            torch._foreach_copy_(
+            foreach_copy(
                 [target[:, at : at + length] for target in targets],
                 [source[:, begin : begin + length].to(self.device, non_blocking=True) for source in sources],
             )

@@ -21,7 +21,7 @@ with episodes that carry on across iterations. :func:`collect` does that:
 The returned TensorDict IS the buffer: the next collection with the same buffer
 overwrites it (``.clone()`` it to keep it). With ``buffer=None`` one buffer per
 ``(env, steps)`` is allocated on the first call and cached on the env object
-(attribute ``_gpu_envs_collect_cache``), together with compiled loops and
+(in the env's ``caches`` dict), together with compiled loops and
 captured graphs, so that a training loop allocates nothing after its first iteration.
 ``env.rollout(...)`` uses the same loop with a fresh buffer each call.
 
@@ -103,7 +103,7 @@ def collect(
     actions, non-finite actions, observations, rewards; no host sync) and what was
     flagged is raised as :class:`~gpu_envs.HealthCheckError` here, at the end of the
     collection (on CUDA: at the end of the next one, or at ``env.check_health()``);
-    the buffer holds the collection. See :mod:`gpu_envs.core.validation`.
+    the buffer holds the collection. See :mod:`gpu_envs.core.health`.
 
     Returns:
         ``buffer.data``: TensorDict ``[*env.batch_size, T]`` on ``env.device`` with the
@@ -135,7 +135,7 @@ def collect(
             raise InvalidArgumentError(
                 f"steps={steps} but the buffer holds {buffer.steps} steps; pass one or the other."
             )
-        buffer.check_env(env)
+        buffer.check_compatible(env)
     if cudagraph:
         from gpu_envs.rollout.cudagraph import graph_collector
 

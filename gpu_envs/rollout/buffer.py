@@ -37,7 +37,8 @@ from gpu_envs.contract.protocols import require_env_api
 from gpu_envs.utils.arguments import as_int
 from gpu_envs.utils.devices import normalize_device
 from gpu_envs.utils.memory import ensure_fits
-from gpu_envs.utils.tensordicts import entries
+from gpu_envs.utils.tensordicts import entries, is_non_tensor
+from gpu_envs.utils.torch_internals import foreach_copy
 
 __all__ = ["PARALLEL_COPY_ELEMENTS", "RolloutBuffer", "check_steps", "leaf_keys", "word_dtype"]
 
@@ -90,7 +91,7 @@ def _node(td: TensorDictBase, path: tuple) -> Any:
 
 def _is_leaf(cls: type) -> bool:
     """TensorDict leaves, non-tensor data included (so that it is refused, not silently skipped)."""
-    return not issubclass(cls, TensorDictBase) or getattr(cls, "_is_non_tensor", False)
+    return not issubclass(cls, TensorDictBase) or is_non_tensor(cls)
 
 
 def leaf_keys(td: TensorDictBase) -> set[tuple]:
@@ -188,8 +189,8 @@ class RolloutBuffer:
         """True once the layout is fixed by a first transition."""
         return self._layout is not None
 
-    def check_env(self, env: Any) -> None:
-        """Refuse an env whose batch size or device differ from this buffer's."""
+    def check_compatible(self, env: Any) -> None:
+        """Refuse an env whose batch size or device differ from this buffer's (not ``gpu_envs.check_env``: no env check)."""
         if torch.Size(env.batch_size) != self.batch_size or normalize_device(env.device) != self.device:
             raise InvalidArgumentError(
                 f"this RolloutBuffer holds [{', '.join(map(str, self.batch_size))}, {self.steps}] on {self.device}, "
@@ -230,7 +231,7 @@ class RolloutBuffer:
             values = list(values)
             for i, word in self._words:
                 values[i] = _as_words(values[i], self._nb, word)
-        torch._foreach_copy_(self._word_columns[t], values)
+        foreach_copy(self._word_columns[t], values)
 
     def _checked_sources(self, nodes: list, check_devices: bool) -> list[torch.Tensor]:
         """The entries to copy, each checked against the layout (the error names the first that differs)."""
@@ -299,11 +300,9 @@ class RolloutBuffer:
         nb, layout = self._nb, []
         for key in td.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf):
             value = td.get(key)
-            if not isinstance(value, torch.Tensor) or getattr(type(value), "_is_non_tensor", False):
+            if not isinstance(value, torch.Tensor) or is_non_tensor(type(value)):
                 kind = (
-                    type(getattr(value, "data", value)).__name__
-                    if getattr(type(value), "_is_non_tensor", False)
-                    else type(value).__name__
+                    type(getattr(value, "data", value)).__name__ if is_non_tensor(type(value)) else type(value).__name__
                 )
                 raise RolloutError(
                     f"transition entry {key!r} holds a {kind}; a RolloutBuffer stores tensors only. "

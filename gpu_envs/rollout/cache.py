@@ -3,8 +3,9 @@
 ``collect(env, ..., buffer=None)`` allocates one :class:`~gpu_envs.rollout.loop.RolloutBuffer`
 per ``(env, steps)`` on its first call and reuses it afterwards; compiled loops (per
 policy object and buffer) and captured CUDA graphs are kept the same way. All of it lives
-in one :class:`CollectCache` stored on the env object under :data:`CACHE_ATTR`, so it goes
-away with the env.
+in one :class:`CollectCache` per env, kept in the env's public ``caches`` dict (what
+``BatchedEnv`` and ``TransformedEnv`` offer the layers above for per-env derived state),
+so it goes away with the env.
 
 Example::
 
@@ -20,9 +21,8 @@ from typing import Any
 from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.rollout.loop import RolloutBuffer
 
-__all__ = ["CACHE_ATTR", "MAX_CACHED", "CollectCache", "cached", "collect_cache"]
+__all__ = ["MAX_CACHED", "CollectCache", "cached", "collect_cache"]
 
-CACHE_ATTR = "_gpu_envs_collect_cache"
 MAX_CACHED = 8  # compiled loops / graphs kept per env (oldest dropped first)
 
 
@@ -36,17 +36,17 @@ class CollectCache:
 
 
 def collect_cache(env: Any) -> CollectCache:
-    """The env's :class:`CollectCache`, created (and stored on the env) on first use."""
-    cache = getattr(env, CACHE_ATTR, None)
+    """The env's :class:`CollectCache`, created on first use in ``env.caches`` (dropped with the env)."""
+    caches = getattr(env, "caches", None)
+    if not isinstance(caches, dict):
+        raise InvalidArgumentError(
+            f"collect(buffer=None) keeps its buffer in the env's `caches` dict, which a {type(env).__name__} does not "
+            "have (a gpu_envs BatchedEnv or TransformedEnv does); pass buffer=RolloutBuffer(env, steps) and keep it "
+            "yourself, or give the env a `caches = {}` attribute."
+        )
+    cache = caches.get("collect")
     if cache is None:
-        cache = CollectCache()
-        try:
-            setattr(env, CACHE_ATTR, cache)
-        except AttributeError as err:
-            raise InvalidArgumentError(
-                f"collect(buffer=None) caches its buffer on the env, but {type(env).__name__} refuses new attributes; "
-                "pass buffer=RolloutBuffer(env, steps) and keep it yourself."
-            ) from err
+        cache = caches["collect"] = CollectCache()
     return cache
 
 

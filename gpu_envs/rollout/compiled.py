@@ -37,10 +37,10 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from gpu_envs.rollout.cache import cached, collect_cache
 from gpu_envs.rollout.loop import Policy, RolloutBuffer, keep_grad_mode, make_step, start
+from gpu_envs.utils.torch_internals import dispatch_mode_active
 
 __all__ = ["CompiledLoop", "chunk_length", "compiled_loop"]
 
@@ -117,7 +117,7 @@ class CompiledLoop:
                 storage = buffer.storage()
                 continue
             actions = None if sample is None else [sample() for _ in range(k)]
-            chunk = self.chunk if _get_current_dispatch_mode() is not None else self._compiled
+            chunk = self.chunk if dispatch_mode_active() else self._compiled
             transition, td = chunk(td, actions, [x.narrow(nb, t, k) for x in storage])
             self._calls += chunk is self._compiled
             if t == 0:

@@ -11,25 +11,25 @@ What makes that correct for a stateful env, and what it requires:
   (its transitions are returned; it also runs ``torch.compile`` and the env's first-step
   validation), then captures the next collection without running it.
 * **The env's state, by protocol.** The env says which tensors hold its per-step state
-  through ``env.state_dict()`` (live tensors) and ``env.load_state_dict(d)`` (take these
-  values): see :mod:`gpu_envs.utils.state_dicts`. ``BatchedEnv`` gives its cached root
+  through ``env.live_state()`` (live tensors) and ``env.load_live_state(d)`` (take these
+  values): see :mod:`gpu_envs.utils.live_state`. ``BatchedEnv`` gives its cached root
   observations and its backend's state; a torch vector env gives its own (the built-in
   envs update theirs in place; a user env implements the two methods or declares
   ``state_attributes = ("pos", ...)``); ``TransformedEnv`` adds its transforms' tensors.
   An env that tells nothing is refused with :class:`RolloutError` naming what to add.
-* **Pinning.** The tensors ``state_dict()`` returns after the warm-up are the graph's
+* **Pinning.** The tensors ``live_state()`` returns after the warm-up are the graph's
   state ("pinned"). State updated in place needs nothing more. State a step re-binds
   (the root observations, a user env's ``self.t = self.t + 1``) is copied, at the end of
   the graph, back into the pinned tensors; after each replay the env is handed those
-  values with ``load_state_dict``, and before each replay whatever changed from outside
+  values with ``load_live_state``, and before each replay whatever changed from outside
   (``env.reset()``, eager steps in between) is copied in. Each replay starts where the
   last one, or the last eager step, ended.
 * **Random numbers.** ``env.generator`` (random actions) is registered with the graph, as
   torch's default generator is: replays draw fresh numbers, in the same sequence as eager
   collections. The built-in envs' counter-based generators are state tensors like any other;
-  the capture runs inside :func:`~gpu_envs.builtin.draw_pool.direct_draws`, so their reset
+  the capture runs inside :func:`~gpu_envs.utils.capture.capturing`, so their reset
   draws are recorded as ops on those tensors (not read from their eager pools), and
-  ``load_state_dict`` after each replay tells the pools the counters moved.
+  ``load_live_state`` after each replay tells the pools the counters moved.
 * **Requirements.** Python-side state that changes per step cannot be replayed: the
   plain attributes (numbers, flags, strings) of the env's layers (the env, ``env.env``,
   its ``backend``, ``backend.env``, transforms) are compared around the capture and a
@@ -52,13 +52,13 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.builtin.draw_pool import direct_draws
 from gpu_envs.contract.errors import InvalidArgumentError, RolloutError
 from gpu_envs.rollout.cache import cached, collect_cache
 from gpu_envs.rollout.compiled import compiled_loop
 from gpu_envs.rollout.loop import Policy, RolloutBuffer, make_step, run_loop
+from gpu_envs.utils.capture import capturing
 from gpu_envs.utils.devices import normalize_device
-from gpu_envs.utils.state_dicts import same_memory
+from gpu_envs.utils.live_state import same_memory
 
 __all__ = ["CUDA_GRAPHS", "CudaGraphs", "GraphCollector", "graph_collector", "python_state"]
 
@@ -160,13 +160,13 @@ class GraphCollector:
                 "cudagraph=True cannot capture an env built with validate=True (its value checks sync with the host "
                 "every step); build it without validate, or use cudagraph=False."
             )
-        state_dict = getattr(env, "state_dict", None)
-        if not callable(state_dict) or not callable(getattr(env, "load_state_dict", None)):
+        live_state = getattr(env, "live_state", None)
+        if not callable(live_state) or not callable(getattr(env, "load_live_state", None)):
             raise RolloutError(
-                f"cudagraph=True needs the env's state: {type(env).__name__} has no state_dict()/load_state_dict(). "
-                "Wrap the env with gpu_envs.wrap() (or give it those two methods; see gpu_envs.utils.state_dicts)."
+                f"cudagraph=True needs the env's state: {type(env).__name__} has no live_state()/load_live_state(). "
+                "Wrap the env with gpu_envs.wrap() (or give it those two methods; see gpu_envs.utils.live_state)."
             )
-        state_dict()  # refuses, naming what to add, an env that does not expose its state
+        live_state()  # refuses, naming what to add, an env that does not expose its state
         self.env, self.policy, self.buffer, self.compile, self.api = env, policy, buffer, compile, api
         self.device = device
         self.graph: Any = None
@@ -178,7 +178,7 @@ class GraphCollector:
             return self._warm_up_and_capture()
         self._copy_in()
         self.graph.replay()
-        self.env.load_state_dict(self._pinned)
+        self.env.load_live_state(self._pinned)
         return self.buffer.data
 
     # ------------------------------------------------------------- capture
@@ -203,7 +203,7 @@ class GraphCollector:
 
     def _capture(self) -> None:
         env = self.env
-        pinned = dict(env.state_dict())  # a plain dict: the graph writes these tensors, so no date applies
+        pinned = dict(env.live_state())  # a plain dict: the graph writes these tensors, so no date applies
         for name, value in pinned.items():
             if value.device != self.device:
                 raise RolloutError(
@@ -217,16 +217,16 @@ class GraphCollector:
         if isinstance(generator, torch.Generator):
             self.api.register_generator(graph, generator)
         try:
-            # direct_draws: the built-in envs' reset draws are recorded as the ops on their
+            # capturing(): the built-in envs' reset draws are recorded as the ops on their
             # counters, not as a gather from an eager pool that replays would never refill
-            with self.api.capture(graph), direct_draws():
+            with self.api.capture(graph), capturing():
                 self._run()
                 self._write_back(pinned)
         except RolloutError:
-            env.load_state_dict(saved)
+            env.load_live_state(saved)
             raise
         except Exception as err:  # a sync, a CPU op, an unsupported op inside the capture
-            env.load_state_dict(saved)
+            env.load_live_state(saved)
             raise RolloutError(
                 f"could not capture the collection in a CUDA graph: {type(err).__name__}: {err}. The env and policy must "
                 "run without host syncs (.item(), bool(tensor), nonzero, validate=True) and keep their per-step state "
@@ -238,16 +238,16 @@ class GraphCollector:
             layers = _layers(env)
             for i, attr in changed:
                 setattr(layers[i], attr, python_before[i, attr])
-            env.load_state_dict(saved)
+            env.load_live_state(saved)
             names = ", ".join(f"{type(layers[i]).__name__}.{attr}" for i, attr in changed[:5])
             raise RolloutError(
                 f"the env keeps Python-side state that changes every step ({names}); a CUDA graph replays device "
                 "work only, so that state would freeze. Keep per-step state in device tensors (and list them in "
-                "state_dict() or state_attributes), or use cudagraph=False."
+                "live_state() or state_attributes), or use cudagraph=False."
             )
         # the capture ran nothing (the emulation undoes what it ran): the pinned tensors hold
         # the warm-up's final state, and state the capture re-bound is handed them back
-        env.load_state_dict(pinned)
+        env.load_live_state(pinned)
         self._pinned = pinned
         self.graph = graph
 
@@ -273,7 +273,7 @@ class GraphCollector:
 
     def _copy_state(self, pinned: dict[str, torch.Tensor], mismatch: Callable[[str, Any, Any], str]) -> None:
         """Copy the env's current state into ``pinned`` where it lives elsewhere; refuse a changed shape or dtype."""
-        current = self.env.state_dict()
+        current = self.env.live_state()
         for name, target in pinned.items():
             value = current.get(name)
             if not isinstance(value, torch.Tensor) or value.shape != target.shape or value.dtype != target.dtype:

@@ -86,29 +86,30 @@ def make_step(env: Any, policy: Policy | None) -> Callable[[TensorDictBase], tup
 def fused_writer(env: Any, buffer: RolloutBuffer) -> Callable[[int], None] | None:
     """``t -> None``: one random-action step written straight into column ``t``, or None.
 
-    A ``BatchedEnv`` offers ``_transition_values(keys)``: its step path's
+    An env with :class:`~gpu_envs.contract.protocols.FusedCollectEnv`'s
+    ``transition_values(keys)`` (a ``BatchedEnv``: its step path's
     :meth:`~gpu_envs.core.step_path.StepPath.values`, the step ``step_and_maybe_reset``
-    makes (same guard, action check, backend advance and final-observation rule),
-    returning the transition's tensors for the buffer's keys instead of TensorDicts.
+    makes -- same guard, action check, backend advance and final-observation rule --
+    returning the transition's tensors for the buffer's keys instead of TensorDicts).
     With random actions nothing else reads or writes a transition, so a step is then
-    one draw, that call and one ``torch._foreach_copy_`` -- the same draws from
-    ``env.generator`` and the same values as :func:`make_step`'s step. The buffer must
-    be bound (its layout checked against this env's transitions, which the
-    collection's first step does); an env without the hook (a ``TransformedEnv``: the
-    name is private, so not forwarded) or whose transitions hold more than the path
-    makes (info entries) gets None.
+    one draw, that call and one :meth:`RolloutBuffer.write_values` -- the same draws
+    from ``env.generator`` and the same values as :func:`make_step`'s step. The buffer
+    must be bound (its layout checked against this env's transitions, which the
+    collection's first step does); an env without the method, one answering None (a
+    ``TransformedEnv``, whose transforms rewrite transitions) or one whose transitions
+    hold more than the path makes (info entries) gets None.
     """
-    values_for = getattr(env, "_transition_values", None)
-    if values_for is None or not buffer.bound:
+    values_for = getattr(env, "transition_values", None)
+    if not callable(values_for) or not buffer.bound:
         return None
     values = values_for(buffer.keys)
     if values is None:
         return None
     sample = env.action_spec.sampler(generator=env.generator)
-    columns = buffer._columns
+    write_values = buffer.write_values
 
     def write(t: int) -> None:
-        torch._foreach_copy_(columns[t], values(sample()))
+        write_values(t, values(sample()))
 
     return write
 
@@ -216,7 +217,7 @@ def _write_step(step: Callable, td: TensorDictBase, buffer: RolloutBuffer, t: in
 def check_health_after(env: Any, data: TensorDictBase, call: str) -> None:
     """After a collection: scan its transitions into the env's health record, then poll it (no wait).
 
-    The env's :class:`~gpu_envs.core.validation.HealthMonitor` (``env.health_monitor``;
+    The env's :class:`~gpu_envs.core.health.HealthMonitor` (``env.health_monitor``;
     a ``TransformedEnv`` forwards its env's) checks ``data`` with the collecting env's
     own action spec and observation keys -- once per collection, in a few ops over the
     ``[N, T]`` buffer -- unless it already watched every step; then a poll raises

@@ -1,8 +1,5 @@
 """Transforms: small TensorDict -> TensorDict modules on the device, composable.
 
-* :class:`FinalObsTransform` (the final-observation rule that every ``BatchedEnv`` runs,
-  as a module that also caches the next root; it lives below the env in
-  :mod:`gpu_envs.contract.final_obs` and is re-exported here): true final observations.
 * :class:`TransformedEnv` stacks :class:`Transform` pieces on an env, keeping its API:
   :class:`EpisodeStats`, :class:`ObservationNorm`, :class:`RewardScale`,
   :class:`ClipReward`, :class:`ScalarizeReward` (vector rewards of multi-objective envs as
@@ -11,8 +8,8 @@
   deterministically, with their own episode statistics (one simulator per process).
 * :class:`RecordEpisodes` films whole episodes of chosen rows as mp4 videos (final frame
   included), every M episodes, at a cost bounded by those rows.
-* :class:`Quarantine` wraps an env so that rows whose observation or reward is not finite
-  are ended, reset and counted, sync-free, and the run goes on.
+* (``Quarantine``, an env wrapper rather than a transform, lives in :mod:`gpu_envs.wrappers`;
+  the final-observation rule every env runs in :mod:`gpu_envs.contract.final_obs`.)
 * ``TransformedEnv.get_state`` / ``set_state`` snapshot rows with each transform's state
   (:mod:`gpu_envs.transforms.snapshot`; ``Transform.row_state`` names its per-row part).
 
@@ -26,13 +23,14 @@ Example::
     print(stats.summary())
 """
 
-from gpu_envs.contract.final_obs import FinalObsTransform
+import warnings
+from typing import Any
+
 from gpu_envs.transforms.action import ActionRescale, ClipAction
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.episode_stats import EpisodeStats, EpisodeSummary, completed_episodes
 from gpu_envs.transforms.eval_rows import EvalRows
 from gpu_envs.transforms.observation_norm import ObservationNorm
-from gpu_envs.transforms.quarantine import Quarantine, QuarantineLimitError
 from gpu_envs.transforms.record import RecordEpisodes
 from gpu_envs.transforms.reward import ClipReward, RewardScale, ScalarizeReward
 from gpu_envs.transforms.transformed_env import TransformedEnv
@@ -45,10 +43,7 @@ __all__ = [
     "EpisodeStats",
     "EpisodeSummary",
     "EvalRows",
-    "FinalObsTransform",
     "ObservationNorm",
-    "Quarantine",
-    "QuarantineLimitError",
     "RecordEpisodes",
     "RewardScale",
     "ScalarizeReward",
@@ -56,3 +51,29 @@ __all__ = [
     "TransformedEnv",
     "completed_episodes",
 ]
+
+
+# names that lived here before (kept one release): where they are now
+_MOVED = {
+    "FinalObsTransform": ("gpu_envs.contract.final_obs", "FinalObsCache"),
+    "Quarantine": ("gpu_envs.wrappers", "Quarantine"),
+    "QuarantineLimitError": ("gpu_envs.wrappers", "QuarantineLimitError"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module 'gpu_envs.transforms' has no attribute {name!r}")
+    module, new = _MOVED[name]
+    warnings.warn(
+        f"gpu_envs.transforms.{name} moved: import {new} from {module}; the old place goes away in the next release.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    if module == "gpu_envs.wrappers":
+        import gpu_envs.wrappers  # at call time: the wrappers sit above this layer
+
+        return getattr(gpu_envs.wrappers, new)
+    from gpu_envs.contract import final_obs
+
+    return getattr(final_obs, new)

@@ -33,6 +33,7 @@ Example (a transform that adds a constant to the reward)::
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -73,18 +74,18 @@ class Transform:
     """Base class: every hook is the identity, so a subclass overrides only what it changes.
 
     A transform instance holds the state of ONE env (per-env running values); build a
-    new instance per :class:`TransformedEnv` (share statistics with ``state_dict``).
+    new instance per :class:`TransformedEnv` (share statistics with ``statistics``).
     """
 
     num_envs: int
     device: torch.device
     # set by TransformedEnv: raises the env's pending health-check flags (one sync); statistics
-    # transforms call it before they hand numbers to the host (gpu_envs.core.validation)
+    # transforms call it before they hand numbers to the host (gpu_envs.core.health)
     check_health: Callable[[], None] | None = None
-    # Per-row snapshots (TransformedEnv.get_state/set_state): the names, among state_tensors(),
+    # Per-row snapshots (TransformedEnv.get_state/set_state): the names, among live_state(),
     # of the tensors with one row per env ([N, ...]), restored row by row; the others are shared
     # by all rows (statistics), restored only by a full set_state. None: this transform keeps
-    # state outside state_tensors(), so a snapshot cannot hold it (get_state is refused).
+    # state outside live_state(), so a snapshot cannot hold it (get_state is refused).
     row_state: tuple[str, ...] | None = ()
 
     def __init__(self) -> None:
@@ -99,7 +100,7 @@ class Transform:
         if getattr(self, "_bound", False):
             raise InvalidArgumentError(
                 f"{type(self).__name__} is already part of another TransformedEnv; a transform holds "
-                "one env's state. Create a new instance (copy statistics with state_dict/load_state_dict)."
+                "one env's state. Create a new instance (copy statistics with statistics/load_statistics)."
             )
         self._bound = True
         self.num_envs = specs.num_envs
@@ -143,24 +144,48 @@ class Transform:
         """
 
     # ----------------------------------------------------------------- state
-    def state_tensors(self) -> dict[str, torch.Tensor]:
+    def live_state(self) -> dict[str, torch.Tensor]:
         """Every tensor this transform updates per step, live (not copies); none by default.
 
-        Unlike :meth:`state_dict` (copies of the statistics worth saving or sharing), this
-        is its whole per-step state, updated in place: ``TransformedEnv.state_dict()``
+        Unlike :meth:`statistics` (copies of the statistics worth saving or sharing), this
+        is its whole per-step state, updated in place: ``TransformedEnv.live_state()``
         includes it, which is how a CUDA-graph collection knows it (see
-        :mod:`gpu_envs.utils.state_dicts`).
+        :mod:`gpu_envs.utils.live_state`).
         """
         return {}
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Tensors worth saving (statistics); empty for stateless transforms."""
+    def statistics(self) -> dict[str, torch.Tensor]:
+        """Copies of the statistics worth saving or sharing (``torch.save`` them); empty for stateless transforms."""
         return {}
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+    def load_statistics(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what :meth:`statistics` returned."""
         if state:
-            raise InvalidArgumentError(f"{type(self).__name__} has no state; got keys {sorted(state)}.")
+            raise InvalidArgumentError(f"{type(self).__name__} has no statistics; got keys {sorted(state)}.")
+
+    # the names before statistics / load_statistics / live_state, kept one release
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Deprecated name of :meth:`statistics` (goes away in the next release)."""
+        _renamed(type(self).__name__, "state_dict", "statistics")
+        return self.statistics()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Deprecated name of :meth:`load_statistics` (goes away in the next release)."""
+        _renamed(type(self).__name__, "load_state_dict", "load_statistics")
+        self.load_statistics(state)
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Deprecated name of :meth:`live_state` (goes away in the next release)."""
+        _renamed(type(self).__name__, "state_tensors", "live_state")
+        return self.live_state()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A user transform written with the old method names keeps working: they stand for the new ones."""
+        super().__init_subclass__(**kwargs)
+        for old, new in _OLD_NAMES.items():
+            if old in cls.__dict__ and new not in cls.__dict__:
+                _renamed(cls.__name__, old, new, stacklevel=3)
+                setattr(cls, new, cls.__dict__[old])
 
     def check_bound(self, what: str) -> None:
         """Refuse reading state before ``setup`` (the transform is part of no TransformedEnv yet)."""
@@ -173,13 +198,13 @@ class Transform:
         """Refuse a state dict whose keys or shapes differ from ``expected`` (this instance's)."""
         if not getattr(self, "_bound", False):
             raise InvalidArgumentError(
-                f"{type(self).__name__}.load_state_dict needs the transform to be set up: build the "
+                f"{type(self).__name__}.load_statistics needs the transform to be set up: build the "
                 "TransformedEnv first, then load the state into its transform."
             )
         if set(state) != set(expected):
             raise InvalidArgumentError(
                 f"{type(self).__name__} state keys {sorted(state)} do not match {sorted(expected)}; "
-                "load a state_dict saved from the same transform over the same observation keys."
+                "load a statistics saved from the same transform over the same observation keys."
             )
         for key, value in expected.items():
             got = state[key]
@@ -191,3 +216,14 @@ class Transform:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+_OLD_NAMES = {"state_dict": "statistics", "load_state_dict": "load_statistics", "state_tensors": "live_state"}
+
+
+def _renamed(owner: str, old: str, new: str, stacklevel: int = 3) -> None:
+    warnings.warn(
+        f"{owner}.{old} is the old name of Transform.{new}; the old name goes away in the next release.",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )

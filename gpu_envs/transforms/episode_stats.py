@@ -248,7 +248,7 @@ class EpisodeStats(Transform):
         self._total_length.copy_(total[2:3].round().to(torch.int64))
         self._synced.copy_(total)
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
+    def live_state(self) -> dict[str, torch.Tensor]:
         return {
             "running_return": self._return,
             "running_length": self._length,
@@ -258,15 +258,15 @@ class EpisodeStats(Transform):
             "synced": self._synced,
         }
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
+    def statistics(self) -> dict[str, torch.Tensor]:
         return {
             "episodes": self.episodes.clone(),
             "total_return": self.total_return.clone(),
             "total_length": self.total_length.clone(),
         }
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self._check_state(state, self.state_dict() if getattr(self, "_bound", False) else {})
+    def load_statistics(self, state: dict[str, torch.Tensor]) -> None:
+        self._check_state(state, self.statistics() if getattr(self, "_bound", False) else {})
         for name in ("episodes", "total_return", "total_length"):
             getattr(self, name).copy_(state[name])  # 0-d views of the (1,) state
         self._synced.copy_(self._aggregate())  # restored figures are not pending: no process re-adds them

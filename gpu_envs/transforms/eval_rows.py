@@ -132,14 +132,14 @@ class EvalRows(Transform):
     # ----------------------------------------------------- state and sharing
     row_state = ("running_return", "running_length")  # its EpisodeStats'
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        return self.stats.state_tensors()
+    def live_state(self) -> dict[str, torch.Tensor]:
+        return self.stats.live_state()
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return self.stats.state_dict()
+    def statistics(self) -> dict[str, torch.Tensor]:
+        return self.stats.statistics()
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.stats.load_state_dict(state)
+    def load_statistics(self, state: dict[str, torch.Tensor]) -> None:
+        self.stats.load_statistics(state)
 
     def pending_stats(self) -> torch.Tensor:
         return self.stats.pending_stats()

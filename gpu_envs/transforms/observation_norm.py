@@ -12,15 +12,15 @@ What updates the statistics: each step's ``("next", key)`` rows and each reset's
 observations on the reset rows. Rows that carry a placeholder (``("next",
 "final_obs_missing")``) or any non-finite value are left out with a mask, so NaN
 placeholders never poison the mean. ``freeze()`` stops updating (evaluation, or a
-pretrained normaliser loaded with ``load_state_dict``); ``unfreeze()`` resumes.
+pretrained normaliser loaded with ``load_statistics``); ``unfreeze()`` resumes.
 
 Several processes (torchrun): each merges only what it sees, with no communication per
 step; :func:`gpu_envs.distributed.sync_stats` then merges every process's statistics
 since the last sync into every process (counts, means and M2, the same parallel
 formula), so all of them normalise with the same, global statistics. The statistics
-stay ONE set of tensors updated in place (what :meth:`ObservationNorm.state_tensors`
+stay ONE set of tensors updated in place (what :meth:`ObservationNorm.live_state`
 exposes, so CUDA graphs and ``torch.compile`` see the synced values); a snapshot of
-them at the last sync (or ``load_state_dict``) tells what this process added since,
+them at the last sync (or ``load_statistics``) tells what this process added since,
 which is what it contributes to the next sync: shared statistics are never counted
 twice.
 
@@ -34,7 +34,7 @@ Example::
     env = TransformedEnv(gpu_envs.make("Pendulum-v1", num_envs=1024), norm)
     env.rollout(200)
     norm.freeze()
-    torch.save(norm.state_dict(), "obs_norm.pt")
+    torch.save(norm.statistics(), "obs_norm.pt")
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ class ObservationNorm(Transform):
             self._m2[key] = torch.zeros(leaf.shape, **f64)
             self._loc[key] = torch.zeros(leaf.shape, dtype=leaf.dtype, device=dev)
             self._scale[key] = torch.ones(leaf.shape, dtype=leaf.dtype, device=dev)
-            # the statistics at the last sync / load_state_dict (count, mean, M2): shared already
+            # the statistics at the last sync / load_statistics (count, mean, M2): shared already
             self._synced[key] = (torch.zeros(1, **f64), torch.zeros(leaf.shape, **f64), torch.zeros(leaf.shape, **f64))
             self._view[key] = (specs.num_envs,) + (1,) * len(leaf.shape)
             obs_spec[key] = Box(-bound, bound, leaf.shape, leaf.dtype, device=dev)
@@ -303,7 +303,7 @@ class ObservationNorm(Transform):
         for snapshot, now in zip(self._synced[key], (self._count[key], self._mean[key], self._m2[key]), strict=True):
             snapshot.copy_(now)
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
+    def live_state(self) -> dict[str, torch.Tensor]:
         out = {}
         for key in self.keys:
             synced_count, synced_mean, synced_m2 = self._synced[key]
@@ -320,7 +320,7 @@ class ObservationNorm(Transform):
                 out[f"{_name(key)}.{field}"] = tensor
         return out
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
+    def statistics(self) -> dict[str, torch.Tensor]:
         """``{"<key>.count"|"<key>.mean"|"<key>.m2": tensor}``; nested keys are joined with ``/``."""
         out = {}
         for key in self.keys:
@@ -329,9 +329,9 @@ class ObservationNorm(Transform):
             out[f"{_name(key)}.m2"] = self._m2[key].clone()
         return out
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+    def load_statistics(self, state: dict[str, torch.Tensor]) -> None:
         """Restore saved statistics (as synced ones: a later sync does not count them once per process)."""
-        self._check_state(state, self.state_dict())
+        self._check_state(state, self.statistics())
         for key in self.keys:
             self._count[key].copy_(state[f"{_name(key)}.count"].reshape(1))
             self._mean[key].copy_(state[f"{_name(key)}.mean"])

@@ -55,7 +55,7 @@ def get_transformed_state(env: Any, rows: Rows) -> TensorDict:
     state = TensorDict({"env": inner}, batch_size=[k])
     shared = {}
     for i, t in enumerate(env.transforms):
-        names, tensors = _row_names(t), t.state_tensors()
+        names, tensors = _row_names(t), t.live_state()
         for name, value in tensors.items():
             if name in names:
                 state.set(("transforms", str(i), name), value.index_select(0, index))
@@ -78,7 +78,7 @@ def set_transformed_state(env: Any, state: Any, rows: Rows) -> None:
     writes = []  # (live tensor, value, per row) checked before anything moves
     for i, t in enumerate(env.transforms):
         names = _row_names(t)
-        for name, live in t.state_tensors().items():
+        for name, live in t.live_state().items():
             if name in names:
                 value = state.get(("transforms", str(i), name), None)
                 want = (int(index.shape[0]), *live.shape[1:])

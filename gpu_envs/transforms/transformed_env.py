@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,7 @@ from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.snapshot import get_transformed_state, set_transformed_state
 from gpu_envs.utils.arguments import check_td
 from gpu_envs.utils.call_guard import CallGuard
-from gpu_envs.utils.state_dicts import DatedState, check_state, check_values, copy_into, prefixed, under
+from gpu_envs.utils.live_state import DatedState, check_state, check_values, copy_into, prefixed, under
 
 
 class TransformedEnv(BatchedSpecs):
@@ -86,6 +87,7 @@ class TransformedEnv(BatchedSpecs):
         # the call in progress; still marked after one that did not finish (an exception or Ctrl-C
         # escaped it): the transforms' state may then disagree with the env's, until a full reset
         self._guard = CallGuard("this TransformedEnv")
+        self.caches: dict[str, Any] = {}  # per-env state of the layers above (collect's buffers); not the inner env's
         # the env's reset_count when the transforms last saw a reset (None: the env does not count them)
         self._seen_resets: int | None = getattr(env, "reset_count", None)
 
@@ -116,6 +118,14 @@ class TransformedEnv(BatchedSpecs):
     def generator(self) -> torch.Generator:
         """The env's generator (seeded by ``reset(seed=...)``), used for random actions."""
         return self.env.generator
+
+    def transition_values(self, keys: list) -> None:
+        """None: transforms rewrite transitions, so a collection writes them from TensorDicts.
+
+        (Defined here so that the inner env's :meth:`BatchedEnv.transition_values`, which
+        would skip the transforms, is never forwarded.)
+        """
+        return None
 
     def __getattr__(self, name: str) -> Any:
         # only called for names not found normally: read them from the wrapped env
@@ -226,26 +236,46 @@ class TransformedEnv(BatchedSpecs):
         return rollout(self, steps, policy, reset=reset)
 
     # ----------------------------------------------------------------- state
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Live state tensors (see :mod:`gpu_envs.utils.state_dicts`): the env's under ``"env."``,
-        each transform's :meth:`~Transform.state_tensors` under ``"transforms.<i>."``."""
-        inner = self.env.state_dict()
+    def live_state(self) -> dict[str, torch.Tensor]:
+        """Live state tensors (see :mod:`gpu_envs.utils.live_state`): the env's under ``"env."``,
+        each transform's :meth:`~Transform.live_state` under ``"transforms.<i>."``."""
+        inner = self.env.live_state()
         state = prefixed("env", inner)
         for i, t in enumerate(self.transforms):
-            state.update(prefixed(f"transforms.{i}", t.state_tensors()))
+            state.update(prefixed(f"transforms.{i}", t.live_state()))
         return DatedState(state, getattr(inner, "date", None))  # the env's date: it refuses a stale one
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Take the values of a :meth:`state_dict` (copied into the env's and transforms' tensors)."""
+    def load_live_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Take the values of a :meth:`live_state` (copied into the env's and transforms' tensors)."""
         check_state(state, "TransformedEnv")
         for i, t in enumerate(self.transforms):  # all checked before anything is loaded
-            check_values(t.state_tensors(), under(f"transforms.{i}", state), type(t).__name__)
+            check_values(t.live_state(), under(f"transforms.{i}", state), type(t).__name__)
         inner = under("env", state)
         date = getattr(state, "date", None)
-        self.env.load_state_dict(inner if date is None else DatedState(inner, date))
+        self.env.load_live_state(inner if date is None else DatedState(inner, date))
         for i, t in enumerate(self.transforms):
-            copy_into(t.state_tensors(), under(f"transforms.{i}", state), type(t).__name__)
+            copy_into(t.live_state(), under(f"transforms.{i}", state), type(t).__name__)
         self._needs_reset = False
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Deprecated name of :meth:`live_state` (goes away in the next release)."""
+        warnings.warn(
+            f"{type(self).__name__}.state_dict() was renamed live_state() (live tensors; a snapshot of rows is "
+            "get_state()); the old name goes away in the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.live_state()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Deprecated name of :meth:`load_live_state` (goes away in the next release)."""
+        warnings.warn(
+            f"{type(self).__name__}.load_state_dict() was renamed load_live_state(); the old name goes away in the "
+            "next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.load_live_state(state)
 
     def get_state(self, rows: Any = None) -> TensorDictBase:
         """A snapshot of ``rows`` (``None``: all): the env's and each transform's state (:mod:`gpu_envs.transforms.snapshot`)."""

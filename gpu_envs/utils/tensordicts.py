@@ -1,4 +1,8 @@
-"""TensorDicts built the cheapest way the installed ``tensordict`` allows.
+"""TensorDicts built the cheapest way the installed ``tensordict`` allows: the ONE module that knows its internals.
+
+Every read or write of tensordict's private layout in gpu_envs is a function here,
+version-checked, with a public-API fallback (the rest of the package calls these and
+never touches a ``_name`` of a TensorDict).
 
 ``BatchedEnv`` builds two TensorDicts per step (the transition's ``"next"`` and the
 next root) over tensors it already knows are on the right device with the right batch
@@ -29,21 +33,31 @@ from tensordict import TensorDict, TensorDictBase
 __all__ = [
     "DIRECT",
     "DIRECT_VERSIONS",
+    "STAMP",
     "direct_supported",
     "entries",
+    "fast_entries",
     "get_entry",
+    "is_non_tensor",
     "nest",
     "new_flat_td",
     "new_td",
     "set_entry",
+    "stamp",
+    "stamp_of",
 ]
+
+# the attribute (never an entry) dating the TensorDicts the step path builds (gpu_envs.core.step_path)
+STAMP = "_gpu_envs_stamp"
 
 # Versions whose TensorDict instance is exactly {_tensordict (a plain dict of str keys),
 # _batch_size, _device, _td_dim_names} and whose _set_str(key, value, validated=True,
 # inplace=False) only refuses a locked TensorDict (_is_locked) or stores the value in
-# _tensordict: checked against the 0.14 sources
-# (what CI pins). Widen it only after reading a release's TensorDict._new_unsafe.
-DIRECT_VERSIONS = SpecifierSet(">=0.14,<0.15")
+# _tensordict (0.15 also marks a consolidated TensorDict stale: set_entry leaves those to
+# it): checked against the 0.14 sources (what CI pins) and 0.15.3's (the newest release,
+# which CI's tensordict tier installs). Widen it only after reading a release's
+# TensorDict._new_unsafe and _set_str.
+DIRECT_VERSIONS = SpecifierSet(">=0.14,<0.16")
 
 
 def direct_supported(installed: str | None) -> bool:
@@ -136,9 +150,41 @@ def set_entry(td: TensorDictBase, key: str, value: TensorDictBase | torch.Tensor
     versions; a locked one still refuses through it.
     """
     if DIRECT and type(td) is TensorDict:
-        if td._is_locked:
-            td._set_str(key, value, validated=True, inplace=False)  # raises tensordict's lock error
+        if td._is_locked or "_consolidated" in td.__dict__:
+            # tensordict's own: its lock error, or a consolidated copy marked stale
+            td._set_str(key, value, validated=True, inplace=False)
         else:
             td._tensordict[key] = value
     else:
         td.set(key, value)
+
+
+def fast_entries(td: Any) -> dict | None:
+    """A plain TensorDict's own entries dict (str keys -> values), or None where that is not allowed.
+
+    None for any other class (a subclass, a lazy stack, a dict) and on tensordict
+    versions of unknown layout: the caller then goes through the public API.
+    """
+    if DIRECT and td.__class__ is TensorDict:
+        return td._tensordict
+    return None
+
+
+def stamp(td: TensorDictBase, value: int) -> None:
+    """Mark ``td`` with a host integer (an attribute outside its entries: keys, clone and equality ignore it).
+
+    Written into the instance's ``__dict__``, which bypasses tensordict's ``__setattr__``
+    (that would make an entry of it).
+    """
+    td.__dict__[STAMP] = value
+
+
+def stamp_of(td: Any) -> int | None:
+    """The mark :func:`stamp` put on ``td``, or None (a TensorDict the path did not build, a copy of one)."""
+    attributes = getattr(td, "__dict__", None)
+    return None if attributes is None else attributes.get(STAMP)
+
+
+def is_non_tensor(cls: type) -> bool:
+    """True for tensordict's non-tensor entry classes (``NonTensorData``, ``NonTensorStack``): ``cls._is_non_tensor``."""
+    return bool(getattr(cls, "_is_non_tensor", False))

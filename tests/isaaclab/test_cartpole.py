@@ -50,7 +50,7 @@ def test_specs_and_keys(case):
     td = env.reset(seed=0)
     assert set(td.keys()) == {"policy", "done", "terminated", "truncated"}
     assert td["policy"].shape == (NUM_ENVS, 4) and td["done"].shape == (NUM_ENVS, 1)
-    assert env.backend.supports_partial_reset == name.startswith("manager")
+    assert env.backend.capabilities.partial_reset == name.startswith("manager")
     # torchrl's convention: the env's specs carry the batch dims, env.single_* do not
     assert env.action_spec.shape == (NUM_ENVS, 1) and env.observation_spec["policy"].shape == (NUM_ENVS, 4)
     assert_batched_and_single_specs_agree(env)

@@ -23,7 +23,7 @@ import torch
 from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
 
 import gpu_envs
-from gpu_envs.backends.torch import TorchVectorBackend
+from gpu_envs.backends.torch_envs import TorchVectorBackend
 from gpu_envs.contract.errors import AutoresetModeError
 
 pytestmark = pytest.mark.slow  # ManiSkill builds a SAPIEN scene per env: seconds each

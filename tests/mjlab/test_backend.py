@@ -40,8 +40,8 @@ def test_wrap_recognises_mjlab_and_turns_its_auto_reset_off(env):
     from mjlab.envs import ManagerBasedRlEnv
 
     assert isinstance(env.backend, MjlabBackend) and isinstance(env.backend.base, ManagerBasedRlEnv)
-    assert env.backend.base.cfg.auto_reset is False and env.backend.final_obs_kind == FinalObsKind.SAME_STEP
-    assert env.backend.supports_partial_reset and env.device == torch.device("cpu")
+    assert env.backend.base.cfg.auto_reset is False and env.backend.capabilities.final_obs == FinalObsKind.WRAPPER_RESET
+    assert env.backend.capabilities.partial_reset and env.device == torch.device("cpu")
     # mjlab's own space classes became specs: the groups as keys, the action as a Box
     assert set(env.single_observation_spec.keys()) == {"actor", "critic"}
     assert env.single_observation_spec["actor"].shape == (5,) and env.observation_spec["critic"].shape == (NUM_ENVS, 5)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.backends.base import Backend, Capabilities, RawStep
 from gpu_envs.backends.common import observation_spec_from_space
 from gpu_envs.backends.jax.pack import PackedLayout
 from gpu_envs.backends.layout import StepLayout
@@ -124,11 +124,15 @@ class JaxBackend(Backend):
     """
 
     name = "jax"
-    trusted_outputs = True  # every tensor is a view of its own jitted step's packed output
-    # a core of gymnasium's functional envs steps without auto-reset and resets ended rows in the same
-    # jitted call; gymnax's own step resets and keeps the final observation (a core says which: its
-    # final_obs_kind attribute)
-    final_obs_kind = (FinalObsKind.SAME_STEP, FinalObsKind.SIMULATOR)
+    capabilities = Capabilities(
+        # a core of gymnasium's functional envs steps without auto-reset and resets ended rows in the same
+        # jitted call; gymnax's own step resets and keeps the final observation (a core says which: its
+        # final_obs_kind attribute)
+        final_obs=(FinalObsKind.WRAPPER_RESET, FinalObsKind.SIMULATOR),
+        trusted_outputs=True,  # every tensor is a view of its own jitted step's packed output
+        partial_reset=True,
+        snapshot_rows=True,  # the carry holds every row's state, PRNG keys and step counts: [N, ...] leaves
+    )
 
     def __init__(
         self, core: Any, device: torch.device | str | None = None, *, seed: int | None = None, expose_info: bool = True
@@ -141,7 +145,9 @@ class JaxBackend(Backend):
         seed = as_seed(seed)
         expose_info = as_bool(expose_info, "expose_info")
         self.core = core
-        self.final_obs_kind = FinalObsKind(getattr(core, "final_obs_kind", FinalObsKind.SAME_STEP))
+        self.capabilities = self.capabilities.replace(
+            final_obs=FinalObsKind(getattr(core, "final_obs_kind", FinalObsKind.WRAPPER_RESET))
+        )
         self.num_envs = core.num_envs
         if device is None:
             self._jax_device = jax.devices()[0]
@@ -151,7 +157,6 @@ class JaxBackend(Backend):
             self._jax_device = _jax_device(self.device)
         self.observation_spec = observation_spec_from_space(core.single_observation_space, self.device)
         self.action_spec = spec_from_gym(core.single_action_space, device=self.device)
-        self.supports_partial_reset = True
         self._obs_keys = list(self.observation_spec.keys(include_nested=True, leaves_only=True))
         self._default_seed = seed
         self._read = jax_reader(self.device)
@@ -290,8 +295,6 @@ class JaxBackend(Backend):
         return {key: self._read(x) for key, x in zip(self._obs_keys, leaves, strict=True)}
 
     # ------------------------------------------------------------ row snapshots
-    snapshot_rows = True  # the carry holds every row's state, PRNG keys and step counts: [N, ...] leaves
-
     def _carry_leaves(self) -> tuple[list, Any]:
         import jax
 

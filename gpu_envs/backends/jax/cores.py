@@ -92,7 +92,7 @@ class FuncEnvCore:
     the true one of the step that ended the episode.
     """
 
-    final_obs_kind = FinalObsKind.SAME_STEP  # the env's own auto-reset is not used: ended rows reset here
+    final_obs_kind = FinalObsKind.WRAPPER_RESET  # the env's own auto-reset is not used: ended rows reset here
 
     def __init__(self, vector_env: Any) -> None:
         self.env = vector_env

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from gpu_envs.backends.base import Backend, RawStep
-from gpu_envs.backends.gymnasium.info import InfoSpec
+from gpu_envs.backends.base import Backend, Capabilities, RawStep
+from gpu_envs.backends.gymnasium_envs.info import InfoSpec
 from gpu_envs.backends.layout import StepLayout
 from gpu_envs.backends.ray import cluster
 from gpu_envs.backends.ray.worker import StepResult
@@ -114,17 +114,19 @@ class RayBackend(Backend):
 
     Args:
         builders: one picklable callable per worker, run inside its actor, returning a
-            CPU :class:`~gpu_envs.backends.gymnasium.GymnasiumBackend` of its envs.
+            CPU :class:`~gpu_envs.backends.gymnasium_envs.GymnasiumBackend` of its envs.
         sizes: how many envs each builder builds (rows, in order).
         device: target device; ``None`` means :func:`gpu_envs.utils.devices.default_device`.
         options: timeouts, CPUs per worker and the cluster (:class:`RayOptions`).
     """
 
     name = "ray"
-    supports_partial_reset = True
-    trusted_outputs = True  # every tensor comes out of its own staging, laid out from the specs
-    # each worker runs the gymnasium backend (SAME_STEP SyncVectorEnvs by make, any mode by wrap_ray)
-    final_obs_kind = (FinalObsKind.SIMULATOR, FinalObsKind.SAME_STEP)
+    capabilities = Capabilities(
+        # each worker runs the gymnasium backend (SAME_STEP SyncVectorEnvs by make, any mode by wrap_ray)
+        final_obs=(FinalObsKind.SIMULATOR, FinalObsKind.WRAPPER_RESET),
+        trusted_outputs=True,  # every tensor comes out of its own staging, laid out from the specs
+        partial_reset=True,
+    )
     # None: packed staging buffer + one transfer off the CPU; tests set True to run that path on the CPU
     staging_packed: bool | None = None
 

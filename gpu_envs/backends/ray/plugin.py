@@ -25,8 +25,8 @@ import gymnasium as gym
 import torch
 from gymnasium.envs.registration import load_env_creator
 
-from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
-from gpu_envs.backends.gymnasium.plugin import check_sub_env_args
+from gpu_envs.backends.gymnasium_envs import PLUGIN as GYMNASIUM
+from gpu_envs.backends.gymnasium_envs.plugin import check_sub_env_args
 from gpu_envs.backends.ray.backend import RayBackend, RayOptions, split_rows
 from gpu_envs.backends.ray.worker import make_share, registering, wrap_share
 from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError

@@ -1,7 +1,7 @@
 """What runs inside each Ray actor: a gymnasium vector env of its share, behind the gymnasium backend.
 
 Each actor builds its share of the envs with a *builder* (a picklable callable that
-returns a :class:`~gpu_envs.backends.gymnasium.GymnasiumBackend` on the CPU), so every
+returns a :class:`~gpu_envs.backends.gymnasium_envs.GymnasiumBackend` on the CPU), so every
 exactness rule of the gymnasium backend (auto-reset modes, true final observations,
 info entries, seeds ``s + global index``) holds inside the actor unchanged. The actor
 answers with plain numpy arrays, which Ray moves cheaply, and the driver
@@ -30,8 +30,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from gpu_envs.backends.gymnasium import PLUGIN as GYMNASIUM
-from gpu_envs.backends.gymnasium import GymnasiumBackend
+from gpu_envs.backends.gymnasium_envs import PLUGIN as GYMNASIUM
+from gpu_envs.backends.gymnasium_envs import GymnasiumBackend
 from gpu_envs.utils.arrays import to_torch
 
 

@@ -138,6 +138,16 @@ class Box(Spec):
             "use a wider dtype or bounds inside the range."
         )
 
+    def with_bounded(self, bounded_below: Any, bounded_above: Any) -> Box:
+        """This box with which dims count as bounded set explicitly (gymnasium's ``bounded_below/above``), in place.
+
+        By default a finite bound is a bound; a gymnasium ``Box`` may say otherwise (its
+        ``bounded_below``/``bounded_above`` arrays), which decides how ``rand`` samples.
+        Returns ``self``.
+        """
+        self._set_bounded(torch.as_tensor(bounded_below), torch.as_tensor(bounded_above))
+        return self
+
     def _set_bounded(self, bounded_below: torch.Tensor, bounded_above: torch.Tensor) -> None:
         """Record which dims are bounded and precompute what ``rand``/``zero`` need."""
         self._below = bounded_below.to(self.device, torch.bool).expand(self.event_shape).clone()

@@ -48,10 +48,9 @@ def spec_from_gym(space: gymnasium.spaces.Space, device: DeviceLike = "cpu") -> 
             torch_dtype(space.dtype),
             device,
         )
-        box._set_bounded(
+        return box.with_bounded(
             torch.from_numpy(np.array(space.bounded_below)), torch.from_numpy(np.array(space.bounded_above))
         )
-        return box
     if isinstance(space, spaces.Discrete):
         return Discrete(int(space.n), torch_dtype(space.dtype), device, start=int(space.start))
     if isinstance(space, spaces.MultiDiscrete):

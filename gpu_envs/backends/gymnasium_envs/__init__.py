@@ -19,16 +19,16 @@ transfer).
 
 Example::
 
-    from gpu_envs.backends.gymnasium import PLUGIN, GymnasiumBackend, FrameSkip
+    from gpu_envs.backends.gymnasium_envs import PLUGIN, GymnasiumBackend, FrameSkip
 
     backend = PLUGIN.make("CartPole-v1", num_envs=8, device=torch.device("cpu"))
 """
 
-from gpu_envs.backends.gymnasium.backend import GymnasiumBackend, wrap_single
-from gpu_envs.backends.gymnasium.plugin import PLUGIN, GymnasiumPlugin
-from gpu_envs.backends.gymnasium.vector import autoreset_mode
-from gpu_envs.backends.gymnasium.workers import DEFAULT_STEP_TIMEOUT, guarded_worker
-from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
+from gpu_envs.backends.gymnasium_envs.backend import GymnasiumBackend, wrap_single
+from gpu_envs.backends.gymnasium_envs.plugin import PLUGIN, GymnasiumPlugin
+from gpu_envs.backends.gymnasium_envs.vector import autoreset_mode
+from gpu_envs.backends.gymnasium_envs.workers import DEFAULT_STEP_TIMEOUT, guarded_worker
+from gpu_envs.backends.gymnasium_envs.wrappers import FrameSkip, add_pixels
 
 __all__ = [
     "DEFAULT_STEP_TIMEOUT",

@@ -1,19 +1,19 @@
-"""The state protocol every layer of an env speaks: ``state_dict()`` and ``load_state_dict()``.
+"""The state protocol every layer of an env speaks: ``live_state()`` and ``load_live_state()``.
 
 An object that keeps per-step state in tensors (a built-in env, a backend, ``BatchedEnv``,
 ``TransformedEnv``) exposes it as torch modules do:
 
-* ``state_dict()`` -> ``{name: tensor}``: the LIVE tensors (not copies) holding everything
+* ``live_state()`` -> ``{name: tensor}``: the LIVE tensors (not copies) holding everything
   a step reads and writes; a layer that wraps another includes the inner one's entries
   under a prefix (``"backend.env.state"``);
-* ``load_state_dict(d)``: take the values of ``d`` (same names, shapes and dtypes), by
+* ``load_live_state(d)``: take the values of ``d`` (same names, shapes and dtypes), by
   copying them into its own tensors. A cache of tensors the layer only ever replaces and
   never writes into (``BatchedEnv``'s root observations) takes copies instead.
 
 The CUDA-graph collector (:mod:`gpu_envs.rollout.cudagraph`) needs nothing else: what is updated
 in place stays in the graph's memory, what is re-bound is copied back into it.
 
-Because the tensors are live, a ``state_dict()`` kept without copying moves on with the
+Because the tensors are live, a ``live_state()`` kept without copying moves on with the
 env: loading it back after the env stepped would restore what was re-bound (the root
 observations) but not what was updated in place (the simulator), a silent mix of two
 moments. ``BatchedEnv`` and ``TransformedEnv`` therefore hand out a :class:`DatedState`
@@ -23,9 +23,9 @@ of their own from an earlier root, naming the fix (clone when saving). A copy
 
 Example::
 
-    saved = {name: t.clone() for name, t in env.state_dict().items()}
+    saved = {name: t.clone() for name, t in env.live_state().items()}
     ...                               # steps
-    env.load_state_dict(saved)        # back to exactly that state (same future draws)
+    env.load_live_state(saved)        # back to exactly that state (same future draws)
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ __all__ = ["DatedState", "check_state", "check_values", "copy_into", "prefixed",
 
 
 class DatedState(dict):
-    """A ``state_dict()`` of live tensors that says when it was taken.
+    """A ``live_state()`` of live tensors that says when it was taken.
 
     ``date`` is ``(owner, moment)``: an object identifying the env that made it and the
     number of its root at that time (``None`` when unknown). Anything else about it is a
@@ -55,14 +55,14 @@ class DatedState(dict):
 
 
 def refuse_stale(state: object, owner: object, moment: int, who: str) -> None:
-    """Refuse ``state`` if it is ``owner``'s own live state_dict() from another moment than ``moment``."""
+    """Refuse ``state`` if it is ``owner``'s own live live_state() from another moment than ``moment``."""
     date = getattr(state, "date", None)
     if type(state) is DatedState and date is not None and date[0] is owner and date[1] != moment:
         raise InvalidArgumentError(
-            f"{who}.load_state_dict was given this env's own state_dict() from an earlier moment, not a copy of it. "
+            f"{who}.load_live_state was given this env's own live_state() from an earlier moment, not a copy of it. "
             "Its tensors are the env's live ones: the simulator's have moved on with the env since, so loading it "
             "would move the root observations back but not the simulator. Copy the state when you save it: "
-            "saved = {k: v.clone() for k, v in env.state_dict().items()}, then env.load_state_dict(saved)."
+            "saved = {k: v.clone() for k, v in env.live_state().items()}, then env.load_live_state(saved)."
         )
 
 
@@ -78,10 +78,10 @@ def under(prefix: str, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Ten
 
 
 def check_state(state: object, owner: str) -> None:
-    """Refuse anything but a mapping of names to tensors before a ``load_state_dict`` reads it."""
+    """Refuse anything but a mapping of names to tensors before a ``load_live_state`` reads it."""
     if not isinstance(state, Mapping):
         raise InvalidArgumentError(
-            f"{owner}.load_state_dict takes the dict of tensors a state_dict() returned (or a copy of it), got "
+            f"{owner}.load_live_state takes the dict of tensors a live_state() returned (or a copy of it), got "
             f"{type(state).__name__}."
         )
 
@@ -102,7 +102,7 @@ def check_values(targets: Mapping[str, torch.Tensor], values: Mapping[str, torch
     check_state(values, owner)
     if set(values) != set(targets):
         raise InvalidArgumentError(
-            f"{owner}.load_state_dict expects the names {sorted(targets)} of its state_dict(), got {sorted(values)}."
+            f"{owner}.load_live_state expects the names {sorted(targets)} of its live_state(), got {sorted(values)}."
         )
     for name, target in targets.items():
         value = values[name]

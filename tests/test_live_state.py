@@ -1,5 +1,5 @@
-"""The state protocol (gpu_envs.utils.state_dicts): every layer's state_dict() is live, and
-load_state_dict() of a snapshot brings back exactly that state, so the same actions give
+"""The state protocol (gpu_envs.utils.live_state): every layer's live_state() is live, and
+load_live_state() of a snapshot brings back exactly that state, so the same actions give
 the same transitions again. It is what the CUDA-graph collector pins (tests/test_compile.py)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tests.graph_emulation import EmulatedGraphs
 
 
 def snapshot(env):
-    return {name: value.clone() for name, value in env.state_dict().items()}
+    return {name: value.clone() for name, value in env.live_state().items()}
 
 
 def replay(env, actions):
@@ -43,19 +43,19 @@ def test_batched_env_state_dict_round_trip():
     actions = torch.randint(0, 2, (8, 40))
     first = replay(env, actions)
     assert first["next", "done"].any(), "episodes ended and reset in between"
-    env.load_state_dict(saved)
+    env.load_live_state(saved)
     assert_same(first, replay(env, actions))
     # the restored root is a copy: the snapshot (or a root handed out before) is never written
-    assert env.state_dict()["root.observation"] is not saved["root.observation"]
+    assert env.live_state()["root.observation"] is not saved["root.observation"]
     with pytest.raises(InvalidArgumentError, match=r"'root\.observation' is missing"):
-        env.load_state_dict({k: v for k, v in saved.items() if k != "root.observation"})
+        env.load_live_state({k: v for k, v in saved.items() if k != "root.observation"})
 
 
 def test_transformed_env_state_includes_its_transforms_and_round_trips():
     stats, norm = EpisodeStats(), ObservationNorm()
     env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=1), stats, norm)
     env.reset()
-    state = env.state_dict()
+    state = env.live_state()
     assert state["transforms.0.running_return"] is stats.running_return
     assert {"transforms.1.observation.mean", "transforms.1.observation.scale", "env.backend.env.state"} <= set(state)
     saved = snapshot(env)
@@ -63,7 +63,7 @@ def test_transformed_env_state_includes_its_transforms_and_round_trips():
     first = replay(env, actions)
     summary = stats.summary()
     assert summary.episodes > 0
-    env.load_state_dict(saved)
+    env.load_live_state(saved)
     assert stats.summary().episodes == 0 and norm.count().item() == saved["transforms.1.observation.count"].item()
     assert_same(first, replay(env, actions))
     assert stats.summary() == summary
@@ -73,12 +73,12 @@ def test_declared_state_attributes_are_read_live_and_loaded_as_copies():
     raw = CountingTorchVectorEnv(4)
     env = gpu_envs.wrap(raw)
     env.reset()
-    state = env.state_dict()
+    state = env.live_state()
     assert state["backend.env.t"] is raw.t and state["backend.env.episode"] is raw.episode
     saved = snapshot(env)
     actions = torch.zeros(4, 9, dtype=torch.long)
     first = replay(env, actions)
-    env.load_state_dict(saved)
+    env.load_live_state(saved)
     assert raw.t is not saved["backend.env.t"]  # re-bound to a copy: the env may replace it
     assert_same(first, replay(env, actions))
 
@@ -86,7 +86,7 @@ def test_declared_state_attributes_are_read_live_and_loaded_as_copies():
 def test_envs_whose_state_is_outside_torch_say_so():
     env = gpu_envs.make("CartPole-v1", num_envs=2, backend="gymnasium", device="cpu")
     with pytest.raises(RolloutError, match="keeps its simulator's state outside torch tensors"):
-        env.state_dict()
+        env.live_state()
     with pytest.raises(RolloutError, match="outside torch tensors"):
         GraphCollector(env, None, RolloutBuffer(env, 2), api=EmulatedGraphs())
     env.close()
@@ -97,18 +97,18 @@ def test_a_refused_state_names_the_cause_and_leaves_the_env_as_it_was():
     env.reset()
     before = snapshot(env)
     actions = torch.randint(0, 2, (4, 5), generator=torch.Generator().manual_seed(1))
-    with pytest.raises(InvalidArgumentError, match="takes the dict of tensors a state_dict"):
-        env.load_state_dict(42)
+    with pytest.raises(InvalidArgumentError, match="takes the dict of tensors a live_state"):
+        env.load_live_state(42)
     for bad in (torch.zeros(7, 7), before["root.observation"].double()):  # a root of another env, or recast
         with pytest.raises(InvalidArgumentError, match=r"'root.observation' must be a \(4, 4\) torch.float32"):
-            env.load_state_dict({**before, "root.observation": bad})
+            env.load_live_state({**before, "root.observation": bad})
     backend = [name for name in before if name.startswith("backend.")]
     broken = {**before, **{name: before[name] + 1 for name in backend[:1]}, backend[-1]: torch.zeros(1)}
     with pytest.raises(InvalidArgumentError, match=repr(backend[-1].removeprefix("backend.env."))):
-        env.load_state_dict(broken)  # the first backend entry is fine, the last is not: nothing is copied
+        env.load_live_state(broken)  # the first backend entry is fine, the last is not: nothing is copied
     assert_same_state(snapshot(env), before)
     expected = replay(env, actions)
-    env.load_state_dict(before)
+    env.load_live_state(before)
     assert_same(replay(env, actions), expected)
 
 
@@ -116,13 +116,13 @@ def test_a_refused_transformed_state_loads_nothing():
     env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0), ObservationNorm())
     env.reset()
     before = snapshot(env)
-    with pytest.raises(InvalidArgumentError, match=r"TransformedEnv\.load_state_dict takes the dict"):
-        env.load_state_dict([1, 2])
+    with pytest.raises(InvalidArgumentError, match=r"TransformedEnv\.load_live_state takes the dict"):
+        env.load_live_state([1, 2])
     changed = {name: value + 1 if value.is_floating_point() else value for name, value in before.items()}
     bad_stats = next(name for name in before if name.startswith("transforms.0."))
     changed[bad_stats] = torch.zeros(3, 3)
     with pytest.raises(InvalidArgumentError, match="ObservationNorm state"):
-        env.load_state_dict(changed)
+        env.load_live_state(changed)
     assert_same_state(snapshot(env), before)  # the env's own state was not loaded before the refusal
 
 

@@ -203,9 +203,9 @@ class QuarantineMarks(Transform):
     @property
     def row_state(self) -> tuple[str, ...]:  # type: ignore[override]
         """Every state tensor but the two counters shared by all rows (``total``, ``steps``)."""
-        return tuple(name for name in self.state_tensors() if name not in ("total", "steps"))
+        return tuple(name for name in self.live_state() if name not in ("total", "steps"))
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
+    def live_state(self) -> dict[str, torch.Tensor]:
         state = {"per_row": self.per_row, "total": self.total, "steps": self.steps, "at_step": self.at_step}
         state["action"], state["bad_reward"], state["to_reset"] = self.action, self.bad_reward, self.to_reset
         state["pending"], state["at_reset"] = self.pending, self.at_reset
@@ -242,7 +242,8 @@ class Quarantine(TransformedEnv):
         ):
             raise InvalidArgumentError(f"raise_after must be None or an int >= 1, got {raise_after!r}.")
         backend = getattr(env, "backend", None)
-        if backend is not None and not getattr(backend, "supports_partial_reset", True):
+        capabilities = getattr(backend, "capabilities", None)
+        if capabilities is not None and not capabilities.partial_reset:
             raise InvalidArgumentError(
                 f"Quarantine resets single rows, and the {backend.describe()} backend cannot reset a subset of its "
                 "envs. Use a backend that accepts a reset mask (built-in, torch with supports_reset_mask, gymnasium, "

@@ -23,9 +23,9 @@ without touching gymnasium:
   env was built from the main thread, plus a thread watching the parent pid, for every
   start method and OS), even when stuck in ``step``. ``make(..., vectorization="async")``
   builds its workers with it; an AsyncVectorEnv you build yourself gets it by passing
-  ``worker=gpu_envs.backends.gymnasium.guarded_worker()`` (and always after a restart).
+  ``worker=gpu_envs.backends.gymnasium_envs.guarded_worker()`` (and always after a restart).
   Workers already started with gymnasium's plain worker cannot be changed: on Linux a
-  :mod:`~gpu_envs.backends.gymnasium.reaper` process kills them when their parent dies
+  :mod:`~gpu_envs.backends.gymnasium_envs.reaper` process kills them when their parent dies
   (a warning says that a terminal's Ctrl-C still reaches them).
 
 Example::
@@ -54,8 +54,8 @@ import gymnasium as gym
 from gymnasium.vector import async_vector_env
 from gymnasium.vector.async_vector_env import AsyncState
 
-from gpu_envs.backends.gymnasium.internals import private
-from gpu_envs.backends.gymnasium.reaper import Reaper, start_reaper
+from gpu_envs.backends.gymnasium_envs.internals import private
+from gpu_envs.backends.gymnasium_envs.reaper import Reaper, start_reaper
 from gpu_envs.contract.errors import BackendError, InterruptedStepError, StepTimeoutError
 from gpu_envs.utils.call_guard import CallGuard
 
@@ -194,7 +194,7 @@ class AsyncCalls:
             )
             warnings.warn(
                 f"{describe()}: this AsyncVectorEnv's workers run gymnasium's plain worker, so {orphans}a Ctrl-C in "
-                "the terminal reaches the workers too. Build it with worker=gpu_envs.backends.gymnasium.guarded_worker() "
+                "the terminal reaches the workers too. Build it with worker=gpu_envs.backends.gymnasium_envs.guarded_worker() "
                 "(gpu_envs.make(..., vectorization='async') does); a restart after a timeout or an interruption uses "
                 "it anyway.",
                 stacklevel=4,

@@ -90,16 +90,16 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gpu_envs.backends.base import Backend, RawStep
+from gpu_envs.backends.base import Backend, Capabilities, RawStep
 from gpu_envs.backends.common import claim_simulator, innermost, numpy2_advice
-from gpu_envs.backends.gymnasium.info import InfoReader, InfoSpec
-from gpu_envs.backends.gymnasium.snapshot import refusal as snapshot_refusal
-from gpu_envs.backends.gymnasium.snapshot import restore_rows
-from gpu_envs.backends.gymnasium.snapshot import snapshot_rows as copy_rows
-from gpu_envs.backends.gymnasium.spaces import ActionCodec, ObsLayout
-from gpu_envs.backends.gymnasium.vector import autoreset_mode, check_next_step, episode_statistics
-from gpu_envs.backends.gymnasium.workers import DEFAULT_STEP_TIMEOUT, AsyncCalls, shutdown_async
-from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
+from gpu_envs.backends.gymnasium_envs.info import InfoReader, InfoSpec
+from gpu_envs.backends.gymnasium_envs.snapshot import refusal as snapshot_refusal
+from gpu_envs.backends.gymnasium_envs.snapshot import restore_rows
+from gpu_envs.backends.gymnasium_envs.snapshot import snapshot_rows as copy_rows
+from gpu_envs.backends.gymnasium_envs.spaces import ActionCodec, ObsLayout
+from gpu_envs.backends.gymnasium_envs.vector import autoreset_mode, check_next_step, episode_statistics
+from gpu_envs.backends.gymnasium_envs.workers import DEFAULT_STEP_TIMEOUT, AsyncCalls, shutdown_async
+from gpu_envs.backends.gymnasium_envs.wrappers import FrameSkip, add_pixels
 from gpu_envs.backends.layout import StepLayout
 from gpu_envs.contract.errors import (
     BackendError,
@@ -144,11 +144,13 @@ class GymnasiumBackend(Backend):
     """
 
     name = "gymnasium"
-    supports_partial_reset = True
-    trusted_outputs = True  # every tensor comes out of its own staging, laid out from the specs
-    # SAME_STEP: gymnasium's info["final_obs"]; NEXT_STEP, DISABLED and single envs: the ended rows are
-    # reset through reset_mask inside the same step (an instance says which of the two)
-    final_obs_kind = (FinalObsKind.SIMULATOR, FinalObsKind.SAME_STEP)
+    capabilities = Capabilities(
+        # gymnasium SAME_STEP: its info["final_obs"]; NEXT_STEP, DISABLED and single envs: the ended rows are
+        # reset through reset_mask inside the same step (an instance says which of the two)
+        final_obs=(FinalObsKind.SIMULATOR, FinalObsKind.WRAPPER_RESET),
+        trusted_outputs=True,  # every tensor comes out of its own staging, laid out from the specs
+        partial_reset=True,
+    )
     # Staging mode: None picks by device (packed buffer + one transfer off the CPU); tests
     # set True to run the packed path on the CPU.
     staging_packed: bool | None = None
@@ -190,8 +192,10 @@ class GymnasiumBackend(Backend):
         if self.mode == AutoresetMode.NEXT_STEP and not single:
             check_next_step(env)
         self._same_step = self.mode == AutoresetMode.SAME_STEP
-        self.snapshot_rows = snapshot_refusal(env) is None  # a SyncVectorEnv: its sub-envs deep-copied
-        self.final_obs_kind = FinalObsKind.SIMULATOR if self._same_step else FinalObsKind.SAME_STEP
+        self.capabilities = self.capabilities.replace(
+            final_obs=FinalObsKind.SIMULATOR if self._same_step else FinalObsKind.WRAPPER_RESET,
+            snapshot_rows=snapshot_refusal(env) is None,  # a SyncVectorEnv: its sub-envs deep-copied
+        )
         self._single = single
         self._async = base if isinstance(base, gym.vector.AsyncVectorEnv) else None
         # gymnasium's own vector envs give a final observation for exactly the ended rows

@@ -1,6 +1,6 @@
 """No orphans from worker processes gpu_envs did not start: a small process kills them when their parent dies.
 
-gpu_envs' own async workers (:func:`~gpu_envs.backends.gymnasium.workers.guarded_worker`)
+gpu_envs' own async workers (:func:`~gpu_envs.backends.gymnasium_envs.workers.guarded_worker`)
 die with their parent by themselves. An ``AsyncVectorEnv`` built by the user with
 gymnasium's plain worker has workers that, stuck in ``step``, outlive a parent killed
 with SIGKILL, and it is too late to change them: ``PR_SET_PDEATHSIG`` can only be set

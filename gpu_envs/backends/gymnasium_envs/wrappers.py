@@ -8,7 +8,7 @@ them for you; to use them with a vector env you build yourself, pass them to
 ``gymnasium.make_vec(id, wrappers=[...])``::
 
     import functools, gymnasium as gym
-    from gpu_envs.backends.gymnasium import FrameSkip, add_pixels
+    from gpu_envs.backends.gymnasium_envs import FrameSkip, add_pixels
 
     venv = gym.make_vec("CartPole-v1", 8, render_mode="rgb_array",
                         wrappers=[functools.partial(FrameSkip, skip=4),

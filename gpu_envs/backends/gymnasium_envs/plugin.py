@@ -8,7 +8,7 @@ first step itself -- pass ``disable_env_checker=False`` to keep it), as a
 ``SyncVectorEnv``, or an ``AsyncVectorEnv`` with ``vectorization="async"`` or
 ``num_workers=k`` (one process per sub-env, as gymnasium does; at most ``k`` of them
 stepping at once). Async workers are built with
-:func:`~gpu_envs.backends.gymnasium.workers.guarded_worker` (they ignore SIGINT and die
+:func:`~gpu_envs.backends.gymnasium_envs.workers.guarded_worker` (they ignore SIGINT and die
 with this process) and every call waits at most ``step_timeout`` seconds (default 60;
 ``None``: no limit). ``wrap`` takes a gymnasium ``VectorEnv`` as it is, or a single
 ``Env`` as a batch of one.
@@ -32,9 +32,9 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from gpu_envs.backends.gymnasium.backend import GymnasiumBackend, wrap_single
-from gpu_envs.backends.gymnasium.workers import DEFAULT_STEP_TIMEOUT, guarded_worker
-from gpu_envs.backends.gymnasium.wrappers import FrameSkip, add_pixels
+from gpu_envs.backends.gymnasium_envs.backend import GymnasiumBackend, wrap_single
+from gpu_envs.backends.gymnasium_envs.workers import DEFAULT_STEP_TIMEOUT, guarded_worker
+from gpu_envs.backends.gymnasium_envs.wrappers import FrameSkip, add_pixels
 from gpu_envs.backends.inbound import check_options
 from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError
 from gpu_envs.contract.specs import Composite
@@ -213,7 +213,7 @@ class GymnasiumPlugin:
                     "from_pixels and frame_skip act on each sub-env before vectorisation (to stay exact at episode "
                     "ends), so they cannot be added to an existing VectorEnv. Pass them to gpu_envs.make(id, ...), or "
                     "build the vector env with gymnasium.make_vec(id, n, wrappers=[functools.partial("
-                    "gpu_envs.backends.gymnasium.FrameSkip, skip=k), gpu_envs.backends.gymnasium.add_pixels], "
+                    "gpu_envs.backends.gymnasium_envs.FrameSkip, skip=k), gpu_envs.backends.gymnasium_envs.add_pixels], "
                     "render_mode='rgb_array')."
                 )
             kwargs.pop("pixels_only", None)

@@ -1,22 +1,22 @@
 """What the step path checks, and the errors that explain a failed check.
 
 Two kinds of input meet :class:`~gpu_envs.core.step_path.StepPath`: the learner's
-action, and the backend's outputs. :class:`StepChecks` holds every check of both, each
+action, and the backend's outputs. :class:`StepValidator` holds every check of both, each
 as one method the path binds where it applies (:mod:`gpu_envs.core.step_path`):
 
 * the action's metadata (type, shape, dtype, device) on every step -- the path compares
-  them inline and calls :meth:`StepChecks.action` only to raise the explanation;
-  its values (:meth:`StepChecks.action_values`: Discrete ranges on the first step, every
+  them inline and calls :meth:`StepValidator.action` only to raise the explanation;
+  its values (:meth:`StepValidator.action_values`: Discrete ranges on the first step, every
   range and non-finite Box values with ``validate``), which cost one host sync;
-* the backend's outputs: everything on the first step (:meth:`StepChecks.raw_step`:
+* the backend's outputs: everything on the first step (:meth:`StepValidator.raw_step`:
   types, shapes, dtypes, devices of the one :class:`~gpu_envs.backends.base.RawStep`
-  shape) and on every reset (:meth:`StepChecks.observations`); metadata only on the
+  shape) and on every reset (:meth:`StepValidator.observations`); metadata only on the
   later steps of backends that hand on tensors someone else made
-  (:meth:`StepChecks.outputs`, no host sync).
+  (:meth:`StepValidator.outputs`, no host sync).
 
 Example::
 
-    checks = StepChecks(backend, specs, device)
+    checks = StepValidator(backend, specs, device)
     checks.raw_step(backend.step(action))   # BackendError naming the field and the fix
 """
 
@@ -30,12 +30,12 @@ from gpu_envs.backends.base import Backend
 from gpu_envs.contract.errors import ActionError, BackendError
 from gpu_envs.contract.specs import Box, Spec
 
-__all__ = ["StepChecks"]
+__all__ = ["StepValidator"]
 
 _FLAGS = ("terminated", "truncated", "done")
 
 
-class StepChecks:
+class StepValidator:
     """The checks of one env's actions and backend outputs (module docstring).
 
     Args:

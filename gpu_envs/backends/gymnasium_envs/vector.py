@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from gpu_envs.backends.gymnasium.internals import private
+from gpu_envs.backends.gymnasium_envs.internals import private
 from gpu_envs.contract.errors import AutoresetModeError
 from gpu_envs.contract.specs import Box
 

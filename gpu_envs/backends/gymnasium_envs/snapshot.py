@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from tensordict import NonTensorStack, TensorDict, TensorDictBase
 
-from gpu_envs.backends.gymnasium.internals import private
+from gpu_envs.backends.gymnasium_envs.internals import private
 from gpu_envs.contract.errors import SnapshotError
 
 __all__ = ["refusal", "restore_rows", "snapshot_rows"]

@@ -36,10 +36,12 @@ wrapped, with no numpy and no host synchronisation::
 * One env object is driven by one ``BatchedEnv`` at a time: wrapping it (or another
   wrapper around the same ``unwrapped`` env) again before closing the first is refused.
 * To be replayed by a CUDA graph (``collect(..., cudagraph=True)``) an env says where its
-  per-step state is: ``state_dict()`` returning those tensors (live, not copies) with
-  ``load_state_dict(d)`` copying values into them, or a class attribute
+  per-step state is: ``live_state()`` returning those tensors (live, not copies) with
+  ``load_live_state(d)`` copying values into them, or a class attribute
   ``state_attributes = ("pos", "vel", ...)`` naming its tensor attributes (updated in
-  place or re-bound each step). The built-in envs have ``state_dict()``.
+  place or re-bound each step). The built-in envs have ``live_state()``. (An env naming
+  the two ``state_dict()``/``load_state_dict(d)``, as before, is still taken, with a
+  DeprecationWarning.)
 * To be snapshot and restored per row (``env.get_state(rows)`` / ``env.set_state(state,
   rows)``, :mod:`gpu_envs.core.snapshot`) an env implements
   :class:`~gpu_envs.contract.protocols.RowStateEnv`: ``get_state(rows)`` returning copies
@@ -54,11 +56,10 @@ wrapped, with no numpy and no host synchronisation::
 Optional fast path (what the built-in envs implement): an env that already holds its
 step's results in the contract's layout may also define::
 
-        def step_transition(self, action) -> (obs, reward, terminated, truncated, done,
-                                              final_obs, final_mask, info): ...
+        def raw_step(self, action) -> gpu_envs.contract.raw_step.RawStep: ...
 
-returning the eight fields of a :class:`~gpu_envs.backends.base.RawStep`, in its order
-and with its meaning:
+returning a :class:`~gpu_envs.contract.raw_step.RawStep` (a NamedTuple: build it with
+``RawStep(obs=..., reward=..., ...)``), with its meaning:
 
 * ``obs``: a dict keyed like the observation spec (``{"observation": tensor}`` for a lone
   observation; group names, tuple keys for nested groups), post-reset on ended rows;
@@ -72,12 +73,13 @@ and with its meaning:
 * ``info``: extra numeric entries ``[N, ...]`` (an empty dict when none).
 
 Nothing is swapped, reshaped or or-ed after it: ``BatchedEnv`` calls it directly as its
-step (``Backend.transition``; torch envs only, not with ``copy_buffers=True``), and the
+step (``Backend.direct_step``; torch envs only, not with ``copy_buffers=True``), and the
 plain ``step`` keeps its gymnasium shape for everyone else. Every returned tensor must
 be fresh (never written again by the env), as for ``step``; a user env's outputs are
 checked against its specs on every step (metadata only). A subclass that overrides
-``step`` (and not ``step_transition``) is stepped through its ``step``, so the override
-is never bypassed.
+``step`` (and not ``raw_step``) is stepped through its ``step``, so the override
+is never bypassed. (``step_transition``, the method's name before, is still taken, with
+a DeprecationWarning.)
 
 Example::
 
@@ -87,6 +89,7 @@ Example::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from types import MethodType
 from typing import Any
@@ -94,7 +97,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gpu_envs.backends.base import NO_INFO, Backend, RawStep
+from gpu_envs.backends.base import NO_INFO, Backend, Capabilities, RawStep
 from gpu_envs.backends.common import (
     check_same_step,
     claim_simulator,
@@ -118,7 +121,7 @@ from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite, Spec, spec_from_gym
 from gpu_envs.utils.arguments import as_bool, as_int, keywords_of
 from gpu_envs.utils.arrays import framework_of, from_torch, to_torch
-from gpu_envs.utils.state_dicts import prefixed, same_memory, under
+from gpu_envs.utils.live_state import prefixed, same_memory, under
 
 REQUIRED_METHODS = ("reset", "step")
 REQUIRED_ATTRIBUTES = ("num_envs", "single_observation_space", "single_action_space")
@@ -142,22 +145,34 @@ def looks_like_torch_vector_env(obj: Any) -> bool:
     return getattr(obj, "device", None) is not None or not isinstance(obj, (gym.Env, gym.vector.VectorEnv))
 
 
-def transition_of(env: Any) -> Any:
-    """The env's ``step_transition`` when it stands for its ``step``, else None.
+def raw_step_of(env: Any) -> Callable[[torch.Tensor], RawStep] | None:
+    """The env's ``raw_step`` when it stands for its ``step``, else None.
 
-    A subclass that overrides ``step`` below the class defining ``step_transition`` (or
-    an instance whose ``step`` was replaced) changed what a step does: its
-    ``step_transition`` would bypass that, so the plain ``step`` is used.
+    A subclass that overrides ``step`` below the class defining ``raw_step`` (or
+    overrides it on the instance) changes what a step does, and calling the
+    ``raw_step`` would bypass that, so the plain ``step`` is used. An env with the
+    method's old name, ``step_transition`` (a plain tuple of the fields), is taken with
+    a DeprecationWarning.
     """
-    transition = getattr(env, "step_transition", None)
-    if not callable(transition) or "step" in getattr(env, "__dict__", {}):
+    # the old name only for an env that predates raw_step (`raw_step = None` says: no fast path)
+    name = "raw_step" if hasattr(env, "raw_step") else "step_transition"
+    method = getattr(env, name, None)
+    if not callable(method) or "step" in getattr(env, "__dict__", {}):
         return None
     mro = type(env).__mro__
-    owner = next((c for c in mro if "step_transition" in c.__dict__), None)  # None: set on the instance
-    step_owner = next((c for c in mro if "step" in c.__dict__), None)
-    if owner is not None and step_owner is not None and step_owner is not owner and issubclass(step_owner, owner):
-        return None
-    return transition
+    owner = next((c for c in mro if name in c.__dict__), None)  # None: set on the instance
+    stepper = next((c for c in mro if "step" in c.__dict__), None)
+    if owner is not None and stepper is not None and mro.index(stepper) < mro.index(owner):
+        return None  # step overridden below the class that wrote the raw step
+    if name == "raw_step":
+        return method
+    warnings.warn(
+        f"{type(env).__name__}.step_transition is the old name of the torch protocol's fast path: name it raw_step "
+        "and return a gpu_envs.contract.raw_step.RawStep; the old name goes away in the next release.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return lambda action: RawStep(*method(action))
 
 
 def final_obs_in(info: Mapping | None) -> tuple[str, Any, Any]:
@@ -175,19 +190,21 @@ class TorchVectorBackend(Backend):
 
     A step is one of three ways of calling the env, chosen when what decides it is known
     (the framework at the first reset, reuse detection after the first calls), never per
-    step: the env's own ``step_transition`` (RawStep's fields already: the built-in
-    envs), :meth:`_step_vector` (its gymnasium-shaped ``step``) or :meth:`_step_foreign`
-    (an env speaking CuPy/JAX/Warp/numpy arrays, through DLPack); while reuse of output
-    buffers is being decided, :meth:`_step_deciding` wraps the chosen one. Each returns
-    RawStep's eight fields; ``step`` makes them a :class:`RawStep` and :meth:`transition`
-    hands the chosen one to the env to call directly (``direct_transition``): for the
-    built-in envs, their ``step_transition`` with nothing in between.
+    step: the env's own ``raw_step`` (a RawStep already: the built-in envs),
+    :meth:`_step_vector` (its gymnasium-shaped ``step``) or :meth:`_step_foreign` (an env
+    speaking CuPy/JAX/Warp/numpy arrays, through DLPack); while reuse of output buffers is
+    being decided, :meth:`_step_deciding` wraps the chosen one. Each returns a
+    :class:`RawStep`; ``step`` calls the chosen one and :meth:`direct_step` hands it to the
+    env to call directly (``capabilities.direct_step``): for the built-in envs, their
+    ``raw_step`` with nothing in between.
     """
 
     name = "torch"
-    # info["final_obs"] (or ManiSkill3's final_observation) from the env when it keeps them, placeholders otherwise
-    final_obs_kind = (FinalObsKind.SIMULATOR, FinalObsKind.PLACEHOLDER)
-    direct_transition = True
+    capabilities = Capabilities(
+        # info["final_obs"] (or ManiSkill3's final_observation) from the env when it keeps them, placeholders otherwise
+        final_obs=(FinalObsKind.SIMULATOR, FinalObsKind.PLACEHOLDER),
+        direct_step=True,
+    )
 
     def __init__(
         self,
@@ -203,7 +220,7 @@ class TorchVectorBackend(Backend):
             missing += [a for a in REQUIRED_ATTRIBUTES if not hasattr(env, a)]
             raise NotAnEnvError(
                 f"{type(env).__name__} is not a torch vector env: it lacks {', '.join(missing)}. "
-                "See gpu_envs.backends.torch for the protocol to implement."
+                "See gpu_envs.backends.torch_envs for the protocol to implement."
             )
         check_same_step(env)
         if copy_buffers is not None:
@@ -225,9 +242,11 @@ class TorchVectorBackend(Backend):
         )
         self.action_spec = action_spec or spec_from_gym(env.single_action_space, device=self.device)
         self.info_spec = Composite({}, device=self.device)
-        self.supports_partial_reset = bool(getattr(env, "supports_reset_mask", False))
-        # the snapshot protocol (RowStateEnv): both methods, callable
-        self.snapshot_rows = callable(getattr(env, "get_state", None)) and callable(getattr(env, "set_state", None))
+        self.capabilities = self.capabilities.replace(
+            partial_reset=bool(getattr(env, "supports_reset_mask", False)),
+            # the snapshot protocol (RowStateEnv): both methods, callable
+            snapshot_rows=callable(getattr(env, "get_state", None)) and callable(getattr(env, "set_state", None)),
+        )
         self._reward_shape = (self.num_envs, 1)
         # copy_buffers None: detect in-place rewrites from the first calls, then copy if found
         self.copy_buffers = copy_buffers is True
@@ -237,17 +256,17 @@ class TorchVectorBackend(Backend):
         # "torch", or the array framework (cupy, jax, warp, numpy) the env speaks; read
         # from the first reset's observation.
         self.framework: str | None = None
-        # the env's step_transition (module docstring), used once the env is known to speak torch
-        self._transition = None if copy_buffers else transition_of(env)
+        # the env's raw_step (module docstring), used once the env is known to speak torch
+        self._raw_step = None if copy_buffers else raw_step_of(env)
         claim_simulator(innermost(env), self)
         from gpu_envs.builtin import BUILTIN_ENVS
 
         # the built-in envs' outputs are ours: fresh tensors in the layout of their specs (no reuse to
         # detect, nothing to compare per step); a user env's are watched
-        self.trusted_outputs = type(env) in BUILTIN_ENVS.values()
-        if self.trusted_outputs:
+        if type(env) in BUILTIN_ENVS.values():
             self._reuse = None
-            self.final_obs_kind = FinalObsKind.SIMULATOR if env.expose_final_obs else FinalObsKind.PLACEHOLDER
+            kind = FinalObsKind.SIMULATOR if env.expose_final_obs else FinalObsKind.PLACEHOLDER
+            self.capabilities = self.capabilities.replace(final_obs=kind, trusted_outputs=True)
         self._choose_stepper()
 
     def describe(self) -> str:
@@ -269,37 +288,43 @@ class TorchVectorBackend(Backend):
 
     # ------------------------------------------------------------------- step
     def step(self, action: torch.Tensor) -> RawStep:
-        fields = self._step_deciding(action) if self._reuse is not None else self._step_plain(action)
-        if fields.__class__ is not tuple or len(fields) != 8:
-            raise self._bad_output("step_transition", fields, 8)
-        return RawStep(*fields)
+        raw = self._step_deciding(action) if self._reuse is not None else self._step_plain(action)
+        if raw.__class__ is not RawStep:
+            raise self._bad_output("raw_step", raw, 8)
+        return raw
 
-    def transition(self) -> Callable[[torch.Tensor], tuple]:
+    def direct_step(self) -> Callable[[torch.Tensor], RawStep]:
         """The way of stepping chosen now (class docstring): what :meth:`step` calls, handed to the env.
 
-        For the built-in envs, their own ``step_transition``. (The functions handed out
-        are made here, not kept: the backend holds no bound method of itself, so a
-        dropped env frees its simulator at once.)
+        For the built-in envs, their own ``raw_step``. (The functions handed out are made
+        here, not kept: the backend holds no bound method of itself, so a dropped env
+        frees its simulator at once.)
         """
         if self._reuse is not None:
             return MethodType(TorchVectorBackend._step_deciding, self)
         plain = self._plain
-        return self._transition if plain is None else MethodType(plain, self)
+        if plain is None:
+            assert self._raw_step is not None
+            return self._raw_step
+        return MethodType(plain, self)
 
     def _choose_stepper(self) -> None:
         """Fix the way of stepping the env that holds from now on (class docstring)."""
         if self.framework not in (None, "torch"):
             self._plain = TorchVectorBackend._step_foreign
-        elif self._transition is not None:
-            self._plain = None  # the env's step_transition: RawStep's fields, nothing to add
+        elif self._raw_step is not None:
+            self._plain = None  # the env's raw_step: a RawStep, nothing to add
         else:
             self._plain = TorchVectorBackend._step_vector
 
-    def _step_plain(self, action: torch.Tensor) -> tuple:
+    def _step_plain(self, action: torch.Tensor) -> RawStep:
         plain = self._plain
-        return self._transition(action) if plain is None else plain(self, action)
+        if plain is None:
+            assert self._raw_step is not None
+            return self._raw_step(action)
+        return plain(self, action)
 
-    def _step_vector(self, action: torch.Tensor) -> tuple:
+    def _step_vector(self, action: torch.Tensor) -> RawStep:
         """The env's gymnasium-shaped ``step``."""
         out = self.env.step(action)
         try:
@@ -308,7 +333,7 @@ class TorchVectorBackend(Backend):
             raise self._bad_output("step", out, 5) from None
         return self._fields(obs, reward, terminated, truncated, info)
 
-    def _step_foreign(self, action: torch.Tensor) -> tuple:
+    def _step_foreign(self, action: torch.Tensor) -> RawStep:
         """A step of an env that speaks CuPy/JAX/Warp/numpy arrays, through DLPack."""
         out = self.env.step(from_torch(action, self.framework))
         try:
@@ -322,19 +347,19 @@ class TorchVectorBackend(Backend):
         tensors = (to_torch(x, self.device) for x in (reward, terminated, truncated))
         return self._fields(self._tensors(obs), *tensors, info)
 
-    def _step_deciding(self, action: torch.Tensor) -> tuple:
+    def _step_deciding(self, action: torch.Tensor) -> RawStep:
         """One of the first steps (reuse detection): copies handed out; the plain way once decided."""
-        fields = self._step_plain(action)
+        raw = self._step_plain(action)
         if self._reuse is None:  # decided since the env took this function
-            return fields
-        if fields.__class__ is not tuple or len(fields) != 8:
-            raise self._bad_output("step_transition", fields, 8)
-        fields = self._watch_step(fields)
+            return raw
+        if raw.__class__ is not RawStep:
+            raise self._bad_output("raw_step", raw, 8)
+        raw = self._watch_step(raw)
         self._choose_stepper()
-        return fields
+        return raw
 
-    def _fields(self, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any) -> tuple:
-        """RawStep's fields from the gymnasium-shaped outputs (flat flags, final observations in info)."""
+    def _fields(self, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any) -> RawStep:
+        """A RawStep from the gymnasium-shaped outputs (flat flags, final observations in info)."""
         key, final, final_mask = final_obs_in(info)
         if self.copy_buffers:
             reward, terminated, truncated, final_mask = (
@@ -349,14 +374,14 @@ class TorchVectorBackend(Backend):
         final_obs = None if final is None else self._obs(final, f"info[{key!r}]")
         if final_obs is not None and final_mask is None:
             final_mask = done  # the protocol: the full batch, trusted only on rows that ended
-        return self._obs(obs), reward, terminated, truncated, done, final_obs, final_mask, NO_INFO
+        return RawStep(self._obs(obs), reward, terminated, truncated, done, final_obs, final_mask, NO_INFO)
 
     def _bad_output(self, call: str, out: Any, want: int) -> BackendError:
-        got = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"a {type(out).__name__}"
+        got = f"a tuple of {len(out)}" if type(out) is tuple else f"a {type(out).__name__}"
         what = (
             "(obs, reward, terminated, truncated, info), gymnasium >= 0.26's API"
             if want == 5
-            else "(obs, reward, terminated, truncated, done, final_obs, final_mask, info): a RawStep's fields"
+            else "gpu_envs.contract.raw_step.RawStep(obs, reward, terminated, truncated, done, final_obs, final_mask, info)"
         )
         hint = (
             " An env written for gym < 0.26 returns 4 (obs, reward, done, info): split done into terminated and truncated."
@@ -365,7 +390,8 @@ class TorchVectorBackend(Backend):
             "final_mask=None, info={}.)"
         )
         return BackendError(
-            f"{type(self.env).__name__}.{call}() returned {got}; a torch vector env returns the {want} values {what}.{hint}"
+            f"{type(self.env).__name__}.{call}() returned {got}; a torch vector env returns "
+            f"{'the 5 values ' if want == 5 else ''}{what}.{hint}"
         )
 
     # ------------------------------------------------------- reused output buffers
@@ -377,14 +403,14 @@ class TorchVectorBackend(Backend):
         self._decided()
         return out
 
-    def _watch_step(self, fields: tuple) -> tuple:
-        obs, reward, terminated, truncated, done, final_obs, final_mask, info = fields
+    def _watch_step(self, raw: RawStep) -> RawStep:
+        obs, reward, terminated, truncated, done, final_obs, final_mask, info = raw
         tensors = [*obs.values(), *(final_obs or {}).values(), reward, terminated, truncated, done, final_mask]
         if self._reuse.reused("step", tensors):
             self._copy_from_now_on()
         # copies, the done mask kept as the same tensor where it stands for "the ended rows"
         done_copy = _copy(done)
-        out = (
+        out = RawStep(
             {key: _copy(value) for key, value in obs.items()},
             _copy(reward),
             _copy(terminated),
@@ -399,7 +425,7 @@ class TorchVectorBackend(Backend):
 
     def _copy_from_now_on(self) -> None:
         self.copy_buffers = True
-        self._transition = None  # step_transition hands out the env's own tensors: take the copying step
+        self._raw_step = None  # raw_step hands out the env's own tensors: take the copying step
 
     def _decided(self) -> None:
         if self.copy_buffers or not self._reuse.deciding:
@@ -429,21 +455,21 @@ class TorchVectorBackend(Backend):
         return out
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, torch.Tensor]:
+    def live_state(self) -> dict[str, torch.Tensor]:
         """The env's per-step state tensors, live, as ``{"env.<name>": tensor}``.
 
         From the env's ``state_attributes`` (tensor attribute names) if it declares them,
-        else from its own ``state_dict()``; an env with neither is refused, naming both.
+        else from its own ``live_state()``; an env with neither is refused, naming both.
         """
         env, names = self.env, getattr(self.env, "state_attributes", None)
         if names is not None:
             state = {name: getattr(env, name, None) for name in names}
-        elif callable(getattr(env, "state_dict", None)) and callable(getattr(env, "load_state_dict", None)):
-            state = env.state_dict()
+        elif _live_state_methods(env) is not None:
+            state = _live_state_methods(env)[0]()
         else:
             raise RolloutError(
                 f"{type(env).__name__} does not say which tensors hold its per-step state, so a CUDA graph cannot "
-                "replay it: give it state_dict() (those tensors, live) and load_state_dict(d) (copying values into "
+                "replay it: give it live_state() (those tensors, live) and load_live_state(d) (copying values into "
                 "them), or a class attribute state_attributes = ('pos', 'vel', ...) naming its tensor attributes."
             )
         for name, value in state.items():
@@ -454,13 +480,15 @@ class TorchVectorBackend(Backend):
                 )
         return prefixed("env", state)
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Give the env these values: through its ``load_state_dict``, or by re-binding its
+    def load_live_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Give the env these values: through its ``load_live_state``, or by re-binding its
         declared attributes to copies (it may have handed the current tensors out)."""
-        mine = under("env", self.state_dict())  # validates the env's side
+        mine = under("env", self.live_state())  # validates the env's side
         values = under("env", state)
         if getattr(self.env, "state_attributes", None) is None:
-            self.env.load_state_dict(values)
+            methods = _live_state_methods(self.env)
+            assert methods is not None  # live_state() above refused an env without them
+            methods[1](values)
             return
         if set(values) != set(mine):
             raise InvalidArgumentError(
@@ -474,7 +502,7 @@ class TorchVectorBackend(Backend):
     # ------------------------------------------------------------ row snapshots
     def get_state(self, rows: torch.Tensor) -> TensorDictBase:
         """The env's ``get_state(rows)`` (the RowStateEnv protocol) as a TensorDict ``[len(rows)]``."""
-        if not self.snapshot_rows:
+        if not self.capabilities.snapshot_rows:
             raise SnapshotError(self.snapshot_refusal())
         state = self.env.get_state(rows)
         k = int(rows.shape[0])
@@ -495,7 +523,7 @@ class TorchVectorBackend(Backend):
         return TensorDict(state.to_dict() if isinstance(state, TensorDictBase) else dict(state), batch_size=[k])
 
     def set_state(self, state: TensorDictBase, rows: torch.Tensor) -> None:
-        if not self.snapshot_rows:
+        if not self.capabilities.snapshot_rows:
             raise SnapshotError(self.snapshot_refusal())
         self.env.set_state(state, rows)
 
@@ -510,6 +538,22 @@ class TorchVectorBackend(Backend):
         close = getattr(self.env, "close", None)
         if callable(close):
             close()
+
+
+def _live_state_methods(env: Any) -> tuple[Callable[[], Any], Callable[[Any], None]] | None:
+    """The env's ``(live_state, load_live_state)``, or its old-named ``(state_dict, load_state_dict)`` (deprecated), or None."""
+    for read, load in (("live_state", "load_live_state"), ("state_dict", "load_state_dict")):
+        reader, loader = getattr(env, read, None), getattr(env, load, None)
+        if callable(reader) and callable(loader):
+            if read == "state_dict":
+                warnings.warn(
+                    f"{type(env).__name__} names its live per-step state state_dict()/load_state_dict(); the torch "
+                    "protocol now calls them live_state()/load_live_state(); the old names go away in the next release.",
+                    DeprecationWarning,
+                    stacklevel=3,
+                )
+            return reader, loader
+    return None
 
 
 def _copy(value: Any) -> Any:

@@ -1,0 +1,67 @@
+"""``RawStep``: one vector step's fields, the shape every simulator hands to the core.
+
+Every backend -- and a built-in env's own ``raw_step`` -- returns one step as a
+:class:`RawStep` of torch tensors on the target device; :mod:`gpu_envs.core` turns it
+into the transition's TensorDicts (the final-observation rule of
+:mod:`gpu_envs.contract.final_obs` makes ``("next", obs keys)`` from ``obs``,
+``final_obs`` and ``final_mask``). It lives in the contract, below the built-in envs and
+the backends, because both produce it.
+
+Example::
+
+    raw = RawStep(obs={"observation": post_reset}, reward=reward, terminated=term,
+                  truncated=trunc, done=done, final_obs={"observation": pre_reset})
+    raw.final_mask is None    # final_obs valid on every row
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from gpu_envs.contract.keys import ObsDict
+
+__all__ = ["NO_INFO", "RawStep"]
+
+NO_INFO: ObsDict = {}  # the info entries of a step that has none (one constant, never written)
+
+
+class RawStep(NamedTuple):
+    """One vector step, as torch tensors on the target device: ONE shape for every backend.
+
+    Build it with keywords (``RawStep(obs=..., reward=..., ...)``); a hot path may pass
+    the fields positionally, in this order. The step path reads it by field name.
+
+    Every tensor is the backend's to give away: it is never written again after
+    ``step`` returns (a transition handed out stays as it was; copy what the simulator
+    rewrites in place).
+
+    Attributes:
+        obs: observation per key, ``[N, *shape]``; post-reset on rows that ended (what
+            the next step acts on). Keys: ``"observation"`` for a lone observation, group
+            names otherwise; tuple keys for nested dicts.
+        reward: ``[N, 1]`` float32 (``[N, K]`` for a backend that declares a K-objective
+            ``reward_spec``).
+        terminated, truncated, done: ``[N, 1]`` bool, ``done == terminated | truncated``
+            (:func:`gpu_envs.backends.common.flag_columns` makes them from flat ``[N]`` values).
+        final_obs: the pre-reset observations, a dict like ``obs``, or ``None`` when the
+            simulator cannot give them (ended rows then get placeholders and
+            ``("next", "final_obs_missing")``).
+        final_mask: ``None``: ``final_obs`` is valid on EVERY row (each row's pre-reset
+            observation: the final one where an episode ended, the plain next one
+            elsewhere). A ``[N]`` or ``[N, 1]`` bool tensor: valid only on those rows
+            (pass ``done`` itself for "on the rows that ended"). The rule that turns
+            these into the transition is :mod:`gpu_envs.contract.final_obs`'s.
+        info: extra numeric entries ``[N, ...]`` placed under ``("next", key)``;
+            :data:`NO_INFO` when none.
+    """
+
+    obs: ObsDict
+    reward: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    done: torch.Tensor
+    final_obs: ObsDict | None = None
+    final_mask: torch.Tensor | None = None
+    info: ObsDict = NO_INFO

@@ -1,0 +1,45 @@
+"""The private parts of torch gpu_envs relies on, each behind one function (and nowhere else).
+
+* :func:`foreach_copy` -- ``torch._foreach_copy_``: one dispatch copying a list of
+  tensors into another (a rollout buffer's column write);
+* :func:`version_counter` -- ``tensor._version``: bumped by every in-place write, which
+  tells a cache on the host that someone else wrote a tensor, without reading it;
+* :func:`dispatch_mode_active` -- whether a ``TorchDispatchMode`` is on (the sync guard
+  of the tests): ``torch.compile`` cannot trace under one, so the caller runs eagerly.
+
+Each is a documented, stable behaviour of the torch versions gpu_envs supports
+(``torch>=2.4``); a torch without one raises here, by name, not somewhere downstream.
+
+Example::
+
+    before = version_counter(t)
+    t.add_(1)
+    assert version_counter(t) != before
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch.utils import _python_dispatch
+
+__all__ = ["dispatch_mode_active", "foreach_copy", "version_counter"]
+
+_foreach_copy = torch._foreach_copy_
+_current_dispatch_mode = _python_dispatch._get_current_dispatch_mode
+
+
+def foreach_copy(targets: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]) -> None:
+    """``targets[i].copy_(sources[i])`` for every ``i``, in one dispatch (``torch._foreach_copy_``)."""
+    _foreach_copy(targets, sources)
+
+
+def version_counter(tensor: torch.Tensor) -> int:
+    """The tensor's version counter (``tensor._version``): it changes with every in-place write."""
+    return tensor._version
+
+
+def dispatch_mode_active() -> bool:
+    """True while a ``TorchDispatchMode`` is active (``torch.utils._python_dispatch``)."""
+    return _current_dispatch_mode() is not None

@@ -25,6 +25,7 @@ __all__ = [
     "FINAL_OBS_MISSING",
     "NEXT",
     "OBSERVATION",
+    "QUARANTINED",
     "RESET",
     "REWARD",
     "TRANSITION_KEYS",
@@ -41,6 +42,9 @@ REWARD = "reward"
 DONE_KEYS = ("done", "terminated", "truncated")  # done = terminated | truncated, each bool [N, 1]
 FINAL_OBS_MISSING = "final_obs_missing"  # bool [N, 1]: a placeholder stands in for the final observation
 RESET = "_reset"  # bool [N] or [N, 1] in reset(td=...): the rows to reset
+# bool [N, 1] under "next": rows a wrapper (gpu_envs.wrappers.Quarantine) ended because a value was not finite;
+# their transition is made finite by it, and the health checks leave those steps alone
+QUARANTINED = "quarantined"
 
 
 def transition_keys(obs_keys: Any) -> tuple:

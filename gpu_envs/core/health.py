@@ -24,7 +24,13 @@ What is checked (``health_checks`` of :func:`gpu_envs.make` / :class:`~gpu_envs.
   reductions first, and a healthy collection costs only those): the action against
   Discrete / MultiDiscrete / integer Binary ranges and finite float actions, every
   floating-point next observation (placeholders where ``final_obs_missing`` do not
-  count) and the reward. The exact step and value are read from the buffer when raised;
+  count) and the reward. The exact step and value are read from the buffer when raised.
+  The steps of a hand-written loop (``env.step`` / ``step_and_maybe_reset`` outside a
+  collection) are checked the same way, in batches: :meth:`HealthMonitor.defer` keeps
+  references to each step's tensors (no op: they are the env's outputs, never written
+  again) and every :attr:`~HealthMonitor.defer_steps` steps, or wherever the record is
+  read, scans them as one collection (:meth:`HealthMonitor.flush`), so a manual loop
+  pays a fraction of an op per step and still has every row's first bad step;
 * ``"step"``: the same checks on every step of every path (``step``,
   ``step_and_maybe_reset``, compiled and CUDA-graph collections), still without a sync,
   for hand-written loops; about twenty small ops per step (opt-in: on the CPU that is
@@ -51,8 +57,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDict
 
 from gpu_envs.contract.errors import HealthCheckError, InvalidArgumentError
+from gpu_envs.contract.keys import QUARANTINED
 from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete, Spec
 
 __all__ = ["HEALTH_MODES", "HealthMonitor", "health_mode"]
@@ -132,10 +140,81 @@ class HealthMonitor:
         # and the steps they counted, for finding a row's exact step when raising
         self._scans: list[tuple] = []
         self._host_steps = 0
+        # collect mode, hand-written loops: the steps not scanned yet, and how many are scanned together
+        self._pending: list[tuple] = []
+        self._pending_keys: list = []
+        self.defer_steps = 0  # decided by the first kept step's size (_defer_steps)
+        self._collecting = 0
+        self._action_spec = action_spec
 
     @property
     def every_step(self) -> bool:
         return self.mode == "step"
+
+    @property
+    def deferring(self) -> bool:
+        """Hand-written steps are kept and scanned in batches (``"collect"`` mode, outside a collection)."""
+        return self.mode == "collect"
+
+    # ---------------------------------------------------- hand-written loops
+    def defer(
+        self, root_obs: dict, action: torch.Tensor, next_obs: dict, reward: torch.Tensor, missing: torch.Tensor
+    ) -> None:
+        """One hand-written step's transition, kept for the next :meth:`flush` (references, no tensor op).
+
+        Inside a collection (:meth:`collecting`) nothing is kept: the collection scans
+        its own buffer. Every :attr:`defer_steps` steps the kept ones are scanned.
+        """
+        if self._collecting:
+            return
+        if len(self._pending) >= self.defer_steps > 0:  # a full batch: scanned before this step is kept
+            self.flush()
+        step = [root_obs, action, next_obs, reward, missing, None]
+        if not self.defer_steps:
+            self.defer_steps = _defer_steps(step, self.device)
+        self._pending.append(step)
+
+    def exempt(self, rows: torch.Tensor) -> None:
+        """The last kept step's ``rows`` (bool ``[N, 1]``) were handled by a wrapper (``Quarantine``): no fault there.
+
+        ``Quarantine`` calls it right after the step it ended those rows in, before the
+        step is scanned (a batch is scanned when the NEXT step arrives, or when the record
+        is read). Without a kept step (inside a collection) it does nothing: the
+        collection's buffer carries the wrapper's ``("next", "quarantined")`` itself.
+        """
+        if self._pending:
+            self._pending[-1][5] = rows
+
+    def flush(self) -> None:
+        """Scan the kept hand-written steps as one ``[N, k]`` collection (:meth:`scan`), and forget them."""
+        pending, self._pending = self._pending, []
+        if not pending or self.mode != "collect":
+            return
+        roots, actions, nexts, rewards, missing, exempt = zip(*pending, strict=True)
+        keys = [key for key in self.obs_keys if key in nexts[0]]
+        stack = torch.stack
+        flat: dict = {}
+        for key in keys:
+            flat[key] = stack([root[key] for root in roots], 1)
+            flat[("next", *_parts(key))] = stack([step[key] for step in nexts], 1)
+        flat["action"] = stack(actions, 1)
+        flat[("next", "reward")] = stack(rewards, 1)
+        flat[("next", "final_obs_missing")] = stack(missing, 1)
+        if any(rows is not None for rows in exempt):
+            none = torch.zeros_like(missing[0])
+            flat[("next", QUARANTINED)] = stack([none if rows is None else rows for rows in exempt], 1)
+        td = TensorDict(_nested(flat), batch_size=(self.num_envs, len(pending)), device=self.device)
+        self.scan(td, self._action_spec, keys)
+
+    @contextlib.contextmanager
+    def collecting(self) -> Iterator[None]:
+        """Inside, hand-written-step deferral is off (a collection scans its own buffer); kept steps are scanned first."""
+        self.flush()
+        self._collecting += 1
+        try:
+            yield
+        finally:
+            self._collecting -= 1
 
     def _action_check(self, spec: Spec) -> _ActionCheck:
         check = self._actions.get(id(spec))
@@ -235,6 +314,10 @@ class HealthMonitor:
         if data.get("action", None) is None:
             check = _ActionCheck(None, self.device)
         keys = {key for key in obs_keys if nxt.get(key, None) is not None}
+        exempt = nxt.get(QUARANTINED, None)
+        if exempt is not None:  # steps a wrapper ended for their non-finite values: their faults are its
+            data = _without_exempt(data, exempt.reshape(n, t), check, [key for key in self.obs_keys if key in keys])
+            nxt = data.get("next")
         if not self._cuda and _healthy_on_host(data, nxt, check, [key for key in self.obs_keys if key in keys]):
             self.steps.add_(t)
             self._host_steps += t
@@ -295,10 +378,12 @@ class HealthMonitor:
             self.code.zero_()
             self._mirror.fill_(-1)
             self._copied = None
+            self._pending = []
             self.mode = mode
 
     def restart(self) -> None:
         """A full reset: steps are counted from 0 again (the record stays until it is raised)."""
+        self.flush()
         self.steps.zero_()
         self._host_steps = 0
         self._scans = []
@@ -308,6 +393,7 @@ class HealthMonitor:
         """Raise what the record holds, without waiting for the device (module docstring)."""
         if self.mode == "off":
             return
+        self.flush()
         if not self._cuda:
             if int(self.first_step.numpy().max()) >= 0:  # host memory: read in place, no op, nothing to wait for
                 self.raise_record(where)
@@ -323,6 +409,7 @@ class HealthMonitor:
 
     def check(self, where: str = "env.check_health()") -> None:
         """Read the record (one sync) and raise it, if any row holds a fault."""
+        self.flush()
         if bool((self.first_step >= 0).any()):
             self.raise_record(where)
 
@@ -379,7 +466,7 @@ class HealthMonitor:
         first[row], code[row], value[row] = start + k, int(codes[k]), float(values[k])
 
     def _counted(self) -> str:
-        return "every step" if self.every_step else "steps made by collect() and env.rollout()"
+        return "every step"
 
     def _describe(self, code: int, value: float) -> str:
         if code == _ACTION_RANGE:
@@ -457,3 +544,63 @@ def _first(x: torch.Tensor, bad: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
         return bad.view(-1), x.view(-1).to(torch.float64)
     first = bad.to(torch.uint8).argmax(1, keepdim=True)
     return bad.any(1), x.gather(1, first).view(-1).to(torch.float64)
+
+
+# the bytes of hand-written steps a monitor keeps before scanning them (references to the env's own
+# outputs: memory that stays allocated until the scan), and the most steps it keeps
+_DEFER_BYTES = {"cpu": 1 << 23}
+_DEFAULT_DEFER_BYTES = 1 << 26
+_MAX_DEFER_STEPS = 128
+
+
+def _defer_steps(step: tuple, device: torch.device) -> int:
+    """How many hand-written steps are scanned together: as many as fit the device's budget, at most 128."""
+    size = 0
+    for part in step:
+        for value in part.values() if isinstance(part, dict) else (part,):
+            if isinstance(value, torch.Tensor):
+                size += value.numel() * value.element_size()
+    budget = _DEFER_BYTES.get(device.type, _DEFAULT_DEFER_BYTES)
+    return max(1, min(_MAX_DEFER_STEPS, budget // max(1, size)))
+
+
+def _parts(key: Any) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _nested(flat: dict) -> dict:
+    """Tuple keys as nested dicts (the TensorDict constructor's layout)."""
+    nested: dict = {}
+    for key, value in flat.items():
+        node = nested
+        parts = _parts(key)
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return nested
+
+
+def _without_exempt(data: Any, exempt: torch.Tensor, check: _ActionCheck, obs_keys: list) -> Any:
+    """``data`` with the exempt steps' (``[N, T]``) checked values made harmless: a shallow copy, a few ``where``.
+
+    Actions become a valid one (the range's low end, or 0), rewards and observations 0.
+    The copy keeps the same entries otherwise, so the exact step found later (from the
+    record's buffer, :meth:`HealthMonitor.raise_record`) skips those steps too.
+    """
+    out = data.clone(recurse=False)
+    nxt = data.get("next").clone(recurse=False)
+    out.set("next", nxt)
+
+    def harmless(value: torch.Tensor, fill: Any) -> torch.Tensor:
+        mask = exempt.view(*exempt.shape, *([1] * (value.dim() - 2)))
+        return torch.where(mask, torch.as_tensor(fill, device=value.device).to(value.dtype), value)
+
+    action = data.get("action", None)
+    if action is not None and check.active:  # a valid action: the low end of each range (MultiDiscrete: per element)
+        out.set("action", harmless(action, 0 if check.low is None else check.low))
+    nxt.set("reward", harmless(nxt.get("reward"), 0))
+    for key in obs_keys:
+        nxt.set(key, harmless(nxt.get(key), 0))
+        if data.get(key, None) is not None:
+            out.set(key, harmless(data.get(key), 0))
+    return out

@@ -31,8 +31,10 @@ changes), never per step:
   :class:`WatchedStep`, which compares the outputs' metadata on every step;
 * the action value check: none, or ``StepValidator.action_values`` (Discrete ranges on
   the first step; every range with ``validate_actions``);
-* the health watch: none, or ``HealthMonitor.watch`` (``health_checks="step"``: every
-  transition's values flagged on the device, no sync; :mod:`gpu_envs.core.health`);
+* the health watch: none, ``HealthMonitor.watch`` (``health_checks="step"``: every
+  transition's values flagged on the device, no sync) or ``HealthMonitor.defer`` (the
+  default: a hand-written step's tensors kept, and scanned in batches;
+  :mod:`gpu_envs.core.health`);
 * the TensorDict build: flat keys (one dict, built without re-validation) or nested
   ones (tuple keys become sub-TensorDicts).
 
@@ -285,6 +287,8 @@ class StepPath:
         self.check_values: Callable[[torch.Tensor], None] | None = validator.action_values if values else None
         monitor = self.monitor
         self.watch = monitor.watch if monitor is not None and monitor.every_step else None
+        # hand-written steps in the default mode: kept and scanned in batches (a collection scans its buffer)
+        self.defer = monitor.defer if monitor is not None and monitor.deferring else None
         info_spec = getattr(backend, "info_spec", None)
         info_keys = [] if info_spec is None else list(info_spec.keys(include_nested=True, leaves_only=True))
         nested = any(isinstance(key, tuple) for key in [*self.keys, *info_keys])
@@ -409,6 +413,7 @@ class StepPath:
         if self.guard.pending is not None:
             self.refuse("step")
         action = self.action_of(td)
+        previous = self.root_obs
         out = self.advance(action)
         raw, next_obs, call = out.raw, out.next_obs, out.call
         dated = call is not None  # host integers a compiled chunk would guard on and recompile on (module docstring)
@@ -432,6 +437,8 @@ class StepPath:
             stamp(following, -number)
         set_entry(td, "next", following)
         self.last_done = done
+        if self.defer is not None and dated:  # (not inside a compiled chunk)
+            self.defer(previous, action, next_obs, raw.reward, out.final_obs_missing)
         self.finish(call)
         return done
 

@@ -58,7 +58,7 @@ from gpu_envs.rollout.buffer import RolloutBuffer, check_steps
 from gpu_envs.rollout.cache import collect_cache
 from gpu_envs.rollout.compiled import compiled_loop
 from gpu_envs.rollout.gae import add_gae, gae
-from gpu_envs.rollout.loop import Policy, check_health_after, check_policy, make_step, run_loop
+from gpu_envs.rollout.loop import Policy, check_health_after, check_policy, collecting, make_step, run_loop
 from gpu_envs.utils.arguments import as_bool
 
 __all__ = ["DEFAULT_STEPS", "Policy", "RolloutBuffer", "add_gae", "collect", "gae"]
@@ -136,13 +136,14 @@ def collect(
                 f"steps={steps} but the buffer holds {buffer.steps} steps; pass one or the other."
             )
         buffer.check_compatible(env)
-    if cudagraph:
-        from gpu_envs.rollout.cudagraph import graph_collector
+    with collecting(env):  # the buffer is scanned once at the end, not each step on its way
+        if cudagraph:
+            from gpu_envs.rollout.cudagraph import graph_collector
 
-        data = graph_collector(env, policy, buffer, compile).collect()
-    elif not compile:
-        data = run_loop(env, make_step(env, policy), buffer, random_actions=policy is None)
-    else:
-        data = compiled_loop(env, policy, buffer).run()
+            data = graph_collector(env, policy, buffer, compile).collect()
+        elif not compile:
+            data = run_loop(env, make_step(env, policy), buffer, random_actions=policy is None)
+        else:
+            data = compiled_loop(env, policy, buffer).run()
     check_health_after(env, data, "collect()")
     return data

@@ -36,6 +36,7 @@ __all__ = [
     "Policy",
     "check_health_after",
     "check_policy",
+    "collecting",
     "fused_writer",
     "keep_grad_mode",
     "make_step",
@@ -168,7 +169,7 @@ def run_loop(
     """
     td = start(env)
     steps = buffer.steps
-    with keep_grad_mode():
+    with keep_grad_mode(), collecting(env):
         with torch.no_grad():
             td = _write_step(first_step or step, td, buffer, 0)
         if inference and steps > 2:
@@ -212,6 +213,16 @@ def _write_step(step: Callable, td: TensorDictBase, buffer: RolloutBuffer, t: in
     td, root = step(td)
     buffer.write(t, td, check_keys=t == 0 or t == buffer.steps - 1)
     return root
+
+
+def collecting(env: Any) -> contextlib.AbstractContextManager[None]:
+    """Around a collection: the env's health monitor keeps no hand-written steps (it scans the buffer instead).
+
+    The monitor's steps kept before (a hand-written loop) are scanned first, so steps
+    keep their order. Envs without a monitor get a context that does nothing.
+    """
+    monitor = getattr(env, "health_monitor", None)
+    return monitor.collecting() if hasattr(monitor, "collecting") else contextlib.nullcontext()
 
 
 def check_health_after(env: Any, data: TensorDictBase, call: str) -> None:

@@ -54,6 +54,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.contract.errors import BackendError, InvalidArgumentError
+from gpu_envs.contract.keys import NEXT, QUARANTINED
 from gpu_envs.contract.specs import Binary
 from gpu_envs.core.snapshot import row_indices
 from gpu_envs.transforms.base import EnvSpecs, Transform
@@ -61,7 +62,7 @@ from gpu_envs.transforms.transformed_env import TransformedEnv
 
 __all__ = ["QUARANTINED_KEY", "Quarantine", "QuarantineLimitError"]
 
-QUARANTINED_KEY = ("next", "quarantined")
+QUARANTINED_KEY = (NEXT, QUARANTINED)
 
 
 class QuarantineLimitError(BackendError):
@@ -261,6 +262,7 @@ class Quarantine(TransformedEnv):
         """Step; quarantined rows end (``("next", "quarantined")``) and are reset before this returns."""
         self._served = None
         td = super().step(td)
+        self._exempt(td)
         self._reset_quarantined()
         self._served = td.get(("next", "done")).clone()
         return td
@@ -269,7 +271,14 @@ class Quarantine(TransformedEnv):
         """Step, reset quarantined rows too, and return ``(td, td_root)``."""
         self._served = None
         td, _ = super().step_and_maybe_reset(td)
+        self._exempt(td)
         return td, self._reset_quarantined()
+
+    def _exempt(self, td: TensorDictBase) -> None:
+        """Tell the env's health checks that the rows quarantined in this step are handled (no HealthCheckError)."""
+        monitor = getattr(self.env, "health_monitor", None)
+        if monitor is not None and hasattr(monitor, "exempt"):
+            monitor.exempt(td.get(QUARANTINED_KEY))
 
     def reset(self, seed: int | None = None, td: TensorDictBase | None = None) -> TensorDictBase:
         """Reset all rows (first raising :class:`QuarantineLimitError` past ``raise_after``), or the masked ones.

@@ -1,0 +1,145 @@
+"""Health checks of a hand-written loop (the default ``health_checks="collect"``), without a host sync per step.
+
+The README's first example is a manual ``step_and_maybe_reset`` loop. Its steps are kept
+(references to the env's own outputs) and scanned in batches
+(:meth:`gpu_envs.core.health.HealthMonitor.defer` / ``flush``), so a NaN action, a NaN
+observation or an out-of-range discrete action at ANY step is raised by
+``env.check_health()``, the next full ``env.reset()`` and the end of the next ``collect``,
+naming the row and the exact step -- and ``collect`` itself does not count its own
+steps twice.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gpu_envs
+from gpu_envs.rollout import collect
+from tests.sync_guard import no_sync
+
+
+def _loop(env, steps, action_at):
+    """``steps`` steps of the README's manual loop; ``action_at(t, td)`` sets the action."""
+    td = env.reset(seed=0)
+    for t in range(steps):
+        action_at(t, td)
+        td, root = env.step_and_maybe_reset(td)
+        td = root
+    return td
+
+
+def _pendulum_nan_at(row: int, step: int):
+    def act(t, td):
+        a = torch.zeros(4, 1)
+        if t == step:
+            a[row] = float("nan")
+        td["action"] = a
+
+    return act
+
+
+def test_a_nan_action_in_a_manual_loop_is_raised_by_check_health_naming_row_and_step():
+    env = gpu_envs.make("Pendulum-v1", num_envs=4, seed=0)
+    _loop(env, 30, _pendulum_nan_at(row=2, step=17))
+    with pytest.raises(gpu_envs.HealthCheckError, match=r"row 2: action nan not finite at step 17") as info:
+        env.check_health()
+    assert info.value.rows == [2] and info.value.steps == [17]
+    env.check_health()  # cleared: the env is usable and nothing is pending
+
+
+def test_a_full_reset_raises_what_the_manual_loop_met():
+    env = gpu_envs.make("Pendulum-v1", num_envs=4, seed=0)
+    _loop(env, 5, _pendulum_nan_at(row=0, step=3))
+    with pytest.raises(gpu_envs.HealthCheckError, match="row 0"):
+        env.reset()
+    env.reset()  # cleared
+
+
+def test_an_out_of_range_discrete_action_after_the_first_step_is_flagged():
+    env = gpu_envs.make("CartPole-v1", num_envs=3, seed=0)
+
+    def act(t, td):
+        a = torch.zeros(3, dtype=torch.int64)
+        if t == 4:
+            a[1] = 7  # the first step's value check is over: only the health checks see it
+        td["action"] = a
+
+    _loop(env, 8, act)
+    with pytest.raises(gpu_envs.HealthCheckError, match=r"row 1: action 7 outside .* at step 4"):
+        env.check_health()
+
+
+def test_faults_before_a_collection_are_raised_at_its_end_with_their_own_step():
+    env = gpu_envs.make("Pendulum-v1", num_envs=4, seed=0)
+    _loop(env, 6, _pendulum_nan_at(row=3, step=2))
+    with pytest.raises(gpu_envs.HealthCheckError, match=r"row 3: action nan not finite at step 2"):
+        collect(env, steps=8)
+
+
+def test_many_steps_are_scanned_in_batches_and_every_step_counts():
+    env = gpu_envs.make("CartPole-v1", num_envs=2, seed=0)
+    monitor = env.health_monitor
+    steps = 3 * 128 + 5  # more than one batch of kept steps at this size
+    _loop(env, steps, lambda t, td: td.set("action", torch.full((2,), 9 if t == steps - 1 else 0)))
+    assert 0 < len(monitor._pending) < monitor.defer_steps
+    with pytest.raises(gpu_envs.HealthCheckError, match=rf"action 9 .* at step {steps - 1}"):
+        env.check_health()
+
+
+def test_a_collection_does_not_keep_its_own_steps():
+    env = gpu_envs.make("CartPole-v1", num_envs=4, seed=0)
+    policy = lambda td: td.set("action", torch.zeros(4, dtype=torch.int64))  # noqa: E731
+    collect(env, policy, steps=10)
+    assert env.health_monitor._pending == []
+    collect(env, policy, steps=10, compile=False)
+    env.check_health()
+
+
+def test_healthy_manual_loops_raise_nothing_and_keep_no_sync():
+    env = gpu_envs.make("Pendulum-v1", num_envs=8, seed=0)
+    td = env.reset(seed=0)
+    with no_sync():
+        for _ in range(300):  # more than a batch: the scans run inside the guard too
+            td["action"] = env.action_spec.rand(generator=env.generator)
+            _, td = env.step_and_maybe_reset(td)
+    env.check_health()
+
+
+def test_health_checks_off_and_step_keep_nothing():
+    for mode in (False, "step"):
+        env = gpu_envs.make("Pendulum-v1", num_envs=2, seed=0, health_checks=mode)
+        _loop(env, 4, lambda t, td: td.set("action", torch.zeros(2, 1)))
+        assert env.health_monitor is None or env.health_monitor._pending == []
+
+
+def _nan_torque_on_row_1(td):
+    a = torch.zeros(4, 1)
+    a[1] = float("nan")
+    return td.set("action", a)
+
+
+def test_quarantine_and_the_default_health_checks_agree_in_collect_and_in_a_manual_loop():
+    from gpu_envs.wrappers import Quarantine
+
+    env = Quarantine(gpu_envs.make("Pendulum-v1", num_envs=4, seed=0))
+    traj = collect(env, _nan_torque_on_row_1, steps=12)  # a NaN torque ends there; the run goes on
+    assert bool(traj["next", "quarantined"][1].all()) and not bool(traj["next", "quarantined"][0].any())
+    td = env.reset(seed=1)
+    for _ in range(200):  # a hand-written loop, more than one batch of kept steps
+        td, td = env.step_and_maybe_reset(_nan_torque_on_row_1(td))
+    env.check_health()  # quarantined rows are not health failures
+    env.reset()
+    assert int(env.quarantined) > 0
+
+
+def test_a_fault_quarantine_does_not_handle_is_still_raised():
+    from gpu_envs.wrappers import Quarantine
+
+    env = Quarantine(gpu_envs.make("CartPole-v1", num_envs=3, seed=0))
+    td = env.reset(seed=0)
+    for t in range(6):
+        td["action"] = torch.tensor([0, 5 if t == 3 else 1, 0])  # finite, but outside Discrete(2)
+        _, td = env.step_and_maybe_reset(td)
+    with pytest.raises(gpu_envs.HealthCheckError, match=r"row 1: action 5 outside .* at step 3"):
+        env.check_health()

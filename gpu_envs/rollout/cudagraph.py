@@ -155,10 +155,10 @@ class GraphCollector:
                 f"cudagraph=True needs an env on a CUDA device; this one runs on {device}. "
                 "Use compile=True (or neither) on the CPU, or build the env with device='cuda'."
             )
-        if getattr(env, "validate", False):
+        if getattr(env, "validate_actions", False):
             raise InvalidArgumentError(
-                "cudagraph=True cannot capture an env built with validate=True (its value checks sync with the host "
-                "every step); build it without validate, or use cudagraph=False."
+                "cudagraph=True cannot capture an env built with validate_actions=True (its value checks sync with the host "
+                "every step); build it without validate_actions, or use cudagraph=False."
             )
         live_state = getattr(env, "live_state", None)
         if not callable(live_state) or not callable(getattr(env, "load_live_state", None)):
@@ -229,7 +229,7 @@ class GraphCollector:
             env.load_live_state(saved)
             raise RolloutError(
                 f"could not capture the collection in a CUDA graph: {type(err).__name__}: {err}. The env and policy must "
-                "run without host syncs (.item(), bool(tensor), nonzero, validate=True) and keep their per-step state "
+                "run without host syncs (.item(), bool(tensor), nonzero, validate_actions=True) and keep their per-step state "
                 "in device tensors; find a sync with tests/sync_guard.py's no_sync(), or use cudagraph=False."
             ) from err
         python_after = python_state(env)

@@ -217,3 +217,15 @@ def test_slots_never_written_do_not_leak_into_targets(n):
         if storage.is_floating_point():
             storage[:, 2:] = float("nan")  # the 6 slots per env that no extend wrote
     assert_matches_reference(rb, ref, n, gamma=0.9)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_the_readme_target_line_is_one_column_for_every_n_step(n):
+    """``reward + discount * q(next_obs)`` stays ``[B, 1]``: a ``[B]`` reward would broadcast it to ``[B, B]``."""
+    rb, ref = run_ops([6], horizon=8)
+    batch = rb.sample(5, n_step=n, gamma=0.9, generator=torch.Generator().manual_seed(0))
+    assert batch["next", "reward"].shape == (5, 1) and batch["next", "discount"].shape == (5, 1)
+    q = lambda obs: obs.float().sum(dim=-1, keepdim=True)  # noqa: E731  -- a critic's [B, 1] output
+    target = batch["next", "reward"] + batch["next", "discount"] * q(batch["next", "observation"])
+    assert target.shape == (5, 1)
+    assert_matches_reference(rb, ref, n, gamma=0.9)

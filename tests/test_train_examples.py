@@ -57,3 +57,21 @@ def test_td3_with_the_replay_buffer_solves_pendulum(one_thread):
     result = load_example("td3_pendulum").train(iterations=1600, log_every=0)
     # a random policy's 200-step return is about -1200; a swung-up, balanced pendulum's about -150
     assert result["final"] > -300, result
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_td3_target_is_one_column_per_sample_for_every_n_step(n_step):
+    """``--n-step 1`` once trained on a ``[B, B]`` target (a ``[B]`` reward broadcast against ``[B, 1]``)."""
+    import torch
+
+    import gpu_envs
+    from gpu_envs.replay import ReplayBuffer
+    from gpu_envs.rollout import collect
+
+    td3 = load_example("td3_pendulum")
+    rb = ReplayBuffer(1000)
+    rb.extend(collect(gpu_envs.make("Pendulum-v1", num_envs=4, device="cpu", seed=0), None, steps=8))
+    batch = rb.sample(16, n_step=n_step, gamma=0.99, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        target = td3.critic_target(batch["next"], td3.Actor(), td3.Critics())
+    assert target.shape == (16, 1)

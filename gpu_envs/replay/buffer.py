@@ -56,7 +56,8 @@ class ReplayBuffer:
     ``"truncated"``, ``"done"`` (of the last step taken), ``"discount"`` (``gamma ** steps
     taken``, 0 where terminated), ``"steps"`` (how many were taken, ``[B, 1]``) and the
     last step's other ``"next"`` entries (``"final_obs_missing"``, infos).
-    ``target = reward + discount * Q(next)``.
+    ``target = reward + discount * Q(next)``; ``"reward"`` and ``"discount"`` are ``[B, 1]``
+    for every ``n_step`` (``[B, K]`` rewards for K objectives).
     """
 
     def __init__(self, capacity: int, device: torch.device | str | None = None) -> None:
@@ -218,6 +219,7 @@ class ReplayBuffer:
         if n_step == 1:
             last = first
             summed, taken = self._take(reward, first), torch.ones_like(first)
+            summed = summed.view(-1, *self._storage[(NEXT, REWARD)].shape[2:])  # [B, 1] as for n > 1
         else:
             ahead = slot.unsqueeze(1) + offsets  # [B, n]; past the ring's end it wraps to its start:
             rows = (

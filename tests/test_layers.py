@@ -30,7 +30,8 @@ PACKAGE = "gpu_envs"
 # table. A name covers its submodules, except the package root ("gpu_envs": the
 # re-exports), which covers itself only; the most specific name wins.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    # the re-exports, make()/wrap() and the registry (which imports backends by name, at run time), the CLI, check_env
+    # the re-exports, make()/wrap() and the registry (which imports backends by name, at run time), the CLI, check_env,
+    # the gymnasium ids
     (
         "entry points and tools",
         (
@@ -41,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpu_envs.cli",
             "gpu_envs.env_checker",
             "gpu_envs.check",
+            "gpu_envs.gymnasium_ids",
         ),
     ),
     # to_torchrl, to_sb3, ...: another library's env type around a BatchedEnv

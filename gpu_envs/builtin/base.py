@@ -298,8 +298,8 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
 
         Anything else is refused with the way in: gymnasium's conventions (numpy arrays
         such as ``env.action_space.sample()``, lists, tensors elsewhere) are taken at the
-        gymnasium-facing boundary, ``gymnasium.make_vec("gpu_envs/<id>")``
-        (:mod:`gpu_envs.builtin.gymnasium_ids`), which converts them once.
+        gymnasium-facing envs, ``gymnasium.make_vec("gpu_envs/<id>")`` and
+        ``gymnasium.make("gpu_envs/<id>")`` (:mod:`gpu_envs.gymnasium_ids`), which convert them once.
         """
         if isinstance(action, torch.Tensor) and action.device == self.device:
             return action

@@ -43,10 +43,7 @@ from typing import Any
 import gymnasium
 
 from gpu_envs.builtin import BUILTIN_ENVS
-from gpu_envs.builtin.gymnasium_ids import GymnasiumActions
 from gpu_envs.factory import make
-from gpu_envs.interop.gymnasium import parse_autoreset_mode, to_gymnasium
-from gpu_envs.interop.gymnasium_env import GymnasiumEnv, to_gymnasium_env
 
 __all__ = ["NAMESPACE", "make_env", "make_vector_env", "register_gymnasium_ids"]
 
@@ -64,6 +61,9 @@ def make_vector_env(
     **kwargs: Any,
 ) -> gymnasium.vector.VectorEnv:
     """``make_vec``'s entry point: ``num_envs`` of the built-in env ``env_id`` as a gymnasium vector env."""
+    from gpu_envs.builtin.gymnasium_ids import GymnasiumActions  # (the adapters load when first used)
+    from gpu_envs.interop.gymnasium import parse_autoreset_mode, to_gymnasium
+
     mode = parse_autoreset_mode(autoreset_mode)
     if arrays == "torch" and mode == AutoresetMode.SAME_STEP:  # the env's own gymnasium API, nothing in between
         return GymnasiumActions(BUILTIN_ENVS[env_id](num_envs=num_envs, device=device, **kwargs))
@@ -76,8 +76,10 @@ def make_vector_env(
         raise
 
 
-def make_env(env_id: str, *, render_mode: str | None = None, device: Any = "cpu", **kwargs: Any) -> GymnasiumEnv:
+def make_env(env_id: str, *, render_mode: str | None = None, device: Any = "cpu", **kwargs: Any) -> gymnasium.Env:
     """``make``'s entry point: one built-in env ``env_id`` as a ``gymnasium.Env``."""
+    from gpu_envs.interop.gymnasium_env import to_gymnasium_env
+
     seed = kwargs.pop("seed", None)
     env = make(env_id, num_envs=1, device=device, backend="torch", seed=seed, **kwargs)
     try:

@@ -63,7 +63,7 @@ from tensordict import TensorDictBase
 from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.specs import Box, Composite, Discrete
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
-from gpu_envs.interop.conversions import require_env, reshaped_action_tensor
+from gpu_envs.interop.conversions import require_env, reshaped_action_tensor, simulator_of
 from gpu_envs.interop.libraries import require
 from gpu_envs.interop.time_outs import bootstrap_rows, final_observation, require_version
 
@@ -177,6 +177,12 @@ class RlGamesVecEnv(rl_games_vecenv.IVecEnv):
             if getattr(agent, "vec_env", None) is self:
                 self._pending = None
                 self._install(agent)
+
+    @property
+    def unwrapped(self) -> Any:
+        """The simulator behind the gpu_envs env (the built-in env, the Isaac Lab or mjlab env, ...), what
+        trainers' runners read (mjlab's ``MjlabOnPolicyRunner.save``: ``env.unwrapped.common_step_counter``)."""
+        return simulator_of(self.env)
 
     def close(self) -> None:
         self.env.close()

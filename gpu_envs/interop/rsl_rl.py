@@ -60,7 +60,7 @@ from tensordict import TensorDict, TensorDictBase
 from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.specs import Box, Composite
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
-from gpu_envs.interop.conversions import require_env, reshaped_action_tensor
+from gpu_envs.interop.conversions import require_env, reshaped_action_tensor, simulator_of
 from gpu_envs.interop.libraries import require
 from gpu_envs.interop.time_outs import bootstrap_rows, final_observation, require_version
 
@@ -226,6 +226,12 @@ class RslRlVecEnv(rsl_rl_env.VecEnv):
         if log:
             extras["log"] = log
         return self._obs, nxt.get("reward").view(self.num_envs), done.long(), extras
+
+    @property
+    def unwrapped(self) -> Any:
+        """The simulator behind the gpu_envs env (the built-in env, the Isaac Lab or mjlab env, ...), what
+        trainers' runners read (mjlab's ``MjlabOnPolicyRunner.save``: ``env.unwrapped.common_step_counter``)."""
+        return simulator_of(self.env)
 
     def close(self) -> None:
         self.env.close()

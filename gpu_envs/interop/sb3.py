@@ -40,7 +40,16 @@ from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError, ResetNeededError
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
-from gpu_envs.interop.conversions import HostActions, Key, ObservationLayout, host_copy, host_view, leaf, require_env
+from gpu_envs.interop.conversions import (
+    HostActions,
+    Key,
+    ObservationLayout,
+    host_copy,
+    host_view,
+    leaf,
+    require_env,
+    simulator_of,
+)
 from gpu_envs.interop.libraries import require
 from gpu_envs.utils.arguments import as_seed
 from gpu_envs.utils.tensordicts import get_entry, set_entry
@@ -181,6 +190,12 @@ class SB3VecEnv(vec_env.VecEnv):
             for part in path[:-1]:
                 node = node.setdefault(part, {})
             node[path[-1]] = value
+
+    @property
+    def unwrapped(self) -> Any:
+        """The simulator behind the gpu_envs env (the built-in env, the Isaac Lab or mjlab env, ...), what
+        trainers' runners read (mjlab's ``MjlabOnPolicyRunner.save``: ``env.unwrapped.common_step_counter``)."""
+        return simulator_of(self.env)
 
     def close(self) -> None:
         self.env.close()

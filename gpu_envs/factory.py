@@ -354,19 +354,43 @@ def wrap(
     seed = as_seed(seed)
     backend_kwargs = dict(kwargs)
     options = env_options(backend_kwargs)
-    candidates = plugins(WRAP_ORDER) if _backend_name(backend) == "auto" else [require_plugin(backend)]
+    explicit = _backend_name(backend) != "auto"
+    candidates = [require_plugin(backend)] if explicit else plugins(WRAP_ORDER)
+    failed: list[str] = []  # detectors that raised on obj: not theirs, unless no other backend claims it
     for plugin in candidates:
-        if plugin.detect(obj):
+        if _detects(plugin, obj, failed, explicit):
             check_kwargs(plugin, "wrap", obj, backend_kwargs)
             what = f"wrap({type(obj).__name__}, backend={plugin.name!r})"
             raw = build(what, lambda plugin=plugin: plugin.wrap(obj, device, **backend_kwargs), device)
             return batched(raw, owned=False, seed=seed, options=options)
+    raised = f" (the {'; the '.join(failed)} while inspecting it)" if failed else ""
     raise NotAnEnvError(
-        f"wrap() does not know how to wrap a {type(obj).__module__}.{type(obj).__name__}. It accepts "
+        f"wrap() does not know how to wrap a {type(obj).__module__}.{type(obj).__name__}{raised}. It accepts "
         "gymnasium Env/VectorEnv objects, Isaac Lab envs, JAX envs, Stable-Baselines3 VecEnvs, gym 0.26 envs, "
         "MO-Gymnasium and minigrid envs, and torch vector envs "
         "(reset/step/num_envs/single_observation_space/single_action_space; see gpu_envs.backends.torch_envs)."
     )
+
+
+def _detects(plugin: Any, obj: Any, failed: list[str], explicit: bool) -> bool:
+    """``plugin.detect(obj)``; a detector that raises does not claim ``obj`` (recorded in ``failed``).
+
+    A detector reads attributes of an object it may never have seen (an env of another
+    library lacks ``single_observation_space``): an exception there means "not mine", never
+    an error out of ``wrap()``. With ``backend=`` named, it is the reason the backend cannot take it.
+    """
+    try:
+        return bool(plugin.detect(obj))
+    except Exception as err:
+        why = f"{plugin.name} backend's detect raised {type(err).__name__}: {err}"
+        if explicit:
+            raise NotAnEnvError(
+                f"wrap(..., backend={plugin.name!r}) cannot take this {type(obj).__module__}.{type(obj).__name__}: "
+                f"the {why}. Pass the object that backend wraps (see gpu_envs.backends.{plugin.name}), or "
+                "backend='auto'."
+            ) from err
+        failed.append(why)
+        return False
 
 
 def wrap_ray(

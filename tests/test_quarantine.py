@@ -390,3 +390,8 @@ def test_torchrl_style_resets_screen_fresh_observations_without_counting_twice()
     expected = bad_reset_reference(actions.numpy())
     np.testing.assert_array_equal(torch.stack(roots, dim=1).numpy(), expected["root"])
     torch.testing.assert_close(env.quarantined_per_row, torch.as_tensor(expected["counts"]))
+
+
+def test_numpy_integers_count_for_raise_after():
+    env = Quarantine(_pendulum(2), raise_after=np.int64(3))  # once refused as "must be an int"
+    assert env.raise_after == 3 and type(env.raise_after) is int

@@ -59,6 +59,7 @@ from gpu_envs.contract.specs import Binary
 from gpu_envs.core.snapshot import row_indices
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.transformed_env import TransformedEnv
+from gpu_envs.utils.arguments import as_int
 
 __all__ = ["QUARANTINED_KEY", "Quarantine", "QuarantineLimitError"]
 
@@ -238,10 +239,8 @@ class Quarantine(TransformedEnv):
     """
 
     def __init__(self, env: Any, *, raise_after: int | None = None) -> None:
-        if raise_after is not None and (
-            isinstance(raise_after, bool) or not isinstance(raise_after, int) or raise_after < 1
-        ):
-            raise InvalidArgumentError(f"raise_after must be None or an int >= 1, got {raise_after!r}.")
+        if raise_after is not None:
+            raise_after = as_int(raise_after, "raise_after (or None)", minimum=1)
         backend = getattr(env, "backend", None)
         capabilities = getattr(backend, "capabilities", None)
         if capabilities is not None and not capabilities.partial_reset:

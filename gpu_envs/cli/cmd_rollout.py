@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 import torch
 
@@ -83,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
     recorder = None
     try:
         base = make_env(args)
+        if args.record is not None and _needs_pixels(base):  # a gymnasium env: film its rgb_array render
+            base.close()
+            base = make_env(args, from_pixels=True, pixels_only=False)
         recorder = _recorder(args, base)
         with TransformedEnv(base, stats, *([recorder] if recorder else [])) as env:
             main = env.rank == 0
@@ -164,16 +168,24 @@ def check_record_args(args: argparse.Namespace) -> None:
     require_av()
 
 
-def _recorder(args: argparse.Namespace, env: object) -> object | None:
+def _needs_pixels(env: Any) -> bool:
+    """A gymnasium-backend env without frames to film: rebuilt with its ``rgb_array`` render as ``"pixels"``."""
+    backend = getattr(env, "backend", None)
+    drawn = callable(getattr(getattr(backend, "env", None), "render_observations", None))
+    return getattr(backend, "name", None) == "gymnasium" and not drawn and "pixels" not in env.single_observation_spec
+
+
+def _recorder(args: argparse.Namespace, env: Any) -> object | None:
     """The RecordEpisodes of ``--record`` (rank 0 only, under torchrun)."""
     if args.record is None or getattr(env, "rank", 0) != 0:
         return None
     from gpu_envs.transforms import RecordEpisodes
 
+    render = {"render": "pixels"} if "pixels" in env.single_observation_spec else {}
     if args.record_every is None:
-        return RecordEpisodes.for_env(env, args.record, rows=[0], max_videos=1)
+        return RecordEpisodes.for_env(env, args.record, rows=[0], max_videos=1, **render)
     path = args.record[: -len(".mp4")] + "-episode{episode}.mp4"
-    return RecordEpisodes.for_env(env, path, rows=[0], every=args.record_every)
+    return RecordEpisodes.for_env(env, path, rows=[0], every=args.record_every, **render)
 
 
 def _report_videos(videos: list, args: argparse.Namespace, file: object) -> None:

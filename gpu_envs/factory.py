@@ -112,9 +112,9 @@ def require_plugin(backend: str) -> Any:
 # Ids that a package registers with gymnasium when it is imported: (id prefix, package, extra
 # to install). An unknown id with one of these prefixes names the import (or the install).
 REGISTERING_PACKAGES = (
-    ("MiniGrid-", "minigrid", "pip install 'gpu-envs[minigrid]'"),
-    ("BabyAI-", "minigrid", "pip install 'gpu-envs[minigrid]'"),
-    ("mo-", "mo_gymnasium", "pip install 'gpu-envs[mo]'"),
+    ("MiniGrid-", "minigrid", "pip install '.[minigrid]' in the gpu_envs clone"),
+    ("BabyAI-", "minigrid", "pip install '.[minigrid]' in the gpu_envs clone"),
+    ("mo-", "mo_gymnasium", "pip install '.[mo]' in the gpu_envs clone"),
     ("ALE/", "ale_py", "pip install 'gymnasium[atari]'"),
 )
 
@@ -411,7 +411,7 @@ def wrap_ray(
     ``address`` (a Ray cluster; default: the one this process uses, ``RAY_ADDRESS``,
     or a new local one), ``ray_init_kwargs``, ``one_hot_actions``, ``info_spec``,
     ``env_index_offset``, plus ``missing_obs_value``/``validate_actions``/``watchdog_s``/``health_checks``. Needs
-    ``pip install 'gpu-envs[ray]'``; see :mod:`gpu_envs.backends.ray`.
+    ``pip install '.[ray]'`` in the gpu_envs clone; see :mod:`gpu_envs.backends.ray`.
 
     Example::
 

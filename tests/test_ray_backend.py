@@ -37,7 +37,7 @@ from tests.gym_fakes import (
 )
 from tests.processes import alive, assert_gone, worker_pids
 
-ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gpu-envs[ray]')")
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install '.[ray]' in the gpu_envs clone)")
 pytestmark = pytest.mark.slow
 
 

@@ -24,7 +24,7 @@ import torch
 import gpu_envs
 from tests.processes import alive, assert_gone, descendants, worker_pids
 
-ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gpu-envs[ray]')")
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install '.[ray]' in the gpu_envs clone)")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes via /proc")]
 LOCAL = {"ray_init_kwargs": {"num_cpus": 2}}
 

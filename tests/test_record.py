@@ -283,7 +283,7 @@ def test_without_pyav_the_error_names_the_extra(monkeypatch, tmp_path):
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_av)
-    with pytest.raises(gpu_envs.MissingComponentError, match=re.escape("pip install 'gpu-envs[video]'")):
+    with pytest.raises(gpu_envs.MissingComponentError, match=re.escape("pip install '.[video]' in the gpu_envs clone")):
         RecordEpisodes(tmp_path)
 
 

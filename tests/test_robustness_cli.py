@@ -291,4 +291,4 @@ def test_rollout_record_without_pyav_names_the_extra(monkeypatch, capsys, tmp_pa
 
     monkeypatch.setattr(builtins, "__import__", no_av)
     assert main(["rollout", "--steps", "3", "--device", "cpu", "--record", str(tmp_path / "o.mp4")]) == 2
-    assert "pip install 'gpu-envs[video]'" in capsys.readouterr().err
+    assert "pip install '.[video]' in the gpu_envs clone" in capsys.readouterr().err

@@ -18,7 +18,7 @@ the collectives that merge them would need every rank).
 ``--record out.mp4`` films env 0's first whole episode (first frame to the true final
 one) with :class:`~gpu_envs.transforms.RecordEpisodes`: the built-in envs' torch
 renderer, or an env's image observation. It needs the video extra
-(``pip install 'gpu-envs[video]'``); ``--record-every M`` films episodes 0, M, 2M, ...
+(``pip install '.[video]'`` in the gpu_envs clone); ``--record-every M`` films episodes 0, M, 2M, ...
 of env 0 instead, as ``out-episode{e}.mp4``.
 """
 
@@ -51,7 +51,7 @@ def add_parser(sub: Subcommands) -> None:
         "--record",
         metavar="OUT.mp4",
         default=None,
-        help="film env 0's first whole episode into this mp4 (needs: pip install 'gpu-envs[video]')",
+        help="film env 0's first whole episode into this mp4 (needs: pip install '.[video]' in the gpu_envs clone)",
     )
     parser.add_argument(
         "--record-every",

@@ -73,10 +73,10 @@ NOTE = (
     "add pip install --no-deps 'rl-games>=1.6.5,<1.7'."
 )
 rl_games_vecenv = require(
-    "rl_games.common.vecenv", package="rl-games", extra="rl_games", consumer="to_rl_games", note=NOTE
+    "rl_games.common.vecenv", package="rl-games", extra="rl-games", consumer="to_rl_games", note=NOTE
 )
 rl_games_configurations = require(
-    "rl_games.common.env_configurations", package="rl-games", extra="rl_games", consumer="to_rl_games", note=NOTE
+    "rl_games.common.env_configurations", package="rl-games", extra="rl-games", consumer="to_rl_games", note=NOTE
 )
 
 __all__ = ["RlGamesVecEnv", "to_rl_games"]

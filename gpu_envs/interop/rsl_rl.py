@@ -64,7 +64,7 @@ from gpu_envs.interop.conversions import require_env, reshaped_action_tensor, si
 from gpu_envs.interop.libraries import require
 from gpu_envs.interop.time_outs import bootstrap_rows, final_observation, require_version
 
-rsl_rl_env = require("rsl_rl.env", package="rsl-rl-lib", extra="rsl_rl", consumer="to_rsl_rl")
+rsl_rl_env = require("rsl_rl.env", package="rsl-rl-lib", extra="rsl-rl", consumer="to_rsl_rl")
 
 # rsl_rl's PPO.process_env_step (read from rsl-rl-lib 5.5.1) is what bootstrap_from wraps
 SUPPORTED_RSL_RL = ">=5.0,<6"

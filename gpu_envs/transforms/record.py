@@ -39,7 +39,7 @@ host per step, nothing for the other rows; no host sync on the device (the copy 
 pinned memory without blocking and is read once it has landed); encoding runs on a
 background thread, streaming each frame into the mp4, so memory does not grow with the
 episode. ``benchmarks/bench_record.py`` measures it. Written with PyAV as H.264 mp4
-(``pip install 'gpu-envs[video]'``); with ``tensorboard=`` (a
+(``pip install '.[video]'`` in the gpu_envs clone); with ``tensorboard=`` (a
 ``torch.utils.tensorboard.SummaryWriter`` or a log folder) each video is also added
 as an animated image, if TensorBoard is installed (it is not a dependency).
 """

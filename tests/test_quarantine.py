@@ -252,13 +252,17 @@ def test_raise_after_k_quarantines_at_the_next_full_reset_or_check():
         td, td = env.step_and_maybe_reset(td)  # no raise inside steps: the host does not wait there
     assert env.quarantined.item() == 5
     with pytest.raises(
-        QuarantineLimitError, match=r"5 rows were quarantined.*raise_after=2.*rows 0, 1, 2, 3.*records\(\)"
+        QuarantineLimitError, match=r"5 rows were quarantined.*raise_after=2.*rows 0, 1, 2, 3.*records\(\).*clear\(\)"
     ):
         env.check()
-    with pytest.raises(QuarantineLimitError):
+    td = env.reset()  # reported once: caught, the run goes on (it once repeated at every later reset)
+    assert env.check() == 5
+    td["action"] = torch.tensor([[math.nan], [0.0], [0.0], [0.0]])
+    td, td = env.step_and_maybe_reset(td)
+    with pytest.raises(QuarantineLimitError, match="6 rows"):  # more rows quarantined: raised again
         env.reset()
     records = env.records()  # readable after the error
-    assert records["row"].tolist() == [0, 1, 2, 3] and records["count"].tolist() == [2, 1, 1, 1]
+    assert records["row"].tolist() == [0, 1, 2, 3] and records["count"].tolist() == [3, 1, 1, 1]
     env.clear()
     assert env.check() == 0
     env.reset()

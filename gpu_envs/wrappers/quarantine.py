@@ -251,6 +251,7 @@ class Quarantine(TransformedEnv):
             )
         self._marks = QuarantineMarks()
         self.raise_after = raise_after
+        self._reported = 0  # the count the last QuarantineLimitError reported
         # after a plain step(): the rows already reset (ended below, or quarantined and reset
         # here); a reset mask naming them is served, not reset twice
         self._served: torch.Tensor | None = None
@@ -335,15 +336,22 @@ class Quarantine(TransformedEnv):
         return self._marks.per_row
 
     def check(self) -> int:
-        """The number of rows quarantined so far (one sync); raises past ``raise_after``."""
+        """The number of rows quarantined so far (one sync); raises past ``raise_after``.
+
+        Raised once for what it reports: later checks and full resets raise again only when
+        more rows were quarantined since (or after :meth:`clear`, past the limit anew).
+        """
         count = int(self._marks.total.item())
-        if self.raise_after is not None and count >= self.raise_after:
+        if self.raise_after is not None and count >= self.raise_after and count > self._reported:
+            self._reported = count
             rows = torch.nonzero(self._marks.per_row).view(-1).tolist()
             shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
             raise QuarantineLimitError(
                 f"{count} rows were quarantined (non-finite observation or reward), reaching raise_after="
                 f"{self.raise_after}; rows {shown}. Inspect them with env.records() (the last good observation, "
-                "the action and the non-finite values of each), fix the simulator or the policy, or raise the limit."
+                "the action and the non-finite values of each), fix the simulator or the policy, or raise the limit; "
+                "env.clear() forgets the count and the records. Caught, the run goes on: this is raised again only "
+                "when more rows are quarantined."
             )
         return count
 
@@ -376,6 +384,7 @@ class Quarantine(TransformedEnv):
     def clear(self) -> None:
         """Forget the count and records (e.g. after handling a :class:`QuarantineLimitError`)."""
         m = self._marks
+        self._reported = 0
         for t in (m.per_row, m.total):
             t.zero_()
         m.at_step.fill_(-1)

@@ -75,3 +75,27 @@ def test_td3_target_is_one_column_per_sample_for_every_n_step(n_step):
     with torch.no_grad():
         target = td3.critic_target(batch["next"], td3.Actor(), td3.Critics())
     assert target.shape == (16, 1)
+
+
+def test_torchrl_example_reports_real_episode_lengths():
+    """``frames / episodes`` once printed "mean episode length 2048.0" for CartPole (capped at 500) when no episode
+    ended in a batch; lengths are now counted per env across batches."""
+    import torch
+
+    mean_episode_length = load_example("train_torchrl").mean_episode_length
+    running = torch.zeros(2, dtype=torch.long)
+    done = torch.zeros(2, 64, dtype=torch.bool)
+    done[0, 9], done[0, 29] = True, True  # env 0: episodes of 10 and 20 steps; env 1 runs on
+    assert mean_episode_length(done, running) == 15.0 and running.tolist() == [34, 64]
+    assert mean_episode_length(torch.zeros(2, 64, dtype=torch.bool), running) == (98 + 128) / 2  # none ended
+    done = torch.zeros(2, 64, dtype=torch.bool)
+    done[1, 0] = True
+    assert mean_episode_length(done, running) == 129.0
+
+
+@pytest.mark.slow
+def test_rl_games_example_says_when_no_episode_finished(one_thread, capsys):
+    """``--epochs 2`` once ended in an IndexError: rl_games keeps finished episodes only, Pendulum's last 200 steps."""
+    pytest.importorskip("rl_games")
+    result = load_example("train_rl_games").main(["--epochs", "2"])
+    assert result["returns"] == [] and "no episode finished within 2 epochs" in capsys.readouterr().out

@@ -292,3 +292,11 @@ def test_rollout_record_without_pyav_names_the_extra(monkeypatch, capsys, tmp_pa
     monkeypatch.setattr(builtins, "__import__", no_av)
     assert main(["rollout", "--steps", "3", "--device", "cpu", "--record", str(tmp_path / "o.mp4")]) == 2
     assert "pip install '.[video]' in the gpu_envs clone" in capsys.readouterr().err
+
+
+def test_rollout_of_a_multi_objective_env_sums_its_objectives(capsys):
+    """``gpu-envs rollout mo-mountaincar-v0`` once exited 2: the CLI's own EpisodeStats refused vector rewards."""
+    pytest.importorskip("mo_gymnasium")
+    assert main(["rollout", "mo-mountaincar-v0", "--num-envs", "2", "--steps", "250", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "mean episode return (sum of 3" in out and "episodes finished" in out  # (rich may wrap the label)

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpu_envs import distributed
     from gpu_envs.rollout import collect
-    from gpu_envs.transforms import EpisodeStats, TransformedEnv
+    from gpu_envs.transforms import EpisodeStats, ScalarizeReward, TransformedEnv
 
     console = Console()
     stats = EpisodeStats()
@@ -88,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
             base.close()
             base = make_env(args, from_pixels=True, pixels_only=False)
         recorder = _recorder(args, base)
-        with TransformedEnv(base, stats, *([recorder] if recorder else [])) as env:
+        objectives = _objectives(base)  # a multi-objective env: the summary's return sums its K objectives
+        scalarize = [ScalarizeReward([1.0] * objectives)] if objectives > 1 else []
+        with TransformedEnv(base, *scalarize, stats, *([recorder] if recorder else [])) as env:
             main = env.rank == 0
             env.reset()
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -136,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
             table.add_row("envs x steps", f"{total_envs} x {done}")
             table.add_row("env-steps/s", "n/a" if done == 0 else f"{total_envs * done / elapsed:,.0f}")
             table.add_row("episodes finished", f"{summary.episodes}")
-            table.add_row("mean episode return", "n/a" if summary.episodes == 0 else f"{summary.mean_return:.2f}")
+            what = "mean episode return" + (f" (sum of {objectives} objectives)" if objectives > 1 else "")
+            table.add_row(what, "n/a" if summary.episodes == 0 else f"{summary.mean_return:.2f}")
             table.add_row("mean episode length", "n/a" if summary.episodes == 0 else f"{summary.mean_length:.1f}")
         if main or interrupted:
             console.print(table)
@@ -166,6 +169,12 @@ def check_record_args(args: argparse.Namespace) -> None:
     from gpu_envs.utils.video import require_av
 
     require_av()
+
+
+def _objectives(env: Any) -> int:
+    """How many objectives the env's reward has (1 for a scalar reward ``[N, 1]``)."""
+    shape = tuple(env.single_reward_spec.shape)
+    return shape[-1] if shape else 1
 
 
 def _needs_pixels(env: Any) -> bool:

@@ -335,6 +335,8 @@ FOREIGN_PRIVATE = {
     ("gpu_envs.utils.torch_internals", "_python_dispatch"): ("<module>",),
     ("gpu_envs.utils.torch_internals", "_get_current_dispatch_mode"): ("<module>",),
     ("gpu_envs.utils.torch_internals", "_version"): ("version_counter",),
+    # sys._current_frames is documented too: the one way to see other threads' stacks (a second thread in a call)
+    ("gpu_envs.utils.call_guard", "_current_frames"): ("_in_flight_elsewhere",),
     # os._exit is public (documented), underscore and all
     ("gpu_envs.backends.gymnasium_envs.workers", "_exit"): ("_die_with_parent", "watch"),
     # Isaac Lab's closed mark, Brax's config and registry (neither has a public one)

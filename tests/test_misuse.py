@@ -191,8 +191,12 @@ def test_a_second_thread_stepping_during_a_step_is_refused_with_the_fix():
     errors = []
     sim.during_step = lambda: errors.extend(in_thread(lambda: env.step(env.root())))
     env.step_and_maybe_reset(td)  # this thread's step completes; the other thread's was refused on entry
-    assert len(errors) == 1 and isinstance(errors[0], gpu_envs.InterruptedStepError)
+    # as the README promises (it was an InterruptedStepError: "interrupted mid-step")
+    assert len(errors) == 1 and isinstance(errors[0], gpu_envs.ConcurrentCallError)
+    assert "two threads at once" in str(errors[0]) and "another thread's step() was running" in str(errors[0])
     assert "one env per thread" in str(errors[0]) and "threading.Lock" in str(errors[0])
+    root = env.root().clone().set("action", torch.zeros(N, dtype=torch.long))
+    env.step_and_maybe_reset(root)  # and the env goes on: the refused call touched nothing
 
 
 def test_a_call_that_overlaps_a_step_fails_both_until_a_reset():

@@ -123,6 +123,24 @@ def test_stale_roots_are_refused_before_anything_moves():
     env.step(TensorDict({"action": torch.zeros(N, dtype=torch.long)}, batch_size=[N]))
 
 
+def test_a_copy_of_an_old_root_is_stepped_from_where_the_env_is_as_the_readme_says():
+    """A ``.clone()`` carries no date (the README says so): the env steps its own state, whatever the copy holds."""
+    env = counting_env()
+    root0 = env.reset(seed=0)
+    old = root0.clone()
+    root0["action"] = torch.zeros(N, dtype=torch.long)
+    env.step_and_maybe_reset(root0)
+    old["action"] = torch.zeros(N, dtype=torch.long)
+    td, _ = env.step_and_maybe_reset(old)  # not refused: the env cannot date a copy
+    reference = counting_env()
+    ref_root = reference.reset(seed=0)
+    for _ in range(2):
+        ref_root["action"] = torch.zeros(N, dtype=torch.long)
+        ref_td, ref_root = reference.step_and_maybe_reset(ref_root)
+    assert torch.equal(td["next", "observation"], ref_td["next", "observation"])  # the env's second step
+    assert torch.equal(td["observation"], root0["observation"])  # the copy's (old) observations are kept in td
+
+
 def test_a_root_from_before_a_collection_is_stale():
     from gpu_envs.rollout import collect
 

@@ -225,7 +225,23 @@ class RlGamesVecEnv(rl_games_vecenv.IVecEnv):
                 f"bootstrap_from supports rl_games' {' and '.join(SUPPORTED_ALGOS)} agents (PPO); this runner "
                 f"trains {algo!r}. Train it without bootstrap_from (rl_games' own time-out handling)."
             )
+        self._check_runner_env(trainer)
         self._pending = trainer
+
+    def _check_runner_env(self, runner: Any) -> None:
+        """The runner's ``env_name`` must create THIS env: another adapter registered under the same name replaced it."""
+        name = ((getattr(runner, "params", None) or {}).get("config") or {}).get("env_name")
+        entry = rl_games_configurations.configurations.get(name) if isinstance(name, str) else None
+        if entry is None or entry.get("vecenv_type") != name:
+            return  # not an env of to_rl_games: rl_games builds it, and this adapter is not involved
+        created = entry["env_creator"]()
+        if created is not self:
+            raise InvalidArgumentError(
+                f"the runner's config says env_name={name!r}, which now creates another to_rl_games env (a later "
+                f"to_rl_games(..., name={name!r}) replaced this one's registration): the runner would train that env "
+                "and this bootstrap_from would hook nothing. Give each env its own name: "
+                "to_rl_games(env, name='...'), and put that name in the config's env_name."
+            )
 
     def _install(self, agent: Any) -> None:
         shaper = agent.rewards_shaper

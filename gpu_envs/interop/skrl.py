@@ -237,11 +237,19 @@ class _FinalObservations:
 
     def __call__(self, **kwargs: Any) -> Any:
         vec = self.vec
-        if vec.final_observations is not None:
-            kwargs["next_observations"] = vec.final_observations
-            if vec.final_states is not None:
-                kwargs["next_states"] = vec.final_states
-            vec.final_observations = vec.final_states = None
+        if vec.final_observations is None:
+            # this adapter made no step since the last transition: the agent is stepped through another one
+            # (which would store the reset observation as the next one where an episode ended)
+            raise InvalidArgumentError(
+                "this skrl agent takes its final observations from one to_skrl adapter (bootstrap_from), but records "
+                "a transition that adapter did not make: it is trained through another to_skrl adapter of the env "
+                "(or record_transition is called without a step). Train it through the adapter you called "
+                "bootstrap_from on (one to_skrl(env) per env)."
+            )
+        kwargs["next_observations"] = vec.final_observations
+        if vec.final_states is not None:
+            kwargs["next_states"] = vec.final_states
+        vec.final_observations = vec.final_states = None
         return self.original(**kwargs)
 
 

@@ -364,12 +364,32 @@ def wrap(
             raw = build(what, lambda plugin=plugin: plugin.wrap(obj, device, **backend_kwargs), device)
             return batched(raw, owned=False, seed=seed, options=options)
     raised = f" (the {'; the '.join(failed)} while inspecting it)" if failed else ""
+    what = f"{type(obj).__module__}.{type(obj).__name__}"
+    if _looks_jax(obj):
+        raise NotAnEnvError(
+            f"wrap() was given {what}, a JAX env, but not of a kind gpu_envs takes{raised}: the JAX envs it wraps are "
+            "gymnasium's functional JAX envs (FunctionalJaxEnv / FunctionalJaxVectorEnv, e.g. gym.make_vec("
+            "'phys2d/CartPole-v1', n)), gymnax envs (with their params), and Brax / MuJoCo Playground envs "
+            "(wrap(env, num_envs=N)). For another JAX simulator, write a torch vector env around it that hands its "
+            "arrays over by DLPack (see gpu_envs.backends.torch_envs)."
+        )
     raise NotAnEnvError(
-        f"wrap() does not know how to wrap a {type(obj).__module__}.{type(obj).__name__}{raised}. It accepts "
-        "gymnasium Env/VectorEnv objects, Isaac Lab envs, JAX envs, Stable-Baselines3 VecEnvs, gym 0.26 envs, "
-        "MO-Gymnasium and minigrid envs, and torch vector envs "
-        "(reset/step/num_envs/single_observation_space/single_action_space; see gpu_envs.backends.torch_envs)."
+        f"wrap() does not know how to wrap a {what}{raised}. It accepts "
+        "gymnasium Env/VectorEnv objects, Isaac Lab envs, JAX envs (gymnasium's functional ones, gymnax, Brax, "
+        "MuJoCo Playground), Stable-Baselines3 VecEnvs, gym 0.26 envs, MO-Gymnasium and minigrid envs, and torch "
+        "vector envs (reset/step/num_envs/single_observation_space/single_action_space; see "
+        "gpu_envs.backends.torch_envs)."
     )
+
+
+_JAX_PACKAGES = {"jax", "jaxlib", "flax", "chex", "jumanji", "gymnax", "brax", "mujoco_playground", "jaxmarl", "pgx"}
+
+
+def _looks_jax(obj: Any) -> bool:
+    """An object of a JAX library's class, or a gymnasium env declaring ``metadata["jax"]`` (no import of jax)."""
+    modules = {c.__module__.split(".")[0] for c in type(obj).__mro__}
+    metadata = getattr(obj, "metadata", None)
+    return bool(modules & _JAX_PACKAGES) or (isinstance(metadata, dict) and bool(metadata.get("jax")))
 
 
 def _detects(plugin: Any, obj: Any, failed: list[str], explicit: bool) -> bool:

@@ -105,3 +105,16 @@ def test_a_detector_that_raises_never_escapes_wrap(monkeypatch):
     monkeypatch.setattr(factory, "require_plugin", lambda name: Broken())
     with pytest.raises(gpu_envs.NotAnEnvError, match=r"backend='broken'.*RuntimeError: boom"):
         gpu_envs.wrap(CountingTorchVectorEnv(2), device="cpu", backend="broken")
+
+
+def test_a_jax_env_of_an_unknown_kind_is_refused_naming_the_jax_envs_gpu_envs_takes():
+    """Once refused with the generic message, which says JAX envs are accepted."""
+
+    class OtherJaxEnv:
+        __module__ = "jumanji.environments.fake"  # a JAX library's env class (not imported)
+
+        def reset(self, key):
+            return None
+
+    with pytest.raises(gpu_envs.NotAnEnvError, match=r"a JAX env, but not of a kind gpu_envs takes.*gymnax.*DLPack"):
+        gpu_envs.wrap(OtherJaxEnv())

@@ -3,7 +3,7 @@
 CartPole-v1 in a gymnasium ``SyncVectorEnv`` with SAME_STEP auto-reset, at N in {8, 256}:
 
 (a) raw: ``venv.step(action)`` with a fixed numpy action, on the vector env built by
-    ``gym.make_vec(..., vector_kwargs={"autoreset_mode": SAME_STEP})`` (gymnasium's
+    ``gym.make_vec(..., vectorization_mode="sync", vector_kwargs={"autoreset_mode": SAME_STEP})`` (gymnasium's
     defaults otherwise);
 (b) gpu_envs: ``gpu_envs.make("CartPole-v1", N, device="cpu", backend="gymnasium")``
     with a fixed action tensor and ``step_and_maybe_reset`` (final observations, done

@@ -429,7 +429,7 @@ SIMULATORS = {
     "isaaclab": Simulator("isaaclab", "isaaclab", isaaclab_rows, isaaclab_venv, "scripts/isaaclab_venv.sh"),
     # targets at N=8 (simulator_rows' docstring); ManiSkill3 runs one env on CPU PhysX whatever the sizes
     "envpool": Simulator(
-        "envpool", "envpool", _rows_of("envpool"), lambda: None, "pip install 'gpu-envs[envpool]'", (8,)
+        "envpool", "envpool", _rows_of("envpool"), lambda: None, "pip install '.[envpool]' in the gpu_envs clone", (8,)
     ),
     "brax": Simulator(
         "brax", "brax", _rows_of("brax"), lambda: simulator_venv("brax"), "scripts/simulator_venv.sh brax", (8,)

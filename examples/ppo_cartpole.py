@@ -144,8 +144,14 @@ def evaluate(agent: Agent, episodes: int, device: str, seed: int, greedy: bool) 
     return first_episode_returns(traj).mean().item()
 
 
-# the options a resumed run must share with the run it continues
-RUN_OPTIONS = ("total_steps", "num_envs", "steps", "lr", "epochs", "minibatches", "seed", "device")
+# the options that do not change the run (where it is saved, when it stops, what is printed and evaluated);
+# a resumed run must share every other one with the run it continues (gamma, clip, threads, compile, ...)
+CONTROL_OPTIONS = ("checkpoint", "resume", "stop_after", "quiet", "eval_episodes")
+
+
+def run_options(args: argparse.Namespace) -> dict:
+    """Every option that changes the run: what a checkpoint keeps and a resume compares."""
+    return {k: v for k, v in sorted(vars(args).items()) if k not in CONTROL_OPTIONS}
 
 
 def save_checkpoint(
@@ -154,7 +160,7 @@ def save_checkpoint(
     """Everything the rest of the run depends on, written atomically (a crash mid-write keeps the last one)."""
     state = {
         "iteration": iteration,
-        "options": {k: getattr(args, k) for k in RUN_OPTIONS},
+        "options": run_options(args),
         "env": env.get_state(),  # every row: carts, step counts, random streams, next observations
         "agent": agent.state_dict(),
         "optimizer": opt.state_dict(),
@@ -170,8 +176,9 @@ def save_checkpoint(
 def load_checkpoint(path: str, env, agent: Agent, opt, args: argparse.Namespace, running) -> tuple[int, list]:
     """Restore a :func:`save_checkpoint` into a freshly built run; returns ``(next iteration, history)``."""
     state = torch.load(path, map_location="cpu", weights_only=False)  # RNG states must stay CPU tensors
-    saved = state["options"]
-    differ = {k: (saved[k], getattr(args, k)) for k in RUN_OPTIONS if saved[k] != getattr(args, k)}
+    saved, given = state["options"], run_options(args)
+    missing = "(not saved)"
+    differ = {k: (saved.get(k, missing), v) for k, v in given.items() if saved.get(k, missing) != v}
     if differ:
         raise SystemExit(f"--resume {path}: options differ from the saved run's (saved, given): {differ}")
     env.reset()  # the env must have been reset once; set_state then replaces every row

@@ -3,7 +3,7 @@
 Runs CartPole-v1 and Pendulum-v1 with random actions, filming env 0's first episodes
 (first frame to the true final one) into mp4 files, and writes one PNG showing the
 final frame of the CartPole episode next to a Pendulum frame (the picture in the
-README, docs/recorded_frames.png). Needs the video extra: ``pip install 'gpu-envs[video]'``.
+README, docs/recorded_frames.png). Needs the video extra: ``pip install '.[video]'`` in the gpu_envs clone.
 
     python examples/record_video.py --out videos/ --png docs/recorded_frames.png
 """

@@ -54,6 +54,14 @@ class Critics(nn.Module):
         return self.q1(x), self.q2(x)
 
 
+def critic_target(nxt, actor_target: Actor, critics_target: Critics) -> torch.Tensor:
+    """TD3's target ``reward + discount * min(Q1, Q2)(next, smoothed next action)``, ``[B, 1]`` for any n_step."""
+    next_action = actor_target(nxt["observation"])
+    noise = (0.2 * torch.randn_like(next_action)).clamp(-0.5, 0.5)
+    next_action = (next_action + noise * MAX_TORQUE).clamp(-MAX_TORQUE, MAX_TORQUE)
+    return nxt["reward"] + nxt["discount"] * torch.min(*critics_target(nxt["observation"], next_action))
+
+
 def evaluate(actor: Actor, num_envs: int, device: str, seed: int) -> float:
     """Mean 200-step return of the deterministic policy over ``num_envs`` fresh episodes."""
     env = gpu_envs.make("Pendulum-v1", num_envs=num_envs, device=device, seed=seed)
@@ -89,9 +97,7 @@ def train(num_envs: int = 64, iterations: int = 3000, updates: int = 2, batch_si
             batch = rb.sample(batch_size, n_step=n_step, gamma=gamma, generator=generator)
             obs, action, nxt = batch["observation"], batch["action"], batch["next"]
             with torch.no_grad():
-                noise = (0.2 * torch.randn_like(action)).clamp(-0.5, 0.5)
-                next_action = (actor_target(nxt["observation"]) + noise * MAX_TORQUE).clamp(-MAX_TORQUE, MAX_TORQUE)
-                target = nxt["reward"] + nxt["discount"] * torch.min(*critics_target(nxt["observation"], next_action))
+                target = critic_target(nxt, actor_target, critics_target)
             q1, q2 = critics(obs, action)
             critic_loss = (q1 - target).pow(2).mean() + (q2 - target).pow(2).mean()
             critic_opt.zero_grad()

@@ -138,10 +138,16 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--library-default", action="store_true", help="rl_games' own time-out bootstrap (V(s_t))")
     args = p.parse_args(argv)
     result = train(args.num_envs, args.epochs, args.device, args.seed, exact=not args.library_default)
-    print(
-        f"mean episode return: {result['returns'][0]:.0f} in the first episodes (random policy), "
-        f"{result['final']:.0f} for the trained policy's mean action"
-    )
+    if result["returns"]:
+        print(
+            f"mean episode return: {result['returns'][0]:.0f} in the first episodes (random policy), "
+            f"{result['final']:.0f} for the trained policy's mean action"
+        )
+    else:  # rl_games' statistics hold finished episodes only (Pendulum's last 200 steps)
+        print(
+            f"no episode finished within {args.epochs} epochs (run more --epochs); "
+            f"{result['final']:.0f} for the trained policy's mean action"
+        )
     return result
 
 

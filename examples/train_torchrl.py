@@ -54,10 +54,9 @@ def main(argv: list[str] | None = None) -> dict:
     collector = Collector(
         env, actor, frames_per_batch=frames, total_frames=frames * args.batches, auto_register_policy_transforms=False
     )
-    lengths = []
+    lengths, running = [], torch.zeros(args.num_envs, dtype=torch.long, device=args.device)
     for i, batch in enumerate(collector):
-        episodes = batch["next", "done"].sum().item()
-        lengths.append(frames / max(episodes, 1))  # mean episode length while collecting
+        lengths.append(mean_episode_length(batch["next", "done"].squeeze(-1), running))
         for _ in range(4):
             with torch.no_grad():
                 advantage(batch)
@@ -73,6 +72,23 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"batch {i:4d}  mean episode length {lengths[-1]:7.1f}")
     collector.shutdown()
     return {"lengths": lengths}
+
+
+def mean_episode_length(done: torch.Tensor, running: torch.Tensor) -> float:
+    """The mean length of the episodes that ended in a ``[N, T]`` batch of done flags.
+
+    ``running`` holds each env's steps into its current episode, carried from batch to
+    batch (updated in place). Where no episode ended, the mean of the running lengths: a
+    lower bound, never above the time limit (frames / episodes once reported 2048 for
+    CartPole, whose episodes stop at 500).
+    """
+    ended = []
+    for t in range(done.shape[1]):
+        running += 1
+        ended.append(running[done[:, t]].clone())
+        running.masked_fill_(done[:, t], 0)
+    finished = torch.cat(ended)
+    return float((finished if finished.numel() else running).float().mean())
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ This module only re-exports; ``docs/ARCHITECTURE.md`` maps where everything live
 
 from __future__ import annotations
 
-from gpu_envs.builtin.gymnasium_ids import register_gymnasium_ids
 from gpu_envs.contract.errors import (
     ActionError,
     AutoresetModeError,
@@ -42,12 +41,13 @@ from gpu_envs.contract.errors import (
 from gpu_envs.core.env import BatchedEnv
 from gpu_envs.env_checker import check_env
 from gpu_envs.factory import available_envs, make, wrap, wrap_ray
+from gpu_envs.gymnasium_ids import register_gymnasium_ids
 from gpu_envs.utils.devices import default_device
 from gpu_envs.utils.watchdog import watchdog
 
 __version__ = "0.1.0"
 
-# gymnasium.make_vec("gpu_envs/CartPole-v1", ...) builds the built-in envs once gpu_envs is imported
+# gymnasium.make_vec("gpu_envs/CartPole-v1", ...) and gymnasium.make(...) build the built-in envs once gpu_envs is imported
 register_gymnasium_ids()
 
 __all__ = [

@@ -112,9 +112,9 @@ def require_plugin(backend: str) -> Any:
 # Ids that a package registers with gymnasium when it is imported: (id prefix, package, extra
 # to install). An unknown id with one of these prefixes names the import (or the install).
 REGISTERING_PACKAGES = (
-    ("MiniGrid-", "minigrid", "pip install 'gpu-envs[minigrid]'"),
-    ("BabyAI-", "minigrid", "pip install 'gpu-envs[minigrid]'"),
-    ("mo-", "mo_gymnasium", "pip install 'gpu-envs[mo]'"),
+    ("MiniGrid-", "minigrid", "pip install '.[minigrid]' in the gpu_envs clone"),
+    ("BabyAI-", "minigrid", "pip install '.[minigrid]' in the gpu_envs clone"),
+    ("mo-", "mo_gymnasium", "pip install '.[mo]' in the gpu_envs clone"),
     ("ALE/", "ale_py", "pip install 'gymnasium[atari]'"),
 )
 
@@ -354,19 +354,63 @@ def wrap(
     seed = as_seed(seed)
     backend_kwargs = dict(kwargs)
     options = env_options(backend_kwargs)
-    candidates = plugins(WRAP_ORDER) if _backend_name(backend) == "auto" else [require_plugin(backend)]
+    explicit = _backend_name(backend) != "auto"
+    candidates = [require_plugin(backend)] if explicit else plugins(WRAP_ORDER)
+    failed: list[str] = []  # detectors that raised on obj: not theirs, unless no other backend claims it
     for plugin in candidates:
-        if plugin.detect(obj):
+        if _detects(plugin, obj, failed, explicit):
             check_kwargs(plugin, "wrap", obj, backend_kwargs)
             what = f"wrap({type(obj).__name__}, backend={plugin.name!r})"
             raw = build(what, lambda plugin=plugin: plugin.wrap(obj, device, **backend_kwargs), device)
             return batched(raw, owned=False, seed=seed, options=options)
+    raised = f" (the {'; the '.join(failed)} while inspecting it)" if failed else ""
+    what = f"{type(obj).__module__}.{type(obj).__name__}"
+    if _looks_jax(obj):
+        raise NotAnEnvError(
+            f"wrap() was given {what}, a JAX env, but not of a kind gpu_envs takes{raised}: the JAX envs it wraps are "
+            "gymnasium's functional JAX envs (FunctionalJaxEnv / FunctionalJaxVectorEnv, e.g. gym.make_vec("
+            "'phys2d/CartPole-v1', n)), gymnax envs (with their params), and Brax / MuJoCo Playground envs "
+            "(wrap(env, num_envs=N)). For another JAX simulator, write a torch vector env around it that hands its "
+            "arrays over by DLPack (see gpu_envs.backends.torch_envs)."
+        )
     raise NotAnEnvError(
-        f"wrap() does not know how to wrap a {type(obj).__module__}.{type(obj).__name__}. It accepts "
-        "gymnasium Env/VectorEnv objects, Isaac Lab envs, JAX envs, Stable-Baselines3 VecEnvs, gym 0.26 envs, "
-        "MO-Gymnasium and minigrid envs, and torch vector envs "
-        "(reset/step/num_envs/single_observation_space/single_action_space; see gpu_envs.backends.torch_envs)."
+        f"wrap() does not know how to wrap a {what}{raised}. It accepts "
+        "gymnasium Env/VectorEnv objects, Isaac Lab envs, JAX envs (gymnasium's functional ones, gymnax, Brax, "
+        "MuJoCo Playground), Stable-Baselines3 VecEnvs, gym 0.26 envs, MO-Gymnasium and minigrid envs, and torch "
+        "vector envs (reset/step/num_envs/single_observation_space/single_action_space; see "
+        "gpu_envs.backends.torch_envs)."
     )
+
+
+_JAX_PACKAGES = {"jax", "jaxlib", "flax", "chex", "jumanji", "gymnax", "brax", "mujoco_playground", "jaxmarl", "pgx"}
+
+
+def _looks_jax(obj: Any) -> bool:
+    """An object of a JAX library's class, or a gymnasium env declaring ``metadata["jax"]`` (no import of jax)."""
+    modules = {c.__module__.split(".")[0] for c in type(obj).__mro__}
+    metadata = getattr(obj, "metadata", None)
+    return bool(modules & _JAX_PACKAGES) or (isinstance(metadata, dict) and bool(metadata.get("jax")))
+
+
+def _detects(plugin: Any, obj: Any, failed: list[str], explicit: bool) -> bool:
+    """``plugin.detect(obj)``; a detector that raises does not claim ``obj`` (recorded in ``failed``).
+
+    A detector reads attributes of an object it may never have seen (an env of another
+    library lacks ``single_observation_space``): an exception there means "not mine", never
+    an error out of ``wrap()``. With ``backend=`` named, it is the reason the backend cannot take it.
+    """
+    try:
+        return bool(plugin.detect(obj))
+    except Exception as err:
+        why = f"{plugin.name} backend's detect raised {type(err).__name__}: {err}"
+        if explicit:
+            raise NotAnEnvError(
+                f"wrap(..., backend={plugin.name!r}) cannot take this {type(obj).__module__}.{type(obj).__name__}: "
+                f"the {why}. Pass the object that backend wraps (see gpu_envs.backends.{plugin.name}), or "
+                "backend='auto'."
+            ) from err
+        failed.append(why)
+        return False
 
 
 def wrap_ray(
@@ -387,7 +431,7 @@ def wrap_ray(
     ``address`` (a Ray cluster; default: the one this process uses, ``RAY_ADDRESS``,
     or a new local one), ``ray_init_kwargs``, ``one_hot_actions``, ``info_spec``,
     ``env_index_offset``, plus ``missing_obs_value``/``validate_actions``/``watchdog_s``/``health_checks``. Needs
-    ``pip install 'gpu-envs[ray]'``; see :mod:`gpu_envs.backends.ray`.
+    ``pip install '.[ray]'`` in the gpu_envs clone; see :mod:`gpu_envs.backends.ray`.
 
     Example::
 

@@ -28,9 +28,9 @@ if [[ ",$extras," == *",puffer,"* ]]; then
     # vector envs the tests refuse need only numpy, gymnasium and psutil (the puffer extra).
     "${pip[@]}" install -c "$root/constraints-ci.txt" --no-deps pufferlib-core
 fi
-if [[ ",$extras," == *",rl_games,"* ]]; then
+if [[ ",$extras," == *",rl-games,"* || ",$extras," == *",rl_games,"* ]]; then  # (the old spelling too)
     # rl-games' metadata caps psutil < 6 although it never imports psutil (installing it normally would
-    # downgrade psutil): install it without its dependencies; the rl_games extra brings those it imports.
+    # downgrade psutil): install it without its dependencies; the rl-games extra brings those it imports.
     "${pip[@]}" install -c "$root/constraints-ci.txt" --no-deps rl-games
 fi
 echo "$venv"

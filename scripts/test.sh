@@ -15,7 +15,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bash scripts/setup_venv.sh test,jax,torchrl,sb3,gym,mo,minigrid,plot,video,rsl_rl,skrl,rl_games,envpool,ray,puffer >/dev/null
+bash scripts/setup_venv.sh test,jax,torchrl,sb3,gym,mo,minigrid,plot,video,rsl-rl,skrl,rl-games,envpool,ray,puffer >/dev/null
 
 # The simulator venvs are found in their cache, or built there on a fresh machine (mostly
 # downloads and unpacking, 5-15 min each), by ONE background job while ruff and the main
@@ -48,13 +48,35 @@ venv_of() {  # the venv of tier $1 once it is built; its build log and a failure
     tail -n 1 "$logs/$1.out"
 }
 
-.venv/bin/ruff check gpu_envs tests benchmarks examples scripts
-.venv/bin/python -m pytest -m "slow or not slow" "$@"
-isaac_venv="$(venv_of isaaclab)"
-"$isaac_venv/bin/python" -m pytest -m "slow or not slow" tests/isaaclab
-brax_venv="$(venv_of brax)"
-GPU_ENVS_REQUIRE_BRAX=1 PYTHONPATH="$root" "$brax_venv/bin/python" -m pytest -m "slow or not slow" tests/brax
-maniskill_venv="$(venv_of maniskill)"
-GPU_ENVS_REQUIRE_MANISKILL=1 PYTHONPATH="$root" "$maniskill_venv/bin/python" -m pytest -m "slow or not slow" tests/maniskill
-mjlab_venv="$(venv_of mjlab)"
-GPU_ENVS_REQUIRE_MJLAB=1 PYTHONPATH="$root" "$mjlab_venv/bin/python" -m pytest -m "slow or not slow" tests/mjlab
+# Every tier runs, whatever the ones before it did: a failing tier (or a venv that could not
+# be built) is noted, and the failures are listed together at the end (exit status 1).
+failed=()
+run_tier() {  # run_tier NAME COMMAND...: run one tier's COMMAND; a failure is noted, never fatal
+    local status=0
+    echo "=== tier $1" >&2
+    "${@:2}" || status=$?
+    if [ "$status" -ne 0 ]; then
+        failed+=("$1 (exit $status)")
+    fi
+}
+no_venv() {  # no_venv NAME: note that tier NAME's venv could not be built (its tier is skipped)
+    failed+=("$1 (its venv could not be built)")
+}
+
+run_tier ruff .venv/bin/ruff check gpu_envs tests benchmarks examples scripts
+run_tier main .venv/bin/python -m pytest -m "slow or not slow" "$@"
+isaac_venv="$(venv_of isaaclab)" || no_venv isaaclab
+[ -z "$isaac_venv" ] || run_tier isaaclab "$isaac_venv/bin/python" -m pytest -m "slow or not slow" tests/isaaclab
+brax_venv="$(venv_of brax)" || no_venv brax
+[ -z "$brax_venv" ] || run_tier brax env GPU_ENVS_REQUIRE_BRAX=1 PYTHONPATH="$root" "$brax_venv/bin/python" -m pytest -m "slow or not slow" tests/brax
+maniskill_venv="$(venv_of maniskill)" || no_venv maniskill
+[ -z "$maniskill_venv" ] || run_tier maniskill env GPU_ENVS_REQUIRE_MANISKILL=1 PYTHONPATH="$root" "$maniskill_venv/bin/python" -m pytest -m "slow or not slow" tests/maniskill
+mjlab_venv="$(venv_of mjlab)" || no_venv mjlab
+[ -z "$mjlab_venv" ] || run_tier mjlab env GPU_ENVS_REQUIRE_MJLAB=1 PYTHONPATH="$root" "$mjlab_venv/bin/python" -m pytest -m "slow or not slow" tests/mjlab
+
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "scripts/test.sh: ${#failed[@]} tier(s) failed:" >&2
+    printf '  %s\n' "${failed[@]}" >&2
+    exit 1
+fi
+echo "scripts/test.sh: every tier passed" >&2

@@ -227,3 +227,14 @@ def test_dict_groups_get_their_final_observations_flattened_as_skrl_reads_them()
     assert env.final_observations[:, 2].tolist() == [3.0] * N and obs[:, 2].tolist() == [0.0] * N  # s_T, then reset
     assert env.final_states.shape == env.state().shape == (N, 4)
     assert torch.equal(env.final_states[:, :3], env.final_observations)  # the Dict's terms, sorted: counts, progress
+
+
+def test_training_through_another_adapter_than_the_bootstrapped_one_is_refused():
+    """``a.bootstrap_from(agent)`` and a trainer on ``b = to_skrl(same env)``: the agent once stored the reset
+    observation as the next one where an episode ended; it now names the mix-up."""
+    base = gpu_envs.wrap(FakeIsaacDirectEnv(N, compute_final_obs=True))
+    a, b = to_skrl(base), to_skrl(base)
+    agent = ppo(a)
+    a.bootstrap_from(agent)
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="trained through another to_skrl adapter"):
+        train_steps(b, agent, steps=3)

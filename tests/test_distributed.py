@@ -200,11 +200,13 @@ def test_synced_statistics_are_identical_on_ranks_and_equal_one_process(shard_ru
 @pytest.mark.slow
 def test_a_rank_that_raises_fails_the_job_quickly(tmp_path):
     start = time.monotonic()
-    proc = torchrun([str(WORKER), "raise", str(tmp_path)], timeout=90)
+    proc = torchrun([str(WORKER), "raise", str(tmp_path)], timeout=600)
     elapsed = time.monotonic() - start
     assert proc.returncode != 0
     assert "rank 1 fails on purpose" in proc.stdout + proc.stderr
-    assert elapsed < 60, f"the job took {elapsed:.0f}s to fail"
+    # quickly = by itself: the other rank would otherwise wait in its collective for gloo's 30-minute timeout
+    # (a loaded machine takes longer to start two ranks, so no tighter bound holds)
+    assert elapsed < 600, f"the job took {elapsed:.0f}s to fail"
 
 
 @pytest.mark.slow

@@ -216,7 +216,16 @@ def test_next_step_envs_that_cannot_be_made_exact_are_refused_at_wrap():
 
     with pytest.raises(gpu_envs.AutoresetModeError, match="SAME_STEP") as info:
         gpu_envs.wrap(HandRolled(), device="cpu")
-    assert "make_vec" in str(info.value)
+    assert "vectorization_mode='sync'" in str(info.value) and "reset_mask" in str(info.value)
+    # gymnasium's CartPoleVectorEnv behind a gymnasium wrapper: its resets by hand would bypass the wrapper
+    wrapped = gym.wrappers.vector.RecordEpisodeStatistics(gym.make_vec("CartPole-v1", 2))
+    with pytest.raises(gpu_envs.AutoresetModeError, match="wraps gymnasium's CartPoleVectorEnv") as info:
+        gpu_envs.wrap(wrapped, device="cpu")
+    fix = "gym.make_vec('CartPole-v1', 2, vectorization_mode='sync')"
+    assert fix in str(info.value)
+    fixed = gym.wrappers.vector.RecordEpisodeStatistics(eval(fix, {"gym": gym}))  # the fix it names works
+    with gpu_envs.wrap(fixed, device="cpu") as env:
+        assert env.rollout(200)["next", "done"].any()
     venv = counting_vector_env(1, "next_step", "async", shared_memory=False)
     try:
         with pytest.raises(gpu_envs.AutoresetModeError, match="shared_memory=False"):

@@ -244,3 +244,62 @@ def test_frame_skip_wrapper_is_usable_with_make_vec():
         td["action"] = torch.zeros(2, dtype=torch.long)
         td = env.step(td)
     assert td["next", "observation"][:, 2].tolist() == [2.0, 2.0]
+
+
+def cartpole_vector_reference(actions: np.ndarray, seed: int, max_episode_steps: int) -> dict[str, np.ndarray]:
+    """The oracle for gymnasium's ``CartPoleVectorEnv``: one one-row ``CartPoleVectorEnv`` per env, stepped one by
+    one and reset by hand when done, with the reset states drawn the way the vector env draws them: one stream
+    (``np_random`` seeded with ``seed``), ``uniform(-0.05, 0.05, size=(4, k))`` for the ``k`` rows reset together.
+    """
+    from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+    from gymnasium.utils import seeding
+
+    n, steps = actions.shape
+    stream, _ = seeding.np_random(seed)
+    rows = [CartPoleVectorEnv(num_envs=1, max_episode_steps=max_episode_steps) for _ in range(n)]
+    for row in rows:
+        row.reset()
+
+    def reset(which: list[int]) -> None:
+        draws = stream.uniform(-0.05, 0.05, size=(4, len(which)))
+        for j, i in enumerate(which):
+            rows[i].state, rows[i].steps[:], rows[i].prev_done[:] = draws[:, j : j + 1].copy(), 0, False
+
+    reset(list(range(n)))
+    obs = [row.state.T.astype(np.float32)[0] for row in rows]
+    out = {k: [] for k in ("observation", "next_observation", "root", "reward", "terminated", "truncated", "done")}
+    for t in range(steps):
+        step = {k: [] for k in out}
+        for i, row in enumerate(rows):
+            next_obs, reward, term, trunc, _ = row.step(np.array([actions[i, t]]))
+            for key, value in zip(("next_observation", "reward", "terminated", "truncated"), (next_obs[0], *(v[0] for v in (reward, term, trunc))), strict=True):  # fmt: skip
+                step[key].append(value)
+            step["observation"].append(obs[i])
+            step["done"].append(term[0] or trunc[0])
+        reset([i for i in range(n) if step["done"][i]])  # every ended row, together, in row order
+        obs = [row.state.T.astype(np.float32)[0] if step["done"][i] else step["next_observation"][i] for i, row in enumerate(rows)]  # fmt: skip
+        step["root"] = obs
+        for key, values in step.items():
+            out[key].append(np.asarray(values))
+    return {key: np.stack(values, axis=1) for key, values in out.items()}
+
+
+def test_gymnasium_cartpole_vector_env_next_step_is_wrapped_exactly():
+    """``gym.make_vec("CartPole-v1", n)`` is gymnasium 1.x's NEXT_STEP ``CartPoleVectorEnv`` without masked resets:
+    its ended rows are reset in the same step, drawing what its own next-step reset would (no wasted step, no
+    ignored action), equal to the oracle key by key, terminations and time limits (30 steps here) alike."""
+    n, steps, seed, limit = 6, 1100, 2, 30
+    actions = np.random.default_rng(5).integers(0, 2, size=(n, steps))
+    actions[:3, :] = np.arange(steps) % 2  # alternating pushes keep some poles up until the time limit
+    with gpu_envs.wrap(gym.make_vec("CartPole-v1", n, max_episode_steps=limit), device="cpu") as env:
+        assert env.backend.mode == gym.vector.AutoresetMode.NEXT_STEP
+        got = batched_transitions(env, torch.as_tensor(actions), seed=seed)
+        td = env.reset(seed=seed)  # a masked reset resets only those rows, as the ended rows' reset does
+        mask = torch.tensor([True, False, True, False, False, False]).unsqueeze(-1)
+        partial = env.reset(td=td.clone().set("_reset", mask))
+        assert torch.equal(partial["observation"][1:2], td["observation"][1:2])
+        assert not torch.equal(partial["observation"][0], td["observation"][0])
+    want = cartpole_vector_reference(actions, seed, limit)
+    assert_same_transitions(got, want)
+    assert want["terminated"].sum() > 100 and want["truncated"].sum() > 20
+    assert (got["reward"] == 1.0).all()  # NEXT_STEP's wasted step would show as a reward of 0

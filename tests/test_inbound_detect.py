@@ -64,3 +64,57 @@ def test_other_envs_keep_their_backends():
         assert env.backend.name == "gymnasium"
     with gpu_envs.wrap(CountingTorchVectorEnv(2), device="cpu") as env:
         assert env.backend.name == "torch"
+
+
+class HalfVectorEnv(gym.vector.VectorEnv):
+    """SuperSuit's ``ConcatVecEnv`` shape: a gymnasium VectorEnv without ``single_observation_space``, which the
+    minigrid detector read (``AttributeError`` out of ``wrap()``)."""
+
+    def __init__(self) -> None:
+        self.num_envs = 2
+        self.observation_space = gym.spaces.Box(-1, 1, (2, 3))
+        self.action_space = gym.spaces.MultiDiscrete([2, 2])
+
+    def __getattr__(self, name):
+        if name == "single_observation_space":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+def test_a_detector_that_raises_never_escapes_wrap(monkeypatch):
+    env = HalfVectorEnv()
+    with pytest.raises(AttributeError):
+        get_plugin("minigrid").detect(env)  # the detector itself does raise on it
+    with pytest.raises(gpu_envs.GpuEnvsError, match="NEXT_STEP"):  # the gymnasium backend's own clear refusal
+        gpu_envs.wrap(env, device="cpu")
+
+    class Broken:  # a plugin whose detect raises on everything is skipped: the right backend still claims the env
+        name = "broken"
+
+        def detect(self, obj):
+            raise RuntimeError("boom")
+
+    import gpu_envs.factory as factory
+
+    real = factory.plugins
+    monkeypatch.setattr(factory, "plugins", lambda order: [Broken(), *real(order)])
+    with gpu_envs.wrap(CountingTorchVectorEnv(2), device="cpu") as wrapped:
+        assert wrapped.backend.name == "torch"
+    with pytest.raises(gpu_envs.NotAnEnvError, match=r"does not know how to wrap.*broken backend's detect raised"):
+        gpu_envs.wrap(object())  # nobody claims it: the message says which detector raised
+    monkeypatch.setattr(factory, "require_plugin", lambda name: Broken())
+    with pytest.raises(gpu_envs.NotAnEnvError, match=r"backend='broken'.*RuntimeError: boom"):
+        gpu_envs.wrap(CountingTorchVectorEnv(2), device="cpu", backend="broken")
+
+
+def test_a_jax_env_of_an_unknown_kind_is_refused_naming_the_jax_envs_gpu_envs_takes():
+    """Once refused with the generic message, which says JAX envs are accepted."""
+
+    class OtherJaxEnv:
+        __module__ = "jumanji.environments.fake"  # a JAX library's env class (not imported)
+
+        def reset(self, key):
+            return None
+
+    with pytest.raises(gpu_envs.NotAnEnvError, match=r"a JAX env, but not of a kind gpu_envs takes.*gymnax.*DLPack"):
+        gpu_envs.wrap(OtherJaxEnv())

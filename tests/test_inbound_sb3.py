@@ -9,6 +9,8 @@ kinds, an info entry), a SubprocVecEnv, and SB3's own ``make_vec_env`` CartPole.
 
 from __future__ import annotations
 
+import warnings
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -108,6 +110,32 @@ def test_missing_terminal_observation_gives_placeholders_on_exactly_those_rows()
     assert torch.isnan(nxt["observation"][1::2]).all()
     assert nxt["observation"][0::2].tolist() == [[0, 0, 3], [2, 0, 3]]
     assert root["observation"].tolist() == [[i, 1, 0] for i in range(4)]
+
+
+class _DropTruncation(VecEnvWrapper):
+    """SuperSuit's SB3 vec env (PettingZoo): TimeLimit.truncated never in the infos, every end looks terminated."""
+
+    def reset(self):
+        return self.venv.reset()
+
+    def step_wait(self):
+        obs, reward, done, infos = self.venv.step_wait()
+        for info in infos:
+            info.pop("TimeLimit.truncated", None)
+        return obs, reward, done, infos
+
+
+def test_a_vec_env_that_never_reports_truncation_is_named_in_a_warning():
+    with gpu_envs.wrap(_DropTruncation(_counting_vec_env(4)), device="cpu") as env:
+        td = env.reset()
+        with pytest.warns(UserWarning, match=r"_DropTruncation put no 'TimeLimit.truncated'.*SuperSuit") as caught:
+            for _ in range(40):
+                td["action"] = torch.zeros(4, dtype=torch.long)
+                td, td = env.step_and_maybe_reset(td)
+    assert len([w for w in caught if "TimeLimit.truncated" in str(w.message)]) == 1  # once
+    with gpu_envs.wrap(_counting_vec_env(4), device="cpu") as env, warnings.catch_warnings():
+        warnings.simplefilter("error")  # SB3's own DummyVecEnv reports it: no warning
+        env.rollout(40)
 
 
 def test_dict_observations_become_keys():

@@ -231,7 +231,8 @@ def test_device_actions_pass_through_and_numpy_actions_are_converted():
 def test_spaces_metadata_and_type():
     env = gpu_envs.make("Pendulum-v1", num_envs=5, device="cpu")
     ours = to_gymnasium(env, autoreset_mode=SAME_STEP)
-    assert isinstance(ours, gym.vector.VectorEnv) and ours.unwrapped is ours and ours.num_envs == 5
+    assert isinstance(ours, gym.vector.VectorEnv) and ours.num_envs == 5
+    assert ours.unwrapped is env.backend.env  # the simulator (here the built-in PendulumEnv), as every adapter's
     assert ours.single_observation_space == gym.make("Pendulum-v1").observation_space
     assert ours.single_action_space == gym.make("Pendulum-v1").action_space
     assert ours.observation_space == gym.vector.utils.batch_space(ours.single_observation_space, 5)

@@ -23,7 +23,9 @@ def _hide(monkeypatch, library: str, adapter_module: str, name: str) -> None:
 
 def test_missing_stable_baselines3_names_the_extra(monkeypatch):
     _hide(monkeypatch, "stable_baselines3", "gpu_envs.interop.sb3", "to_sb3")
-    with pytest.raises(MissingComponentError, match=r'to_sb3 needs stable-baselines3.*pip install "gpu-envs\[sb3\]"'):
+    with pytest.raises(
+        MissingComponentError, match=r'to_sb3 needs stable-baselines3.*pip install "\.\[sb3\]" in the gpu_envs clone'
+    ):
         from gpu_envs.interop import to_sb3  # noqa: F401
     # the other adapters are unaffected
     from gpu_envs.interop import to_gymnasium
@@ -36,7 +38,7 @@ def test_require_explains_what_to_install():
         require("no_such_library_xyz.sub", package="no-such-library", extra="nolib", consumer="to_nolib")
     text = str(err.value)
     assert "gpu_envs.interop.to_nolib needs no-such-library" in text
-    assert 'pip install "gpu-envs[nolib]"' in text and "pip install no-such-library" in text
+    assert 'pip install ".[nolib]" in the gpu_envs clone' in text and "pip install no-such-library" in text
     assert isinstance(err.value, RuntimeError) and isinstance(err.value.__cause__, ImportError)
     assert require("json", package="json", extra="none", consumer="x") is sys.modules["json"]
 

@@ -251,3 +251,18 @@ def test_step_never_syncs(device):
             _, _, _, infos = vec.step(torch.rand(16, 1, device=device) * 4 - 2)
             time_outs += vec.exact_time_outs.sum() + infos["time_outs"].sum()  # exact rows + rl_games' own
     assert time_outs.item() > 0, "the guarded steps covered auto-resets"
+
+
+def test_two_envs_under_one_name_are_named_at_bootstrap_from(tmp_path):
+    """Two to_rl_games envs under the default name: the runner builds the later one, and ``a.bootstrap_from(runner)``
+    once hooked nothing (silently); it now names the clash and the fix."""
+    a = to_rl_games(gpu_envs.make("Pendulum-v1", num_envs=8, device="cpu", seed=0, max_episode_steps=5))
+    runner, _ = agent_on(a, tmp_path)
+    b = to_rl_games(gpu_envs.make("Pendulum-v1", num_envs=8, device="cpu", seed=1, max_episode_steps=5))
+    assert a.env_name == b.env_name == "gpu_envs"
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=r"env_name='gpu_envs'.*another to_rl_games env.*name="):
+        a.bootstrap_from(runner)
+    b.bootstrap_from(runner)  # the env the runner trains
+    c = to_rl_games(gpu_envs.make("Pendulum-v1", num_envs=8, device="cpu", seed=2), name="gpu_envs_c")
+    runner_c, _ = agent_on(c, tmp_path)
+    c.bootstrap_from(runner_c)  # its own name: fine

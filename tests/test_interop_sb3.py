@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from copy import deepcopy
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor
@@ -212,3 +213,52 @@ def test_sb3_ppo_learns_cartpole(one_thread):
     trained = _mean_return(model, evaluation)
     assert len(model.ep_info_buffer) > 0  # VecMonitor's episode statistics reach SB3's logger
     assert random < 30 and trained > 150, (random, trained)
+
+
+class GoalEnv(gym.Env):
+    """A goal-conditioned env with gymnasium-robotics' ``compute_reward`` (what HER's replay buffer calls)."""
+
+    observation_space = gym.spaces.Dict(
+        {k: gym.spaces.Box(-1, 1, (2,), np.float32) for k in ("observation", "achieved_goal", "desired_goal")}
+    )
+    action_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {k: np.zeros(2, np.float32) for k in self.observation_space}, {}
+
+    def step(self, action):
+        obs = {k: np.clip(action, -1, 1).astype(np.float32) for k in self.observation_space}
+        return obs, 0.0, False, False, {}
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return -np.linalg.norm(achieved_goal - desired_goal, axis=-1)
+
+    def render(self):
+        return np.zeros((4, 6, 3), np.uint8)
+
+
+def test_sb3s_vec_env_protocol_reaches_the_sub_envs():
+    """SB3's own vec-env code over to_sb3: ``render_mode`` passed through (VecNormalize's render tests),
+    ``env_is_wrapped(Monitor)`` sees a sub-env's Monitor, HER's ``env_method("compute_reward", ..., indices=[0])``."""
+    from stable_baselines3.common.monitor import Monitor
+
+    fns = [lambda: Monitor(GoalEnv(render_mode="rgb_array")) for _ in range(3)]
+    venv = to_sb3(
+        gpu_envs.wrap(gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP), device="cpu")
+    )
+    assert venv.render_mode == "rgb_array" and venv.get_attr("render_mode") == ["rgb_array"] * 3
+    assert venv.env_is_wrapped(Monitor) == [True, True, True] and venv.env_is_wrapped(Monitor, indices=[1]) == [True]
+    achieved, desired = np.zeros((5, 2), np.float32), np.ones((5, 2), np.float32)
+    rewards = venv.env_method("compute_reward", achieved, desired, [{}] * 5, indices=[0])
+    assert len(rewards) == 1 and np.allclose(rewards[0], -np.sqrt(2.0))
+    venv.reset()
+    images = venv.get_images()
+    assert len(images) == 3 and images[0].shape == (4, 6, 3)
+    plain = to_sb3(gpu_envs.make("CartPole-v1", num_envs=2, device="cpu", backend="gymnasium"))
+    assert plain.env_is_wrapped(Monitor) == [False, False] and plain.render_mode is None
+    with pytest.raises(AttributeError, match="compute_reward"):
+        to_sb3(gpu_envs.make("CartPole-v1", num_envs=2, device="cpu")).env_method("compute_reward", 0, 0, {})

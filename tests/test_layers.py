@@ -30,7 +30,8 @@ PACKAGE = "gpu_envs"
 # table. A name covers its submodules, except the package root ("gpu_envs": the
 # re-exports), which covers itself only; the most specific name wins.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    # the re-exports, make()/wrap() and the registry (which imports backends by name, at run time), the CLI, check_env
+    # the re-exports, make()/wrap() and the registry (which imports backends by name, at run time), the CLI, check_env,
+    # the gymnasium ids
     (
         "entry points and tools",
         (
@@ -41,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpu_envs.cli",
             "gpu_envs.env_checker",
             "gpu_envs.check",
+            "gpu_envs.gymnasium_ids",
         ),
     ),
     # to_torchrl, to_sb3, ...: another library's env type around a BatchedEnv
@@ -333,6 +335,8 @@ FOREIGN_PRIVATE = {
     ("gpu_envs.utils.torch_internals", "_python_dispatch"): ("<module>",),
     ("gpu_envs.utils.torch_internals", "_get_current_dispatch_mode"): ("<module>",),
     ("gpu_envs.utils.torch_internals", "_version"): ("version_counter",),
+    # sys._current_frames is documented too: the one way to see other threads' stacks (a second thread in a call)
+    ("gpu_envs.utils.call_guard", "_current_frames"): ("_in_flight_elsewhere",),
     # os._exit is public (documented), underscore and all
     ("gpu_envs.backends.gymnasium_envs.workers", "_exit"): ("_die_with_parent", "watch"),
     # Isaac Lab's closed mark, Brax's config and registry (neither has a public one)

@@ -123,6 +123,24 @@ def test_stale_roots_are_refused_before_anything_moves():
     env.step(TensorDict({"action": torch.zeros(N, dtype=torch.long)}, batch_size=[N]))
 
 
+def test_a_copy_of_an_old_root_is_stepped_from_where_the_env_is_as_the_readme_says():
+    """A ``.clone()`` carries no date (the README says so): the env steps its own state, whatever the copy holds."""
+    env = counting_env()
+    root0 = env.reset(seed=0)
+    old = root0.clone()
+    root0["action"] = torch.zeros(N, dtype=torch.long)
+    env.step_and_maybe_reset(root0)
+    old["action"] = torch.zeros(N, dtype=torch.long)
+    td, _ = env.step_and_maybe_reset(old)  # not refused: the env cannot date a copy
+    reference = counting_env()
+    ref_root = reference.reset(seed=0)
+    for _ in range(2):
+        ref_root["action"] = torch.zeros(N, dtype=torch.long)
+        ref_td, ref_root = reference.step_and_maybe_reset(ref_root)
+    assert torch.equal(td["next", "observation"], ref_td["next", "observation"])  # the env's second step
+    assert torch.equal(td["observation"], root0["observation"])  # the copy's (old) observations are kept in td
+
+
 def test_a_root_from_before_a_collection_is_stale():
     from gpu_envs.rollout import collect
 
@@ -191,8 +209,12 @@ def test_a_second_thread_stepping_during_a_step_is_refused_with_the_fix():
     errors = []
     sim.during_step = lambda: errors.extend(in_thread(lambda: env.step(env.root())))
     env.step_and_maybe_reset(td)  # this thread's step completes; the other thread's was refused on entry
-    assert len(errors) == 1 and isinstance(errors[0], gpu_envs.InterruptedStepError)
+    # as the README promises (it was an InterruptedStepError: "interrupted mid-step")
+    assert len(errors) == 1 and isinstance(errors[0], gpu_envs.ConcurrentCallError)
+    assert "two threads at once" in str(errors[0]) and "another thread's step() was running" in str(errors[0])
     assert "one env per thread" in str(errors[0]) and "threading.Lock" in str(errors[0])
+    root = env.root().clone().set("action", torch.zeros(N, dtype=torch.long))
+    env.step_and_maybe_reset(root)  # and the env goes on: the refused call touched nothing
 
 
 def test_a_call_that_overlaps_a_step_fails_both_until_a_reset():

@@ -77,6 +77,7 @@ class ManagerBasedRlEnv:
         self.truncated_buf = torch.zeros(num_envs, dtype=torch.bool)
         self.pending = torch.zeros(num_envs, dtype=torch.bool)
         self.closed = False
+        self.common_step_counter = 0  # what mjlab's MjlabOnPolicyRunner.save/load keep in a checkpoint
 
     @property
     def unwrapped(self):

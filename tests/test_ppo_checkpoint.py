@@ -65,3 +65,20 @@ def test_resumed_run_in_a_new_process_is_bitwise_the_straight_run(tmp_path):
     envs_a, envs_b = a["env"], b["env"]
     for key in envs_a.keys(include_nested=True, leaves_only=True):
         _same(envs_a.get(key), envs_b.get(key), f"env.{key}")
+
+
+@pytest.mark.slow
+def test_a_resume_with_any_other_run_option_is_refused(tmp_path):
+    """``--resume`` with another ``--gamma`` was accepted (8 options were compared): the resume is promised
+    bit-exact, so every option that changes the run must match."""
+    saved = str(tmp_path / "run.pt")
+    _run("--checkpoint", saved, "--stop-after", "1")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    for other in (["--gamma", "0.9"], ["--clip", "0.1"], ["--threads", "2"]):
+        done = subprocess.run(
+            [sys.executable, str(EXAMPLES / "ppo_cartpole.py"), *RUN, "--resume", saved, *other],
+            env=env, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        name = other[0][2:].replace("-", "_")
+        assert done.returncode != 0 and "options differ" in done.stderr and name in done.stderr, done.stderr[-2000:]
+    _run("--resume", saved, "--eval-episodes", "0", "--quiet")  # the control options may differ

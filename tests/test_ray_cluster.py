@@ -24,7 +24,7 @@ import torch
 import gpu_envs
 from tests.processes import alive, assert_gone, descendants, worker_pids
 
-ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gpu-envs[ray]')")
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install '.[ray]' in the gpu_envs clone)")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes via /proc")]
 LOCAL = {"ray_init_kwargs": {"num_cpus": 2}}
 
@@ -69,10 +69,15 @@ def test_a_failed_construction_leaves_no_ray_behind():
 
 
 def test_not_enough_cpus_is_an_error_not_a_hang():
+    """3 one-CPU workers on a 2-CPU Ray: the third can never start. What holds however slow the machine is: the
+    start ends in a BackendError naming the late workers and the fix (at least that one is late; on a loaded
+    machine the other two may not be ready within start_timeout either: "3 of 3" was seen under nohup), and it
+    ends by itself, long before a hang would (Ray would wait for the CPU forever)."""
     start = time.monotonic()
-    with pytest.raises(gpu_envs.BackendError, match=r"1 of 3 Ray workers were not ready after 20 s.*lower num_workers"):
+    with pytest.raises(gpu_envs.BackendError, match=r"([123]) of 3 Ray workers were not ready after 20 s") as info:
         gpu_envs.make("CartPole-v1", num_envs=3, device="cpu", backend="ray", num_workers=3, start_timeout=20, **LOCAL)
-    assert time.monotonic() - start < 60
+    assert "lower num_workers or cpus_per_worker" in str(info.value) and "1 CPU" in str(info.value)
+    assert time.monotonic() - start < 600  # start-up of a local Ray (slow under load) + 20 s, not forever
     assert not ray.is_initialized()
 
 

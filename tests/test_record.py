@@ -283,7 +283,7 @@ def test_without_pyav_the_error_names_the_extra(monkeypatch, tmp_path):
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_av)
-    with pytest.raises(gpu_envs.MissingComponentError, match=re.escape("pip install 'gpu-envs[video]'")):
+    with pytest.raises(gpu_envs.MissingComponentError, match=re.escape("pip install '.[video]' in the gpu_envs clone")):
         RecordEpisodes(tmp_path)
 
 
@@ -329,3 +329,45 @@ def test_the_example_films_both_envs_and_writes_the_readme_picture(tmp_path, one
     with av.open(str(tmp_path / "frames.png")) as container:
         (frame,) = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
     assert frame.shape == (500, 1108, 3) and frame.std() > 10  # CartPole 600 + gap 8 + Pendulum 500
+
+
+@pytest.mark.parametrize(
+    ("path", "kwargs", "words"),
+    [
+        ("vid-{row}.mp4", {"every": 1}, r"no \{episode\}"),  # once: 3 videos reported, 1 file on disk
+        ("vid-{episode}.mp4", {"rows": [0, 1]}, r"no \{row\}"),  # once: 2 reported, 1 written
+    ],
+)
+def test_names_that_would_overwrite_each_other_are_refused(tmp_path, path, kwargs, words):
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=words):
+        RecordEpisodes(tmp_path / path, **kwargs)
+    RecordEpisodes(tmp_path / path.replace(".mp4", "-{row}-{episode}.mp4"), **kwargs)  # the fix it names
+
+
+def test_one_video_per_row_name_is_accepted_with_max_videos_1(tmp_path):
+    env = TransformedEnv(
+        _cartpole(2), rec := RecordEpisodes.for_env(_cartpole(2), tmp_path / "v{row}.mp4", size=SIZE, max_videos=1)
+    )
+    env.reset()
+    collect(env, steps=80)
+    assert [p.name for p in rec.close()] == ["v0.mp4"] and (tmp_path / "v0.mp4").exists()
+
+
+def test_an_unwritable_path_is_refused_when_the_recorder_is_built(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="cannot make the folder"):
+        RecordEpisodes(blocker / "videos")  # before: reported only during collect
+
+
+def test_close_after_a_failed_setup_keeps_the_setup_error(tmp_path):
+    rec = RecordEpisodes(tmp_path, rows=[5])
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=r"rows \[5\]"):
+        TransformedEnv(_cartpole(2), rec)
+    assert rec.close() == [] and rec.flush() == []  # once: AttributeError '_slots'
+    assert RecordEpisodes(tmp_path).close() == []  # never set up at all
+
+
+def test_numpy_integers_count_for_every_rows_and_max_videos(tmp_path):
+    rec = RecordEpisodes(tmp_path, rows=np.int64(1), every=np.int64(2), max_videos=np.int32(3))
+    assert rec.every == 2 and type(rec.every) is int and rec.rows == (1,) and rec.max_videos == 3

@@ -217,3 +217,52 @@ def test_slots_never_written_do_not_leak_into_targets(n):
         if storage.is_floating_point():
             storage[:, 2:] = float("nan")  # the 6 slots per env that no extend wrote
     assert_matches_reference(rb, ref, n, gamma=0.9)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_the_readme_target_line_is_one_column_for_every_n_step(n):
+    """``reward + discount * q(next_obs)`` stays ``[B, 1]``: a ``[B]`` reward would broadcast it to ``[B, B]``."""
+    rb, ref = run_ops([6], horizon=8)
+    batch = rb.sample(5, n_step=n, gamma=0.9, generator=torch.Generator().manual_seed(0))
+    assert batch["next", "reward"].shape == (5, 1) and batch["next", "discount"].shape == (5, 1)
+    q = lambda obs: obs.float().sum(dim=-1, keepdim=True)  # noqa: E731  -- a critic's [B, 1] output
+    target = batch["next", "reward"] + batch["next", "discount"] * q(batch["next", "observation"])
+    assert target.shape == (5, 1)
+    assert_matches_reference(rb, ref, n, gamma=0.9)
+
+
+def test_gather_refuses_positions_and_rows_that_hold_no_transition():
+    """3 steps stored: position 3 or later (and a row past N) would read slots no extend wrote."""
+    rb, ref = run_ops([3], horizon=8)
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=r"position.*\[0, 3\).*7"):
+        rb.gather(torch.tensor([0]), torch.tensor([7]))
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=r"position.*-1"):
+        rb.gather(torch.tensor([0]), torch.tensor([-1]))
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=r"env.*\[0, 3\).*3"):
+        rb.gather(torch.tensor([3]), torch.tensor([0]))
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="the same shape"):
+        rb.gather(torch.tensor([0, 1]), torch.tensor([0]))
+    got = rb.gather(1, 2, n_step=1)  # plain ints name one transition
+    assert got.batch_size == (1,) and got["observation"][0].tolist() == ref.rows[1][2]["observation"].tolist()
+
+
+def test_numpy_integers_count_as_ints_and_bad_generators_are_named():
+    rb, _ = run_ops([3], horizon=4)
+    rb2 = ReplayBuffer(np.int64(30))
+    assert rb2.capacity == 30 and type(rb2.capacity) is int
+    assert rb.sample(np.int64(4), n_step=np.int32(2)).batch_size == (4,)
+    for bad in (0, 1.5, "cpu"):
+        with pytest.raises(gpu_envs.InvalidArgumentError, match=r"torch\.Generator"):
+            rb.sample(4, generator=bad)
+
+
+def test_extending_with_no_steps_stores_nothing():
+    """An ``[N, 0]`` trajectory (``collect(steps=0)``-shaped) is a no-op, first extend or later."""
+    env = gpu_envs.wrap(CountingTorchVectorEnv(N))
+    traj = collect(env, None, steps=2).clone()
+    rb = ReplayBuffer(30)
+    rb.extend(traj[:, :0])
+    assert len(rb) == 0
+    rb.extend(traj)
+    rb.extend(traj[:, :0])
+    assert len(rb) == 2 * N

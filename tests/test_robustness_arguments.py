@@ -224,19 +224,19 @@ def test_a_backend_whose_library_is_missing_names_the_extra(monkeypatch):
     _refused(
         gpu_envs.MissingComponentError,
         "backend='jax'",
-        "pip install 'gpu-envs[jax]'",
+        "pip install '.[jax]' in the gpu_envs clone",
         call=lambda: gpu_envs.make("CartPole-v1", backend="jax"),
     )
     _refused(
         gpu_envs.MissingComponentError,
         "gymnax/Breakout-MinAtar",
-        "gpu-envs[jax]",
+        "pip install '.[jax]'",
         call=lambda: gpu_envs.make("gymnax/Breakout-MinAtar"),
     )
     _refused(
         gpu_envs.MissingComponentError,
         "backend='jax'",
-        "pip install 'gpu-envs[jax]'",  # wrap, as make
+        "pip install '.[jax]' in the gpu_envs clone",  # wrap, as make
         call=lambda: gpu_envs.wrap(gym.make("CartPole-v1"), backend="jax"),
     )
 
@@ -251,7 +251,7 @@ def test_an_id_listed_by_gymnasium_that_needs_jax_names_the_extra(monkeypatch):
     err = _refused(
         gpu_envs.MissingComponentError,
         "'jax'",
-        "pip install 'gpu-envs[jax]'",
+        "pip install '.[jax]' in the gpu_envs clone",
         call=lambda: gpu_envs.make("phys2d/CartPole-v1", num_envs=2, device="cpu"),
     )
     assert not isinstance(err, ModuleNotFoundError)

@@ -338,7 +338,7 @@ def test_an_async_env_built_without_the_guarded_worker_is_warned_about():
     plain = gym.vector.AsyncVectorEnv(fns, autoreset_mode=MODES["same_step"])
     # (on Linux a reaper process keeps its workers from outliving a SIGKILLed parent; the warning names Ctrl-C)
     with pytest.warns(
-        UserWarning, match=r"Ctrl-C in the terminal.*worker=gpu_envs\.backends\.gymnasium\.guarded_worker\(\)"
+        UserWarning, match=r"Ctrl-C in the terminal.*worker=gpu_envs\.backends\.gymnasium_envs\.guarded_worker\(\)"
     ):
         env = gpu_envs.wrap(plain, device="cpu")
     env.close()

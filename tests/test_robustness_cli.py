@@ -226,6 +226,19 @@ def test_rollout_record_writes_one_whole_episode_of_env_0(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_rollout_record_films_a_gymnasium_backend_env_through_its_rgb_array_render(tmp_path, capsys):
+    """``--backend gymnasium --record`` once ended in ``AttributeError '_slots'`` (exit 1, "unexpected error")."""
+    av = pytest.importorskip("av")
+    out = tmp_path / "gym.mp4"
+    argv = ["rollout", "CartPole-v1", "--backend", "gymnasium", "--num-envs", "2", "--steps", "80"]
+    assert main([*argv, "--device", "cpu", "--seed", "3", "--record", str(out)]) == 0
+    assert f"recorded 1 episode(s) of env 0: {out}" in capsys.readouterr().err
+    with av.open(str(out)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(frames) >= 9 and frames[0].shape == (400, 600, 3)
+
+
+@pytest.mark.slow
 def test_rollout_record_every_m_names_each_episode(tmp_path, capsys):
     pytest.importorskip("av")
     out = tmp_path / "v.mp4"
@@ -278,4 +291,12 @@ def test_rollout_record_without_pyav_names_the_extra(monkeypatch, capsys, tmp_pa
 
     monkeypatch.setattr(builtins, "__import__", no_av)
     assert main(["rollout", "--steps", "3", "--device", "cpu", "--record", str(tmp_path / "o.mp4")]) == 2
-    assert "pip install 'gpu-envs[video]'" in capsys.readouterr().err
+    assert "pip install '.[video]' in the gpu_envs clone" in capsys.readouterr().err
+
+
+def test_rollout_of_a_multi_objective_env_sums_its_objectives(capsys):
+    """``gpu-envs rollout mo-mountaincar-v0`` once exited 2: the CLI's own EpisodeStats refused vector rewards."""
+    pytest.importorskip("mo_gymnasium")
+    assert main(["rollout", "mo-mountaincar-v0", "--num-envs", "2", "--steps", "250", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "mean episode return (sum of 3" in out and "episodes finished" in out  # (rich may wrap the label)

@@ -25,7 +25,7 @@ class SleepyStepEnv(CountingTorchVectorEnv):
 
 
 def test_a_slow_step_dumps_every_thread_once_and_names_the_call(capfd):
-    env = gpu_envs.wrap(SleepyStepEnv(1.0), watchdog_s=0.25)
+    env = gpu_envs.wrap(SleepyStepEnv(3.0), watchdog_s=0.25)  # 2.75 s for the watchdog's thread, even under load
     td = env.reset()
     td["action"] = torch.zeros(2, dtype=torch.long)
     env.step_and_maybe_reset(td)  # slow, but it finishes: nothing is interrupted
@@ -38,7 +38,7 @@ def test_a_slow_step_dumps_every_thread_once_and_names_the_call(capfd):
 
 
 def test_fast_calls_never_dump(capfd):
-    env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", watchdog_s=5)
+    env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", watchdog_s=120)  # no call is that slow, even loaded
     env.rollout(50)
     env.close()
     assert "gpu_envs watchdog" not in capfd.readouterr().err
@@ -52,7 +52,7 @@ def test_without_the_option_nothing_is_wrapped():
 def test_the_context_manager_dumps_a_block_that_runs_too_long(tmp_path):
     path = tmp_path / "hang.log"
     with path.open("w") as log, gpu_envs.watchdog(0.2, file=log) as dog:
-        time.sleep(0.9)
+        time.sleep(2.5)  # well past 0.2 s, even if the watchdog's thread waits for a busy core
     text = path.read_text()
     assert dog.dumps == 1 and "the `with gpu_envs.watchdog(...)` block has been running" in text
     assert "test_the_context_manager_dumps_a_block_that_runs_too_long" in text

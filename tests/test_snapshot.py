@@ -347,3 +347,24 @@ def test_a_root_from_before_a_restore_is_stale_and_the_restored_root_steps(cartp
         cartpole.step_and_maybe_reset(td.set("action", action))
     out, _ = cartpole.step_and_maybe_reset(cartpole.root().set("action", action))
     assert torch.equal(out["observation"], state["root", "observation"])
+
+
+def test_a_snapshot_edited_to_an_impossible_step_count_is_refused():
+    """``elapsed_steps=-100`` was accepted and the next episode ran 110 steps under ``max_episode_steps=10``."""
+    env = gpu_envs.make("CartPole-v1", num_envs=2, device="cpu", seed=0, max_episode_steps=10)
+    env.reset()
+    rows = torch.tensor([0])
+    state = env.get_state(rows)
+    for bad in (-100, 10):
+        edited = state.clone()
+        edited["backend", "elapsed_steps"] = torch.tensor([bad])
+        with pytest.raises(InvalidArgumentError, match=r"elapsed_steps.*\[0, max_episode_steps=10\)"):
+            env.set_state(edited, rows)
+    edited = state.clone()
+    edited["backend", "elapsed_steps"] = torch.tensor([9])  # one step left: truncated at the next step
+    env.set_state(edited, rows)
+    td = env.root().clone().set("action", torch.zeros(2, dtype=torch.long))
+    td, _ = env.step_and_maybe_reset(td)
+    assert td["next", "truncated"][0].item()
+    with pytest.raises(InvalidArgumentError, match="elapsed_steps"):
+        env.backend.env.elapsed_steps = torch.tensor([-1, 0])

@@ -57,3 +57,45 @@ def test_td3_with_the_replay_buffer_solves_pendulum(one_thread):
     result = load_example("td3_pendulum").train(iterations=1600, log_every=0)
     # a random policy's 200-step return is about -1200; a swung-up, balanced pendulum's about -150
     assert result["final"] > -300, result
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_td3_target_is_one_column_per_sample_for_every_n_step(n_step):
+    """``--n-step 1`` once trained on a ``[B, B]`` target (a ``[B]`` reward broadcast against ``[B, 1]``)."""
+    import torch
+
+    import gpu_envs
+    from gpu_envs.replay import ReplayBuffer
+    from gpu_envs.rollout import collect
+
+    td3 = load_example("td3_pendulum")
+    rb = ReplayBuffer(1000)
+    rb.extend(collect(gpu_envs.make("Pendulum-v1", num_envs=4, device="cpu", seed=0), None, steps=8))
+    batch = rb.sample(16, n_step=n_step, gamma=0.99, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        target = td3.critic_target(batch["next"], td3.Actor(), td3.Critics())
+    assert target.shape == (16, 1)
+
+
+def test_torchrl_example_reports_real_episode_lengths():
+    """``frames / episodes`` once printed "mean episode length 2048.0" for CartPole (capped at 500) when no episode
+    ended in a batch; lengths are now counted per env across batches."""
+    import torch
+
+    mean_episode_length = load_example("train_torchrl").mean_episode_length
+    running = torch.zeros(2, dtype=torch.long)
+    done = torch.zeros(2, 64, dtype=torch.bool)
+    done[0, 9], done[0, 29] = True, True  # env 0: episodes of 10 and 20 steps; env 1 runs on
+    assert mean_episode_length(done, running) == 15.0 and running.tolist() == [34, 64]
+    assert mean_episode_length(torch.zeros(2, 64, dtype=torch.bool), running) == (98 + 128) / 2  # none ended
+    done = torch.zeros(2, 64, dtype=torch.bool)
+    done[1, 0] = True
+    assert mean_episode_length(done, running) == 129.0
+
+
+@pytest.mark.slow
+def test_rl_games_example_says_when_no_episode_finished(one_thread, capsys):
+    """``--epochs 2`` once ended in an IndexError: rl_games keeps finished episodes only, Pendulum's last 200 steps."""
+    pytest.importorskip("rl_games")
+    result = load_example("train_rl_games").main(["--epochs", "2"])
+    assert result["returns"] == [] and "no episode finished within 2 epochs" in capsys.readouterr().out

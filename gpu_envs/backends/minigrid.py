@@ -51,6 +51,7 @@ from gpu_envs.backends.gymnasium_envs import PLUGIN as GYMNASIUM
 from gpu_envs.backends.gymnasium_envs import GymnasiumBackend
 from gpu_envs.backends.inbound import InboundPlugin, from_package
 from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError, ObservationError
+from gpu_envs.utils.arguments import as_int
 
 __all__ = ["PLUGIN", "MiniGridPlugin", "MissionBytes", "VectorMissionBytes", "decode_missions", "mission_keys"]
 
@@ -102,8 +103,7 @@ def _encode_obs(obs: dict, keys: list[str], mode: str, length: int, batched: boo
 def _check_mode(mode: str, length: int) -> None:
     if mode not in MISSION_MODES:
         raise InvalidArgumentError(f"mission must be one of {list(MISSION_MODES)}, got {mode!r}.")
-    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
-        raise InvalidArgumentError(f"mission_length must be an int >= 1, got {length!r}.")
+    as_int(length, "mission_length", minimum=1)
 
 
 def decode_missions(missions: torch.Tensor | np.ndarray) -> Any:

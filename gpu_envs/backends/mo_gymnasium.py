@@ -112,7 +112,7 @@ def _mo_vector() -> Any:
     except ImportError as err:
         raise MissingComponentError(
             "this env returns vector rewards (a 1-D reward_space), which gpu_envs batches with mo-gymnasium's "
-            f"MOSyncVectorEnv, but mo-gymnasium cannot be imported ({err}). Install it: pip install 'gpu-envs[mo]'."
+            f"MOSyncVectorEnv, but mo-gymnasium cannot be imported ({err}). Install it: pip install '.[mo]' in the gpu_envs clone."
         ) from err
     return vector
 

@@ -37,6 +37,7 @@ Example::
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium
@@ -82,6 +83,7 @@ class SB3VecEnvShim(gymnasium.vector.VectorEnv):
         self.action_space = gymnasium.vector.utils.batch_space(venv.action_space, n)
         self.metadata = {"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP}
         self._monitored = _all_monitored(venv)
+        self._warned = False  # the VecEnv reports no truncation (warned once)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
         if options and "reset_mask" in options:
@@ -110,14 +112,30 @@ class SB3VecEnvShim(gymnasium.vector.VectorEnv):
             return obs, reward, dones, truncated, info
         # an object array from np.empty holds None on every row
         final, present, terminated = np.empty(n, dtype=object), np.zeros(n, dtype=bool), dones.copy()
+        reported = False  # SB3's own VecEnvs put TimeLimit.truncated in the info of every ended episode
         for i in dones.nonzero()[0].tolist():
             env_info = infos[i]
+            reported = reported or TRUNCATED_KEY in env_info
             if env_info.get(TRUNCATED_KEY, False):
                 truncated[i], terminated[i] = True, False
             final[i] = env_info.get(FINAL_OBS_KEY)
             present[i] = final[i] is not None
+        if not reported and not self._warned:
+            self._warn_no_truncation()
         info["final_obs"], info["_final_obs"] = final, present
         return obs, reward, terminated, truncated, info
+
+    def _warn_no_truncation(self) -> None:
+        self._warned = True
+        cls = type(self.venv)
+        warnings.warn(
+            f"{cls.__module__}.{cls.__name__} put no {TRUNCATED_KEY!r} in the info of its ended episodes, which SB3's "
+            "own VecEnvs (DummyVecEnv, SubprocVecEnv) always do: this VecEnv never reports truncation, so gpu_envs "
+            "takes every end as terminated, time limits included, and nothing bootstraps from their final "
+            "observations. SuperSuit's SB3 vector env (PettingZoo) drops the key. If its episodes have time limits, "
+            f"use a VecEnv that sets infos[i][{TRUNCATED_KEY!r}] (or wrap the envs themselves with gpu_envs.wrap).",
+            stacklevel=2,
+        )
 
     def close_extras(self, **kwargs: Any) -> None:
         self.venv.close()

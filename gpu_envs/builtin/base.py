@@ -156,7 +156,23 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
 
     @elapsed_steps.setter
     def elapsed_steps(self, value: torch.Tensor) -> None:
+        value = torch.as_tensor(value, dtype=self._elapsed.dtype, device=self.device)
+        self._check_elapsed(value, "elapsed_steps")
         self._assign(self._elapsed, value, "elapsed_steps")
+
+    def _check_elapsed(self, value: torch.Tensor, what: str) -> None:
+        """Step counts lie in ``[0, max_episode_steps)`` (one host read: not on the hot path).
+
+        A count outside would silently change the time limit: -100 ran the next episode for
+        110 steps under ``max_episode_steps=10``.
+        """
+        if value.numel():
+            low, high = (int(v) for v in torch.aminmax(value))
+            if low < 0 or high >= self.max_episode_steps:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}: {what} must lie in [0, max_episode_steps={self.max_episode_steps}) "
+                    f"(steps into the current episode), got {low if low < 0 else high}."
+                )
 
     def live_state(self) -> dict[str, torch.Tensor]:
         """Every tensor a step reads and writes, live (not copies), by name.
@@ -234,6 +250,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
                     f"{type(self).__name__}.set_state: {name!r} must be {(k, *target.shape[1:])} {target.dtype}, "
                     f"got {tuple(value.shape)} {value.dtype}."
                 )
+        self._check_elapsed(state["elapsed_steps"], "set_state's 'elapsed_steps'")
         for name, target in mine.items():
             target.index_copy_(0, rows, state[name].to(self.device))
         self._rng.invalidate()  # pooled draws were computed from the old counters and keys
@@ -298,8 +315,8 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
 
         Anything else is refused with the way in: gymnasium's conventions (numpy arrays
         such as ``env.action_space.sample()``, lists, tensors elsewhere) are taken at the
-        gymnasium-facing boundary, ``gymnasium.make_vec("gpu_envs/<id>")``
-        (:mod:`gpu_envs.builtin.gymnasium_ids`), which converts them once.
+        gymnasium-facing envs, ``gymnasium.make_vec("gpu_envs/<id>")`` and
+        ``gymnasium.make("gpu_envs/<id>")`` (:mod:`gpu_envs.gymnasium_ids`), which convert them once.
         """
         if isinstance(action, torch.Tensor) and action.device == self.device:
             return action

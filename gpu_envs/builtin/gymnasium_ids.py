@@ -1,36 +1,28 @@
-"""The built-in envs in gymnasium's registry, as ``gpu_envs/<id>`` vector entry points.
+"""The gymnasium-facing boundary of the built-in envs: :class:`GymnasiumActions`.
 
-gymnasium 1.x discovers no plugins (it reads no entry-point group), so ``import
-gpu_envs`` registers the ids; an id written ``"gpu_envs:gpu_envs/CartPole-v1"`` makes
-gymnasium do that import itself. The ids have a vector entry point only: the built-in
-envs are batched, so ``make_vec`` builds them directly (no ``SyncVectorEnv`` of copies)
-and keyword arguments (``device``, ``seed``, ...) go to the env's constructor.
-
-What ``make_vec`` returns is the built-in env behind :class:`GymnasiumActions`, the
-gymnasium-facing boundary: it takes actions the way gymnasium's envs do (numpy arrays
-such as ``envs.action_space.sample()``, lists, tensors on another device: converted
-once; a tensor on the env's device passes through) and forwards everything else to the
-env (``envs.unwrapped`` is the env itself, whose own ``step`` takes tensors only).
-Actions are checked there, on every step: the shape and dtype kind always (an integer
-index for ``Discrete``: a float would be applied as 0 N and turn the observations into
-float64), and the values of actions on the host (numpy, lists, CPU tensors: free
-there): ``Discrete`` indices in range (CartPole would push with 90 N), finite ``Box``
-values. A refusal is an :class:`~gpu_envs.contract.errors.ActionError` naming the rows,
-their values and the fix; nothing is stepped.
+The built-in envs are gymnasium ``VectorEnv``s of torch tensors whose own ``step`` takes
+tensors on their device only. ``gymnasium.make_vec("gpu_envs/<id>", n, arrays="torch",
+autoreset_mode="same_step")`` (:mod:`gpu_envs.gymnasium_ids`, which registers the ids)
+returns the env itself behind :class:`GymnasiumActions`, which takes actions the way
+gymnasium's envs do (numpy arrays such as ``envs.action_space.sample()``, lists, tensors
+on another device: converted once; a tensor on the env's device passes through) and
+forwards everything else to the env (``envs.unwrapped`` is the env itself). Actions are
+checked there, on every step: the shape and dtype kind always (an integer index for
+``Discrete``: a float would be applied as 0 N and turn the observations into float64),
+and the values of actions on the host (numpy, lists, CPU tensors: free there):
+``Discrete`` indices in range (CartPole would push with 90 N), finite ``Box`` values. A
+refusal is an :class:`~gpu_envs.contract.errors.ActionError` naming the rows, their
+values and the fix; nothing is stepped.
 
 Example::
 
-    import gymnasium
-    import gpu_envs  # registers the ids
-
-    envs = gymnasium.make_vec("gpu_envs/CartPole-v1", num_envs=8, vectorization_mode="vector_entry_point")
+    envs = GymnasiumActions(CartPoleEnv(num_envs=8))
     obs, info = envs.reset(seed=0)
-    obs, reward, terminated, truncated, info = envs.step(envs.action_space.sample())
+    obs, reward, terminated, truncated, info = envs.step(envs.action_space.sample())   # tensors
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import gymnasium
@@ -38,13 +30,10 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from gpu_envs.builtin import BUILTIN_ENVS
 from gpu_envs.contract.errors import ActionError
 from gpu_envs.utils.arrays import any_to_torch
 
-__all__ = ["NAMESPACE", "GymnasiumActions", "gymnasium_env", "register_gymnasium_ids"]
-
-NAMESPACE = "gpu_envs"
+__all__ = ["GymnasiumActions"]
 
 
 class GymnasiumActions(gymnasium.vector.VectorActionWrapper):
@@ -125,20 +114,3 @@ def _rows(array: np.ndarray, bad: np.ndarray) -> str:
     rows = np.flatnonzero(per_row)
     shown = ", ".join(f"row {i}: {array[i].tolist()!r}" for i in rows[:8].tolist())
     return shown + (f" (and {rows.size - 8} more rows)" if rows.size > 8 else "")
-
-
-def gymnasium_env(cls: type, **kwargs: Any) -> GymnasiumActions:
-    """``make_vec``'s entry point: the built-in env ``cls(**kwargs)`` behind :class:`GymnasiumActions`."""
-    return GymnasiumActions(cls(**kwargs))
-
-
-def register_gymnasium_ids() -> list[str]:
-    """Register every built-in env as ``gpu_envs/<id>`` (idempotent); returns the ids."""
-    ids = []
-    for env_id, cls in BUILTIN_ENVS.items():
-        gym_id = f"{NAMESPACE}/{env_id}"
-        if gym_id not in gymnasium.registry:
-            entry = functools.partial(gymnasium_env, cls)
-            gymnasium.register(gym_id, vector_entry_point=entry, max_episode_steps=cls.default_max_episode_steps)
-        ids.append(gym_id)
-    return ids

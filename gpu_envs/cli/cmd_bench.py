@@ -109,7 +109,7 @@ def check_plotting() -> None:
 
     if importlib.util.find_spec("matplotlib") is None:
         raise MissingComponentError(
-            "--plot needs matplotlib: pip install 'gpu-envs[plot]' (or matplotlib), then run again."
+            "--plot needs matplotlib: pip install '.[plot]' in the gpu_envs clone (or matplotlib), then run again."
         )
 
 

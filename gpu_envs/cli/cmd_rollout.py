@@ -18,7 +18,7 @@ the collectives that merge them would need every rank).
 ``--record out.mp4`` films env 0's first whole episode (first frame to the true final
 one) with :class:`~gpu_envs.transforms.RecordEpisodes`: the built-in envs' torch
 renderer, or an env's image observation. It needs the video extra
-(``pip install 'gpu-envs[video]'``); ``--record-every M`` films episodes 0, M, 2M, ...
+(``pip install '.[video]'`` in the gpu_envs clone); ``--record-every M`` films episodes 0, M, 2M, ...
 of env 0 instead, as ``out-episode{e}.mp4``.
 """
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 import torch
 
@@ -50,7 +51,7 @@ def add_parser(sub: Subcommands) -> None:
         "--record",
         metavar="OUT.mp4",
         default=None,
-        help="film env 0's first whole episode into this mp4 (needs: pip install 'gpu-envs[video]')",
+        help="film env 0's first whole episode into this mp4 (needs: pip install '.[video]' in the gpu_envs clone)",
     )
     parser.add_argument(
         "--record-every",
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpu_envs import distributed
     from gpu_envs.rollout import collect
-    from gpu_envs.transforms import EpisodeStats, TransformedEnv
+    from gpu_envs.transforms import EpisodeStats, ScalarizeReward, TransformedEnv
 
     console = Console()
     stats = EpisodeStats()
@@ -83,8 +84,13 @@ def run(args: argparse.Namespace) -> int:
     recorder = None
     try:
         base = make_env(args)
+        if args.record is not None and _needs_pixels(base):  # a gymnasium env: film its rgb_array render
+            base.close()
+            base = make_env(args, from_pixels=True, pixels_only=False)
         recorder = _recorder(args, base)
-        with TransformedEnv(base, stats, *([recorder] if recorder else [])) as env:
+        objectives = _objectives(base)  # a multi-objective env: the summary's return sums its K objectives
+        scalarize = [ScalarizeReward([1.0] * objectives)] if objectives > 1 else []
+        with TransformedEnv(base, *scalarize, stats, *([recorder] if recorder else [])) as env:
             main = env.rank == 0
             env.reset()
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -132,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
             table.add_row("envs x steps", f"{total_envs} x {done}")
             table.add_row("env-steps/s", "n/a" if done == 0 else f"{total_envs * done / elapsed:,.0f}")
             table.add_row("episodes finished", f"{summary.episodes}")
-            table.add_row("mean episode return", "n/a" if summary.episodes == 0 else f"{summary.mean_return:.2f}")
+            what = "mean episode return" + (f" (sum of {objectives} objectives)" if objectives > 1 else "")
+            table.add_row(what, "n/a" if summary.episodes == 0 else f"{summary.mean_return:.2f}")
             table.add_row("mean episode length", "n/a" if summary.episodes == 0 else f"{summary.mean_length:.1f}")
         if main or interrupted:
             console.print(table)
@@ -164,16 +171,30 @@ def check_record_args(args: argparse.Namespace) -> None:
     require_av()
 
 
-def _recorder(args: argparse.Namespace, env: object) -> object | None:
+def _objectives(env: Any) -> int:
+    """How many objectives the env's reward has (1 for a scalar reward ``[N, 1]``)."""
+    shape = tuple(env.single_reward_spec.shape)
+    return shape[-1] if shape else 1
+
+
+def _needs_pixels(env: Any) -> bool:
+    """A gymnasium-backend env without frames to film: rebuilt with its ``rgb_array`` render as ``"pixels"``."""
+    backend = getattr(env, "backend", None)
+    drawn = callable(getattr(getattr(backend, "env", None), "render_observations", None))
+    return getattr(backend, "name", None) == "gymnasium" and not drawn and "pixels" not in env.single_observation_spec
+
+
+def _recorder(args: argparse.Namespace, env: Any) -> object | None:
     """The RecordEpisodes of ``--record`` (rank 0 only, under torchrun)."""
     if args.record is None or getattr(env, "rank", 0) != 0:
         return None
     from gpu_envs.transforms import RecordEpisodes
 
+    render = {"render": "pixels"} if "pixels" in env.single_observation_spec else {}
     if args.record_every is None:
-        return RecordEpisodes.for_env(env, args.record, rows=[0], max_videos=1)
+        return RecordEpisodes.for_env(env, args.record, rows=[0], max_videos=1, **render)
     path = args.record[: -len(".mp4")] + "-episode{episode}.mp4"
-    return RecordEpisodes.for_env(env, path, rows=[0], every=args.record_every)
+    return RecordEpisodes.for_env(env, path, rows=[0], every=args.record_every, **render)
 
 
 def _report_videos(videos: list, args: argparse.Namespace, file: object) -> None:

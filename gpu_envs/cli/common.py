@@ -46,8 +46,8 @@ def add_env_arguments(parser: argparse.ArgumentParser, *, num_envs: int, steps: 
     )
 
 
-def make_env(args: argparse.Namespace) -> Any:
-    """``gpu_envs.make`` from the parsed arguments, refusing ``--steps < 1`` first.
+def make_env(args: argparse.Namespace, **options: Any) -> Any:
+    """``gpu_envs.make`` from the parsed arguments (and ``options``), refusing ``--steps < 1`` first.
 
     An id that a package registers on import (``MiniGrid-...``, ``mo-...``, ``ALE/...``:
     :data:`gpu_envs.factory.REGISTERING_PACKAGES`) gets that package imported first when
@@ -73,6 +73,7 @@ def make_env(args: argparse.Namespace) -> Any:
         backend=args.backend,
         seed=args.seed,
         distributed=getattr(args, "distributed", False),
+        **options,
     )
 
 

@@ -232,7 +232,11 @@ class RowSnapshots:
         last_done = path.last_done.index_copy(0, index, state.get("last_done").to(self.device))
         guard = path.guard
         guard.start("set_state")  # a backend failing half-way leaves the env refusing calls until reset()
-        self.backend.set_state(_to_device(state.get("backend"), self.device), index)
+        try:
+            self.backend.set_state(_to_device(state.get("backend"), self.device), index)
+        except InvalidArgumentError:  # refused before anything moved (the backend's values check): usable as before
+            guard.finish()
+            raise
         path.root_obs = roots
         path.last_done = last_done
         path.moved()  # roots and td["next"] handed out before the restore are stale now

@@ -51,6 +51,32 @@ def require_env(env: Any, consumer: str) -> None:
     require_env_api(env, consumer, NotAnEnvError, f" Wrap it first: {consumer}(gpu_envs.wrap(your_env)).")
 
 
+def simulator_of(env: Any) -> Any:
+    """The simulator object behind a gpu_envs env: what an adapter's ``unwrapped`` is.
+
+    The innermost env the backend drives (``.unwrapped`` of it where it has one): the
+    Isaac Lab or mjlab env (trainers' runners read ``env.unwrapped.common_step_counter``,
+    ``.cfg``, ...), the built-in torch env, the gymnasium vector env, the EnvPool pool.
+    The gpu_envs env itself when its backend names no simulator.
+
+    Example::
+
+        simulator_of(gpu_envs.make("CartPole-v1", num_envs=4))    # the built-in CartPoleEnv
+    """
+    backend = getattr(env, "backend", None)
+    for name in ("base", "env", "pool"):
+        sim = getattr(backend, name, None)
+        if sim is not None:
+            break
+    else:
+        return env
+    try:
+        unwrapped = sim.unwrapped
+    except Exception:  # a half-built or closed simulator: the object itself
+        return sim
+    return sim if unwrapped is None else unwrapped
+
+
 class ObservationLayout:
     """How an env's observation keys become the value its gymnasium space describes.
 

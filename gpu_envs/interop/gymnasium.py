@@ -60,6 +60,7 @@ from gpu_envs.interop.conversions import (
     host_view,
     leaf,
     require_env,
+    simulator_of,
 )
 from gpu_envs.utils.arguments import as_seed
 from gpu_envs.utils.tensordicts import get_entry, new_td, set_entry
@@ -128,7 +129,9 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
     """A gpu_envs env behind gymnasium's ``VectorEnv`` API; build it with :func:`to_gymnasium`.
 
     Attributes:
-        env: the wrapped gpu_envs env (``unwrapped`` is this vector env, as in gymnasium).
+        env: the wrapped gpu_envs env.
+        unwrapped: the simulator behind it (the built-in env, the Isaac Lab env, ...: what
+            every adapter's ``unwrapped`` is, :func:`~gpu_envs.interop.conversions.simulator_of`).
         device: ``env.device``.
         arrays: ``"numpy"`` or ``"torch"``.
     """
@@ -149,6 +152,7 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
         self.num_envs = env.num_envs
         self.device = env.device
         self.metadata = {"autoreset_mode": mode, "render_modes": []}
+        self.autoreset_mode = mode  # as gymnasium's own vector envs have it (torchrl's GymWrapper reads it)
         self._layout = ObservationLayout(env.single_observation_spec, env.observation_spec)
         self.single_observation_space = self._layout.single_space
         self.observation_space = self._layout.batched_space
@@ -173,6 +177,21 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
         self._pending = self._no_rows
         self._pending_host = np.zeros(n, dtype=bool)
         self._all_rows = torch.ones(n, dtype=torch.bool, device=device)  # torch info masks (read-only)
+
+    @property
+    def unwrapped(self) -> Any:
+        """The simulator behind the gpu_envs env (the built-in env, the Isaac Lab or mjlab env, ...)."""
+        return simulator_of(self.env)
+
+    @property
+    def spec(self) -> Any:
+        """This env's gymnasium ``EnvSpec`` (``gymnasium.make_vec`` sets it on ``unwrapped``), or None."""
+        own = self.__dict__.get("_spec")
+        return own if own is not None else getattr(self.unwrapped, "spec", None)
+
+    @spec.setter
+    def spec(self, value: Any) -> None:
+        self.__dict__["_spec"] = value
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:

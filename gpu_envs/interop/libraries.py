@@ -34,5 +34,5 @@ def require(module: str, *, package: str, extra: str, consumer: str, note: str =
     except ImportError as err:
         raise MissingComponentError(
             f"gpu_envs.interop.{consumer} needs {package}, which could not be imported ({err}). "
-            f'Install it with: pip install "gpu-envs[{extra}]" (or pip install {package}).{note}'
+            f'Install it with: pip install ".[{extra}]" in the gpu_envs clone (or pip install {package}).{note}'
         ) from err

@@ -63,7 +63,7 @@ from tensordict import TensorDictBase
 from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.specs import Box, Composite, Discrete
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
-from gpu_envs.interop.conversions import require_env, reshaped_action_tensor
+from gpu_envs.interop.conversions import require_env, reshaped_action_tensor, simulator_of
 from gpu_envs.interop.libraries import require
 from gpu_envs.interop.time_outs import bootstrap_rows, final_observation, require_version
 
@@ -73,10 +73,10 @@ NOTE = (
     "add pip install --no-deps 'rl-games>=1.6.5,<1.7'."
 )
 rl_games_vecenv = require(
-    "rl_games.common.vecenv", package="rl-games", extra="rl_games", consumer="to_rl_games", note=NOTE
+    "rl_games.common.vecenv", package="rl-games", extra="rl-games", consumer="to_rl_games", note=NOTE
 )
 rl_games_configurations = require(
-    "rl_games.common.env_configurations", package="rl-games", extra="rl_games", consumer="to_rl_games", note=NOTE
+    "rl_games.common.env_configurations", package="rl-games", extra="rl-games", consumer="to_rl_games", note=NOTE
 )
 
 __all__ = ["RlGamesVecEnv", "to_rl_games"]
@@ -178,6 +178,12 @@ class RlGamesVecEnv(rl_games_vecenv.IVecEnv):
                 self._pending = None
                 self._install(agent)
 
+    @property
+    def unwrapped(self) -> Any:
+        """The simulator behind the gpu_envs env (the built-in env, the Isaac Lab or mjlab env, ...), what
+        trainers' runners read (mjlab's ``MjlabOnPolicyRunner.save``: ``env.unwrapped.common_step_counter``)."""
+        return simulator_of(self.env)
+
     def close(self) -> None:
         self.env.close()
 
@@ -219,7 +225,23 @@ class RlGamesVecEnv(rl_games_vecenv.IVecEnv):
                 f"bootstrap_from supports rl_games' {' and '.join(SUPPORTED_ALGOS)} agents (PPO); this runner "
                 f"trains {algo!r}. Train it without bootstrap_from (rl_games' own time-out handling)."
             )
+        self._check_runner_env(trainer)
         self._pending = trainer
+
+    def _check_runner_env(self, runner: Any) -> None:
+        """The runner's ``env_name`` must create THIS env: another adapter registered under the same name replaced it."""
+        name = ((getattr(runner, "params", None) or {}).get("config") or {}).get("env_name")
+        entry = rl_games_configurations.configurations.get(name) if isinstance(name, str) else None
+        if entry is None or entry.get("vecenv_type") != name:
+            return  # not an env of to_rl_games: rl_games builds it, and this adapter is not involved
+        created = entry["env_creator"]()
+        if created is not self:
+            raise InvalidArgumentError(
+                f"the runner's config says env_name={name!r}, which now creates another to_rl_games env (a later "
+                f"to_rl_games(..., name={name!r}) replaced this one's registration): the runner would train that env "
+                "and this bootstrap_from would hook nothing. Give each env its own name: "
+                "to_rl_games(env, name='...'), and put that name in the config's env_name."
+            )
 
     def _install(self, agent: Any) -> None:
         shaper = agent.rewards_shaper

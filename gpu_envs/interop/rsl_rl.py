@@ -60,11 +60,11 @@ from tensordict import TensorDict, TensorDictBase
 from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.specs import Box, Composite
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
-from gpu_envs.interop.conversions import require_env, reshaped_action_tensor
+from gpu_envs.interop.conversions import require_env, reshaped_action_tensor, simulator_of
 from gpu_envs.interop.libraries import require
 from gpu_envs.interop.time_outs import bootstrap_rows, final_observation, require_version
 
-rsl_rl_env = require("rsl_rl.env", package="rsl-rl-lib", extra="rsl_rl", consumer="to_rsl_rl")
+rsl_rl_env = require("rsl_rl.env", package="rsl-rl-lib", extra="rsl-rl", consumer="to_rsl_rl")
 
 # rsl_rl's PPO.process_env_step (read from rsl-rl-lib 5.5.1) is what bootstrap_from wraps
 SUPPORTED_RSL_RL = ">=5.0,<6"
@@ -226,6 +226,12 @@ class RslRlVecEnv(rsl_rl_env.VecEnv):
         if log:
             extras["log"] = log
         return self._obs, nxt.get("reward").view(self.num_envs), done.long(), extras
+
+    @property
+    def unwrapped(self) -> Any:
+        """The simulator behind the gpu_envs env (the built-in env, the Isaac Lab or mjlab env, ...), what
+        trainers' runners read (mjlab's ``MjlabOnPolicyRunner.save``: ``env.unwrapped.common_step_counter``)."""
+        return simulator_of(self.env)
 
     def close(self) -> None:
         self.env.close()

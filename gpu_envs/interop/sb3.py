@@ -40,7 +40,16 @@ from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError, ResetNeededError
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
-from gpu_envs.interop.conversions import HostActions, Key, ObservationLayout, host_copy, host_view, leaf, require_env
+from gpu_envs.interop.conversions import (
+    HostActions,
+    Key,
+    ObservationLayout,
+    host_copy,
+    host_view,
+    leaf,
+    require_env,
+    simulator_of,
+)
 from gpu_envs.interop.libraries import require
 from gpu_envs.utils.arguments import as_seed
 from gpu_envs.utils.tensordicts import get_entry, set_entry
@@ -182,6 +191,12 @@ class SB3VecEnv(vec_env.VecEnv):
                 node = node.setdefault(part, {})
             node[path[-1]] = value
 
+    @property
+    def unwrapped(self) -> Any:
+        """The simulator behind the gpu_envs env (the built-in env, the Isaac Lab or mjlab env, ...), what
+        trainers' runners read (mjlab's ``MjlabOnPolicyRunner.save``: ``env.unwrapped.common_step_counter``)."""
+        return simulator_of(self.env)
+
     def close(self) -> None:
         self.env.close()
 
@@ -213,11 +228,21 @@ class SB3VecEnv(vec_env.VecEnv):
         super().set_options(options)
 
     def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
-        """The env's attribute, once per requested index (SB3 asks for ``render_mode``: None)."""
-        count = len(self._indices(indices))
-        if attr_name == "render_mode" and not hasattr(self.env, attr_name):
-            return [None] * count  # gpu_envs envs do not render
-        return [getattr(self.env, attr_name)] * count
+        """The attribute per requested index: the gpu_envs env's, else each sub-env's (a gymnasium vector env's
+        ``envs``, an SB3 VecEnv's), else the simulator's; ``render_mode`` is None where nothing renders."""
+        wanted = self._indices(indices)
+        if hasattr(self.env, attr_name):
+            return [getattr(self.env, attr_name)] * len(wanted)
+        sim = simulator_of(self.env)
+        venv = getattr(sim, "venv", None)
+        if venv is not None and hasattr(venv, "get_attr"):  # an SB3 VecEnv behind the sb3 backend
+            return venv.get_attr(attr_name, wanted)
+        subs = _sub_envs(sim)
+        if subs is not None:
+            return [_sub_attr(subs[i], attr_name) for i in wanted]
+        if attr_name == "render_mode" and not hasattr(sim, attr_name):
+            return [None] * len(wanted)  # nothing renders
+        return [getattr(sim, attr_name)] * len(wanted)
 
     def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
         """Set the attribute on the env (all rows at once)."""
@@ -225,18 +250,73 @@ class SB3VecEnv(vec_env.VecEnv):
         setattr(self.env, attr_name, value)
 
     def env_method(self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any) -> list[Any]:
-        """Call the env's method once; its result is repeated per index."""
+        """The method of the gpu_envs env (called once for the whole batch), else each requested sub-env's
+        (HER's ``env_method("compute_reward", ..., indices=[0])``), else the simulator's (called once)."""
+        if hasattr(self.env, method_name):
+            count = self._whole_batch(indices, "env_method")
+            return [getattr(self.env, method_name)(*method_args, **method_kwargs)] * count
+        sim = simulator_of(self.env)
+        venv = getattr(sim, "venv", None)
+        if venv is not None and hasattr(venv, "env_method"):  # an SB3 VecEnv behind the sb3 backend
+            return venv.env_method(method_name, *method_args, indices=self._indices(indices), **method_kwargs)
+        subs = _sub_envs(sim)
+        if subs is not None:
+            return [_sub_attr(subs[i], method_name)(*method_args, **method_kwargs) for i in self._indices(indices)]
+        if not hasattr(sim, method_name):
+            raise AttributeError(
+                f"neither the gpu_envs env nor its simulator ({type(sim).__name__}) has a method {method_name!r}."
+            )
         count = self._whole_batch(indices, "env_method")
-        return [getattr(self.env, method_name)(*method_args, **method_kwargs)] * count
+        return [getattr(sim, method_name)(*method_args, **method_kwargs)] * count
 
     def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
-        """Whether the env is a ``TransformedEnv`` with a ``wrapper_class`` transform (never a gymnasium wrapper)."""
+        """Per index: the env is a ``TransformedEnv`` with a ``wrapper_class`` transform, or that sub-env is wrapped
+        in ``wrapper_class`` (SB3's ``Monitor`` around the envs of a gymnasium vector env or an SB3 VecEnv)."""
+        wanted = self._indices(indices)
         transforms: Sequence[Any] = getattr(self.env, "transforms", ())
-        wrapped = any(isinstance(t, wrapper_class) for t in transforms)
-        return [wrapped] * len(self._indices(indices))
+        if any(isinstance(t, wrapper_class) for t in transforms):
+            return [True] * len(wanted)
+        sim = simulator_of(self.env)
+        venv = getattr(sim, "venv", None)
+        if venv is not None and hasattr(venv, "env_is_wrapped"):
+            return list(venv.env_is_wrapped(wrapper_class, wanted))
+        subs = _sub_envs(sim)
+        if subs is None:
+            return [False] * len(wanted)
+        from stable_baselines3.common.env_util import is_wrapped
+
+        return [is_wrapped(subs[i], wrapper_class) for i in wanted]
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        """Each env's ``rgb_array`` frame (``render()``): the sub-envs' renders, or the built-in envs' drawing of the
+        current observations."""
+        sim = simulator_of(self.env)
+        draw = getattr(sim, "render_observations", None)
+        if callable(draw) and self._root is not None:
+            frames = draw(leaf(self._root, "observation"))
+            return list(frames.cpu().numpy())
+        subs = _sub_envs(sim)
+        if subs is not None:
+            return [env.render() for env in subs]
+        venv = getattr(sim, "venv", None)
+        if venv is not None and hasattr(venv, "get_images"):
+            return venv.get_images()
+        return [None] * self.num_envs
 
     def __repr__(self) -> str:
         return f"SB3VecEnv({self.env!r})"
+
+
+def _sub_envs(sim: Any) -> list[Any] | None:
+    """The per-row gymnasium envs of a simulator that has them (a SyncVectorEnv's ``envs``), else None."""
+    envs = getattr(sim, "envs", None)
+    return list(envs) if isinstance(envs, (list, tuple)) and envs else None
+
+
+def _sub_attr(env: Any, name: str) -> Any:
+    """An attribute of a (wrapped) gymnasium env: its wrappers' and the base env's, as gymnasium looks it up."""
+    getter = getattr(env, "get_wrapper_attr", None)
+    return getter(name) if callable(getter) else getattr(env, name)
 
 
 def _refuse_options(options: Sequence[Any]) -> None:

@@ -65,7 +65,7 @@ from tensordict import TensorDict, TensorDictBase
 from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.specs import Composite
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
-from gpu_envs.interop.conversions import require_env, reshaped_action_tensor
+from gpu_envs.interop.conversions import require_env, reshaped_action_tensor, simulator_of
 from gpu_envs.interop.libraries import require
 from gpu_envs.interop.time_outs import final_observation, require_version
 
@@ -98,6 +98,7 @@ class SkrlEnv(skrl_wrappers.Wrapper):
         require_scalar_reward(env.single_reward_spec.shape, "to_skrl")
         super().__init__(env)
         self.env = env
+        self._unwrapped = simulator_of(env)  # what skrl's Wrapper forwards unknown attributes to, as for Isaac Lab
         self._obs_key, self._observation_space, self._state_key, self._state_space = _observation_layout(
             env.single_observation_spec
         )
@@ -163,6 +164,12 @@ class SkrlEnv(skrl_wrappers.Wrapper):
     def render(self, *args: Any, **kwargs: Any) -> None:
         """Nothing to draw: gpu_envs envs do not render."""
         return None
+
+    @property
+    def unwrapped(self) -> Any:
+        """The simulator behind the gpu_envs env (the built-in env, the Isaac Lab or mjlab env, ...), what
+        trainers' runners read (mjlab's ``MjlabOnPolicyRunner.save``: ``env.unwrapped.common_step_counter``)."""
+        return simulator_of(self.env)
 
     def close(self) -> None:
         self.env.close()
@@ -230,11 +237,19 @@ class _FinalObservations:
 
     def __call__(self, **kwargs: Any) -> Any:
         vec = self.vec
-        if vec.final_observations is not None:
-            kwargs["next_observations"] = vec.final_observations
-            if vec.final_states is not None:
-                kwargs["next_states"] = vec.final_states
-            vec.final_observations = vec.final_states = None
+        if vec.final_observations is None:
+            # this adapter made no step since the last transition: the agent is stepped through another one
+            # (which would store the reset observation as the next one where an episode ended)
+            raise InvalidArgumentError(
+                "this skrl agent takes its final observations from one to_skrl adapter (bootstrap_from), but records "
+                "a transition that adapter did not make: it is trained through another to_skrl adapter of the env "
+                "(or record_transition is called without a step). Train it through the adapter you called "
+                "bootstrap_from on (one to_skrl(env) per env)."
+            )
+        kwargs["next_observations"] = vec.final_observations
+        if vec.final_states is not None:
+            kwargs["next_states"] = vec.final_states
+        vec.final_observations = vec.final_states = None
         return self.original(**kwargs)
 
 

@@ -48,7 +48,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.contract.errors import SpecError
 from gpu_envs.contract.specs import Binary, Box, Composite, Discrete, MultiDiscrete, OneHot, Spec
-from gpu_envs.interop.conversions import require_env
+from gpu_envs.interop.conversions import require_env, simulator_of
 from gpu_envs.interop.libraries import require
 from gpu_envs.utils.arguments import as_seed
 from gpu_envs.utils.tensordicts import set_entry
@@ -203,6 +203,12 @@ class TorchRLEnv(torchrl_envs.EnvBase):
     def _set_seed(self, seed: int | None) -> None:
         """Seed the next reset (torchrl's ``env.set_seed(seed)``); checked now, as every seed is."""
         self._seed = as_seed(seed)
+
+    @property
+    def unwrapped(self) -> Any:
+        """The simulator behind the gpu_envs env (the built-in env, the Isaac Lab or mjlab env, ...), what
+        trainers' runners read (mjlab's ``MjlabOnPolicyRunner.save``: ``env.unwrapped.common_step_counter``)."""
+        return simulator_of(self.env)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         self.is_closed = True

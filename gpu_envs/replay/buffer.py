@@ -32,6 +32,7 @@ from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.keys import NEXT, REWARD
 from gpu_envs.replay.layout import FLAG_KEYS, Key, Layout
 from gpu_envs.replay.n_step import discount_table, window_targets
+from gpu_envs.utils.arguments import as_int
 from gpu_envs.utils.torch_internals import foreach_copy
 
 __all__ = ["ReplayBuffer"]
@@ -56,13 +57,12 @@ class ReplayBuffer:
     ``"truncated"``, ``"done"`` (of the last step taken), ``"discount"`` (``gamma ** steps
     taken``, 0 where terminated), ``"steps"`` (how many were taken, ``[B, 1]``) and the
     last step's other ``"next"`` entries (``"final_obs_missing"``, infos).
-    ``target = reward + discount * Q(next)``.
+    ``target = reward + discount * Q(next)``; ``"reward"`` and ``"discount"`` are ``[B, 1]``
+    for every ``n_step`` (``[B, K]`` rewards for K objectives).
     """
 
     def __init__(self, capacity: int, device: torch.device | str | None = None) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise InvalidArgumentError(f"capacity must be an int >= 1 (transitions), got {capacity!r}.")
-        self.capacity = capacity
+        self.capacity = as_int(capacity, "capacity (transitions)", minimum=1)
         self.device = None if device is None else torch.device(device)
         self.num_envs: int | None = None
         self.steps_per_env: int | None = None  # H
@@ -111,6 +111,8 @@ class ReplayBuffer:
                 )
             self._layout.check(data, dims)
         steps = 1 if dims == 1 else data.batch_size[1]
+        if steps == 0:  # an [N, 0] trajectory: nothing to store (and no first step to continue from)
+            return
         values = {key: data.get(key) for key in self._layout.leaves}
         if dims == 1:
             values = {key: value.unsqueeze(1) for key, value in values.items()}
@@ -184,9 +186,13 @@ class ReplayBuffer:
         ``generator`` (a ``torch.Generator`` on the buffer's device) makes the draw
         reproducible. No host-device synchronisation.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidArgumentError(f"batch_size must be an int >= 1, got {batch_size!r}.")
+        batch_size = as_int(batch_size, "batch_size", minimum=1)
         self._require_data()
+        if generator is not None and not isinstance(getattr(generator, "device", None), torch.device):
+            raise InvalidArgumentError(
+                f"generator must be a torch.Generator (or None), got {generator!r}: for a seeded draw pass "
+                f"torch.Generator(device={str(self.device)!r}).manual_seed(seed)."
+            )
         if generator is not None and generator.device.type != self.device.type:
             raise InvalidArgumentError(
                 f"the generator lives on {generator.device}, the buffer on {self.device}: build it with "
@@ -195,22 +201,63 @@ class ReplayBuffer:
         filled = self._filled
         index = torch.randint(len(self), (batch_size,), device=self.device, generator=generator)
         env = index // filled
-        return self.gather(env, index - env * filled, n_step=n_step, gamma=gamma)
+        n_step, gamma = self._window_arguments(n_step, gamma)
+        return self._gather(env, index - env * filled, n_step, gamma)
 
-    def gather(self, env: torch.Tensor, position: torch.Tensor, n_step: int = 1, gamma: float = 0.99) -> TensorDict:
+    def gather(
+        self, env: torch.Tensor | int, position: torch.Tensor | int, n_step: int = 1, gamma: float = 0.99
+    ) -> TensorDict:
         """The n-step transitions starting at ``position`` (0 = the oldest step kept) of rows ``env``.
 
         :meth:`sample` draws ``env`` and ``position`` uniformly; this is the deterministic
-        part (tests compare it with a sequential reference).
+        part (tests compare it with a sequential reference). ``env`` and ``position`` are
+        integer tensors of one shape ``[B]`` (or ints, for one transition); positions
+        outside ``[0, steps stored per env)`` and rows outside ``[0, N)`` are refused, since
+        they would read slots no extend wrote (one host read of their range: unlike
+        :meth:`sample`, not for the hot path).
+
+        Example::
+
+            rb.gather(torch.tensor([0, 2]), torch.tensor([5, 0]), n_step=3, gamma=0.99)
         """
-        if isinstance(n_step, bool) or not isinstance(n_step, int) or n_step < 1:
-            raise InvalidArgumentError(f"n_step must be an int >= 1, got {n_step!r}.")
+        n_step, gamma = self._window_arguments(n_step, gamma)
+        self._require_data()
+        env, position = self._index(env, "env", self.num_envs), self._index(position, "position", self._filled)
+        if env.shape != position.shape:
+            raise InvalidArgumentError(
+                f"env and position must have the same shape [B] (one pair per transition), got "
+                f"{tuple(env.shape)} and {tuple(position.shape)}."
+            )
+        return self._gather(env, position, n_step, gamma)
+
+    @staticmethod
+    def _window_arguments(n_step: object, gamma: object) -> tuple[int, float]:
+        n_step = as_int(n_step, "n_step", minimum=1)
         if isinstance(gamma, bool) or not (isinstance(gamma, (int, float)) and 0.0 <= gamma <= 1.0):
             raise InvalidArgumentError(f"gamma must be a number in [0, 1], got {gamma!r}.")
-        self._require_data()
+        return n_step, float(gamma)
+
+    def _index(self, value: torch.Tensor | int, name: str, bound: int) -> torch.Tensor:
+        """``value`` as a 1-D int64 tensor on the device, every entry in ``[0, bound)`` (one host read)."""
+        if not isinstance(value, torch.Tensor):
+            value = torch.tensor([as_int(value, name)])
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool or value.dim() != 1:
+            raise InvalidArgumentError(
+                f"{name} must be a 1-D integer tensor [B] (or an int), got {value.dtype} of shape {tuple(value.shape)}."
+            )
+        if value.numel():
+            low, high = (int(v) for v in torch.aminmax(value))
+            if low < 0 or high >= bound:
+                what = "steps stored per env" if name == "position" else "envs"
+                raise InvalidArgumentError(
+                    f"{name} must lie in [0, {bound}) ({bound} {what}), got {high if high >= bound else low}: "
+                    "that slot holds no stored transition."
+                )
+        return value.to(self.device, torch.int64)
+
+    def _gather(self, env: torch.Tensor, position: torch.Tensor, n_step: int, gamma: float) -> TensorDict:
         horizon, filled = self.steps_per_env, self._filled
-        env, position = env.to(self.device), position.to(self.device)
-        offsets, powers = self._table(n_step, float(gamma))
+        offsets, powers = self._table(n_step, gamma)
         oldest = (self._cursor - filled) % horizon
         slot = (position + oldest) % horizon  # [B]
         first = env * horizon + slot  # rows of the [N * H] storage
@@ -218,6 +265,7 @@ class ReplayBuffer:
         if n_step == 1:
             last = first
             summed, taken = self._take(reward, first), torch.ones_like(first)
+            summed = summed.view(-1, *self._storage[(NEXT, REWARD)].shape[2:])  # [B, 1] as for n > 1
         else:
             ahead = slot.unsqueeze(1) + offsets  # [B, n]; past the ring's end it wraps to its start:
             rows = (

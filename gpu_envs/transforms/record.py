@@ -39,7 +39,7 @@ host per step, nothing for the other rows; no host sync on the device (the copy 
 pinned memory without blocking and is read once it has landed); encoding runs on a
 background thread, streaming each frame into the mp4, so memory does not grow with the
 episode. ``benchmarks/bench_record.py`` measures it. Written with PyAV as H.264 mp4
-(``pip install 'gpu-envs[video]'``); with ``tensorboard=`` (a
+(``pip install '.[video]'`` in the gpu_envs clone); with ``tensorboard=`` (a
 ``torch.utils.tensorboard.SummaryWriter`` or a log folder) each video is also added
 as an animated image, if TensorBoard is installed (it is not a dependency).
 """
@@ -63,6 +63,7 @@ from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import BackendError, InvalidArgumentError
 from gpu_envs.transforms.base import EnvSpecs, Transform
+from gpu_envs.utils.arguments import as_int
 from gpu_envs.utils.video import Mp4Stream, add_gif_summary, require_av
 
 __all__ = ["RecordEpisodes"]
@@ -136,9 +137,10 @@ class RecordEpisodes(Transform):
         super().__init__()
         self.template, max_videos = _template(path, max_videos)
         self.rows = _rows(rows)
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise InvalidArgumentError(f"every must be an int >= 1 (record every M-th episode), got {every!r}.")
-        self.every = every
+        _check_unique_names(self.template, self.rows, max_videos)
+        _check_writable(self.template)  # a folder that cannot be written fails here, not in the middle of collect
+        self._ready = False  # set up (setup() completed): flush/close have something to finish
+        self.every = as_int(every, "every (record every M-th episode)", minimum=1)
         if render is not None and not callable(render) and not isinstance(render, (str, tuple)):
             raise InvalidArgumentError(
                 f"render must be a callable obs -> uint8 [B, H, W, 3], an image observation key or None, got {type(render).__name__}."
@@ -200,6 +202,7 @@ class RecordEpisodes(Transform):
         # on the CPU the host sees each step at once and renders only what videos take; on an
         # accelerator every chosen row is rendered and its frames reach the host asynchronously
         self._host_knows = specs.device.type == "cpu"
+        self._ready = True
         return specs
 
     def _frame_source(self, specs: EnvSpecs) -> Render:
@@ -391,13 +394,16 @@ class RecordEpisodes(Transform):
     def flush(self) -> list[Path]:
         """Take in every step sent so far and wait until every ended episode's video is written; the videos."""
         self.check_bound("flush()")
+        if not self._ready:  # its setup failed: nothing was recorded
+            return list(self.videos)
         self._drain(wait=True)
         self._writer.wait()
         return list(self.videos)
 
     def close(self) -> list[Path]:
         """:meth:`flush`, then stop recording; an episode still running is not written. Returns the videos."""
-        self.check_bound("close()")
+        if not getattr(self, "_bound", False) or not self._ready:  # never set up, or its setup failed: nothing to stop
+            return list(self.videos)
         self._drain(wait=True)
         for row in self._host:
             if row.video is not None:
@@ -414,8 +420,8 @@ class RecordEpisodes(Transform):
 def _template(path: Any, max_videos: int | None) -> tuple[str, int | None]:
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise InvalidArgumentError(f"path must be a folder or an .mp4 path, got {path!r}.")
-    if max_videos is not None and (isinstance(max_videos, bool) or not isinstance(max_videos, int) or max_videos < 1):
-        raise InvalidArgumentError(f"max_videos must be None or an int >= 1, got {max_videos!r}.")
+    if max_videos is not None:
+        max_videos = as_int(max_videos, "max_videos (or None)", minimum=1)
     text = os.fspath(path)
     if not text.endswith(".mp4"):
         return os.path.join(text, _DEFAULT_NAME), max_videos
@@ -434,9 +440,43 @@ def _template(path: Any, max_videos: int | None) -> tuple[str, int | None]:
     return text, max_videos
 
 
+def _check_unique_names(template: str, rows: tuple[int, ...], max_videos: int | None) -> None:
+    """Refuse a name template that would give two videos one file (each would overwrite the last)."""
+    fields = set(re.findall(r"{(\w*)}", template))
+    if fields == set():
+        return  # one named video (max_videos is 1)
+    if "row" not in fields and len(rows) > 1:
+        raise InvalidArgumentError(
+            f"path {template!r} has no {{row}}, but {len(rows)} rows are recorded: their episodes would share file "
+            "names and overwrite each other. Put {row} in the name (e.g. 'videos/row{row}-episode{episode}.mp4')."
+        )
+    if "episode" not in fields and max_videos != 1:
+        raise InvalidArgumentError(
+            f"path {template!r} has no {{episode}}, but a row may record several episodes: its videos "
+            "would share a file name and overwrite each other. Put {episode} in the name, or pass max_videos=1."
+        )
+
+
+def _check_writable(template: str) -> None:
+    """The videos' folder (its part without {row}/{episode} fields) exists or can be made, and can be written."""
+    folder = Path(template).parent
+    while "{" in str(folder):
+        folder = folder.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InvalidArgumentError(
+            f"RecordEpisodes cannot make the folder {str(folder)!r} for its videos: {err}."
+        ) from err
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InvalidArgumentError(
+            f"RecordEpisodes cannot write videos into {str(folder)!r} (no write permission); choose another path."
+        )
+
+
 def _rows(rows: Any) -> tuple[int, ...]:
-    if isinstance(rows, int) and not isinstance(rows, bool):
-        rows = (rows,)
+    if hasattr(rows, "__index__") and not isinstance(rows, bool) and not hasattr(rows, "__len__"):
+        rows = (as_int(rows, "rows"),)  # one row (numpy integers count)
     try:
         values = tuple(rows)
     except TypeError:

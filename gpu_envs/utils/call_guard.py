@@ -28,9 +28,12 @@ call (:meth:`~CallGuard.start`) takes the next number in :attr:`~CallGuard.calls
 call started while this one ran, i.e. a second thread: :meth:`~CallGuard.overlapped`
 raises :class:`~gpu_envs.contract.errors.ConcurrentCallError` naming the fix (one env per
 thread, or one lock around every call) and leaves the mark set, so every thread is refused
-until a reset. A call that starts while another one is in flight is refused on entry
-(the mark is set), with both causes named. Host integers only: no lock, no host sync,
-nothing ``torch.compile`` cannot trace.
+until a reset. A call that starts while another thread's call is in flight is refused on
+entry (the mark is set) with :class:`~gpu_envs.contract.errors.ConcurrentCallError` too:
+on that (error) path only, the other threads' stacks are looked at for a frame that holds
+this guard (:func:`_in_flight_elsewhere`); a mark no running call holds is an interrupted
+call (:class:`~gpu_envs.contract.errors.InterruptedStepError`). Host integers only: no
+lock, no host sync, nothing ``torch.compile`` cannot trace.
 
 Example::
 
@@ -43,8 +46,10 @@ Example::
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from gpu_envs.contract.errors import ConcurrentCallError, InterruptedStepError
 
@@ -125,6 +130,13 @@ class CallGuard:
         ``why`` replaces the default explanation (what the unfinished call may have left
         inconsistent, for this owner).
         """
+        if not self._held and _in_flight_elsewhere(self):
+            raise ConcurrentCallError(
+                f"{self._name()} was called from two threads at once: {call}() came while another thread's "
+                f"{self.pending}() was running. An env is not thread-safe: step each env from one thread (one env per "
+                "thread), or hold one threading.Lock around every call to it. (This call was refused before it "
+                "touched anything; the other one goes on.)"
+            )
         why = why or "its state may disagree with the simulator's"
         raise InterruptedStepError(
             f"interrupted mid-step: call env.reset(). The previous {self.pending}() of {self._name()} did not finish "
@@ -139,3 +151,24 @@ class CallGuard:
     def __repr__(self) -> str:
         state = "ready" if self.pending is None else ("held: " if self._held else "interrupted in ") + self.pending
         return f"CallGuard({self._name()}, {state})"
+
+
+def _holds(frame: Any, guard: CallGuard) -> bool:
+    """``frame`` is a call holding ``guard``: a local named ``guard``, or a ``self`` whose ``guard`` it is."""
+    local = frame.f_locals
+    return local.get("guard") is guard or getattr(local.get("self"), "guard", None) is guard
+
+
+def _in_flight_elsewhere(guard: CallGuard) -> bool:
+    """Another thread is inside a call holding ``guard`` right now (a look at every thread's stack: error path only)."""
+    if threading.active_count() < 2:
+        return False
+    me = threading.get_ident()
+    for ident, frame in sys._current_frames().items():  # documented in sys; the one way to see other threads' stacks
+        if ident == me:
+            continue
+        while frame is not None:
+            if _holds(frame, guard):
+                return True
+            frame = frame.f_back
+    return False

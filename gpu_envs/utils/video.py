@@ -1,6 +1,6 @@
 """Frames to video files: mp4 (H.264) with PyAV, and animated GIF summaries for TensorBoard.
 
-PyAV (``pip install 'gpu-envs[video]'``) encodes in-process with the FFmpeg it bundles;
+PyAV (``pip install '.[video]'`` in the gpu_envs clone) encodes in-process with the FFmpeg it bundles;
 nothing is spawned. Frames are ``uint8 [T, H, W, 3]`` RGB (a torch tensor on any device,
 or a numpy array); an odd height or width is padded by one edge pixel, which the
 ``yuv420p`` H.264 profile every player reads requires. TensorBoard is optional: a GIF is
@@ -27,7 +27,7 @@ from gpu_envs.contract.errors import InvalidArgumentError, MissingComponentError
 
 __all__ = ["VIDEO_EXTRA", "Mp4Stream", "add_gif_summary", "gif_bytes", "require_av", "to_frames", "write_mp4"]
 
-VIDEO_EXTRA = "pip install 'gpu-envs[video]'"
+VIDEO_EXTRA = "pip install '.[video]' in the gpu_envs clone"
 
 
 def require_av() -> Any:

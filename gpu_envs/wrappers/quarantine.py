@@ -59,6 +59,7 @@ from gpu_envs.contract.specs import Binary
 from gpu_envs.core.snapshot import row_indices
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.transformed_env import TransformedEnv
+from gpu_envs.utils.arguments import as_int
 
 __all__ = ["QUARANTINED_KEY", "Quarantine", "QuarantineLimitError"]
 
@@ -238,10 +239,8 @@ class Quarantine(TransformedEnv):
     """
 
     def __init__(self, env: Any, *, raise_after: int | None = None) -> None:
-        if raise_after is not None and (
-            isinstance(raise_after, bool) or not isinstance(raise_after, int) or raise_after < 1
-        ):
-            raise InvalidArgumentError(f"raise_after must be None or an int >= 1, got {raise_after!r}.")
+        if raise_after is not None:
+            raise_after = as_int(raise_after, "raise_after (or None)", minimum=1)
         backend = getattr(env, "backend", None)
         capabilities = getattr(backend, "capabilities", None)
         if capabilities is not None and not capabilities.partial_reset:
@@ -252,6 +251,7 @@ class Quarantine(TransformedEnv):
             )
         self._marks = QuarantineMarks()
         self.raise_after = raise_after
+        self._reported = 0  # the count the last QuarantineLimitError reported
         # after a plain step(): the rows already reset (ended below, or quarantined and reset
         # here); a reset mask naming them is served, not reset twice
         self._served: torch.Tensor | None = None
@@ -336,15 +336,22 @@ class Quarantine(TransformedEnv):
         return self._marks.per_row
 
     def check(self) -> int:
-        """The number of rows quarantined so far (one sync); raises past ``raise_after``."""
+        """The number of rows quarantined so far (one sync); raises past ``raise_after``.
+
+        Raised once for what it reports: later checks and full resets raise again only when
+        more rows were quarantined since (or after :meth:`clear`, past the limit anew).
+        """
         count = int(self._marks.total.item())
-        if self.raise_after is not None and count >= self.raise_after:
+        if self.raise_after is not None and count >= self.raise_after and count > self._reported:
+            self._reported = count
             rows = torch.nonzero(self._marks.per_row).view(-1).tolist()
             shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
             raise QuarantineLimitError(
                 f"{count} rows were quarantined (non-finite observation or reward), reaching raise_after="
                 f"{self.raise_after}; rows {shown}. Inspect them with env.records() (the last good observation, "
-                "the action and the non-finite values of each), fix the simulator or the policy, or raise the limit."
+                "the action and the non-finite values of each), fix the simulator or the policy, or raise the limit; "
+                "env.clear() forgets the count and the records. Caught, the run goes on: this is raised again only "
+                "when more rows are quarantined."
             )
         return count
 
@@ -377,6 +384,7 @@ class Quarantine(TransformedEnv):
     def clear(self) -> None:
         """Forget the count and records (e.g. after handling a :class:`QuarantineLimitError`)."""
         m = self._marks
+        self._reported = 0
         for t in (m.per_row, m.total):
             t.zero_()
         m.at_step.fill_(-1)

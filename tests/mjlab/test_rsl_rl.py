@@ -180,3 +180,31 @@ def test_on_policy_runner_trains_go1(one_thread):
     early, late = sum(value_loss[1:6]) / 5, sum(value_loss[-5:]) / 5
     assert late < 0.6 * early, value_loss
     assert noise[-1] < noise[0] - 0.01, noise
+
+
+def test_mjlab_runner_checkpoints_through_to_rsl_rl(tmp_path, one_thread):
+    """mjlab's own ``MjlabOnPolicyRunner`` (what ``mjlab/scripts/train.py`` runs): its ``save`` reads
+    ``env.unwrapped.common_step_counter`` at every checkpoint and ``load`` writes it back. Before ``to_rsl_rl``
+    had ``.unwrapped`` this failed at the first checkpoint (the training tests above never save)."""
+    from mjlab.rl.runner import MjlabOnPolicyRunner
+
+    env = gpu_envs.wrap(raw_env(task_cfg(CARTPOLE, 4, episode_length_s=5.0)))
+    cfg = mjlab_train_cfg(CARTPOLE)
+    cfg.update(num_steps_per_env=8, save_interval=1)
+    with contextlib.redirect_stdout(io.StringIO()):
+        vec = to_rsl_rl(env)
+        runner = MjlabOnPolicyRunner(vec, cfg, log_dir=str(tmp_path), device="cpu")
+        runner.learn(num_learning_iterations=2)
+    saved = sorted(tmp_path.glob("model_*.pt"))
+    assert saved, list(tmp_path.iterdir())
+    counter = vec.unwrapped.common_step_counter
+    assert counter > 0 and vec.unwrapped is env.backend.base
+    vec.unwrapped.common_step_counter = 0
+    with contextlib.redirect_stdout(io.StringIO()):
+        runner.load(str(saved[-1]))
+    assert (
+        vec.unwrapped.common_step_counter
+        == torch.load(saved[-1], weights_only=False)["infos"]["env_state"]["common_step_counter"]
+        > 0
+    )
+    env.close()

@@ -4,7 +4,8 @@ Example::
 
     env = gpu_envs.make("CartPole-v1", num_envs=8, backend="gymnasium", seed=0)  # SyncVectorEnv
     env = gpu_envs.make("Acrobot-v1", num_envs=8, vectorization="async")          # AsyncVectorEnv
-    env = gpu_envs.wrap(gym.make_vec("CartPole-v1", 8, vector_kwargs={"autoreset_mode": "SameStep"}))
+    env = gpu_envs.wrap(gym.make_vec("CartPole-v1", 8))                           # CartPoleVectorEnv, NEXT_STEP
+    env = gpu_envs.wrap(gym.make_vec("Acrobot-v1", 8, vectorization_mode="sync", vector_kwargs={"autoreset_mode": "SameStep"}))
     env = gpu_envs.wrap(gym.make("Pendulum-v1"))                                   # batch size [1]
 
 Auto-reset modes (read from ``metadata["autoreset_mode"]``). Every backend presents as
@@ -20,15 +21,17 @@ a same-step auto-resetting env (:mod:`gpu_envs.backends.base`); the modes map to
 * ``NEXT_STEP`` (the default of ``gym.make_vec`` and ``SyncVectorEnv``): the ended step
   already returns the true final observation, and the env would reset that row on the
   NEXT ``step`` call, ignoring its action and returning reward 0 -- a fake transition.
-  The backend avoids it exactly as in ``DISABLED``: right after the ended step it resets
-  the ended rows through ``reset_mask``, which gymnasium defines as clearing the pending
+  The backend avoids it exactly as in ``DISABLED``, and as the EnvPool backend does:
+  right after the ended step it resets the ended rows, which clears the pending
   auto-reset, so the next ``step`` steps every row for real. No fake transition, no lost
-  step; the oracle tests prove it against single envs stepped by hand. This relies on
-  the vector env honouring ``reset_mask``, so NEXT_STEP is accepted only from gymnasium's
-  own ``SyncVectorEnv`` and ``AsyncVectorEnv`` with ``shared_memory=True`` (gymnasium
-  1.x forgets to clear the pending reset in its ``shared_memory=False`` worker); other
-  NEXT_STEP envs are refused at wrap time with the fix (build them with SAME_STEP or
-  DISABLED). The extra ``reset`` costs one more call per step with ended rows.
+  step; the oracle tests prove it against single envs stepped by hand. The masked reset
+  is gymnasium's ``reset(options={"reset_mask": done})`` for its own ``SyncVectorEnv``
+  and ``AsyncVectorEnv`` with ``shared_memory=True`` (gymnasium 1.x forgets to clear the
+  pending reset in its ``shared_memory=False`` worker), and the env's own next-step reset
+  moved forward for gymnasium 1.x's ``CartPoleVectorEnv`` (``gym.make_vec("CartPole-v1",
+  n)``, whose ``reset`` resets every row; :mod:`.row_resets`). Other NEXT_STEP envs are
+  refused at wrap time with a fix that works (:func:`.vector.next_step_resets`). The
+  extra reset costs one more call per step with ended rows.
 
 A single (non-vector) ``gymnasium.Env`` is run as a batch of ONE (batch size ``[1]``,
 so its TensorDicts have the same layout as every other env): it is put in a
@@ -93,11 +96,12 @@ from tensordict import TensorDict, TensorDictBase
 from gpu_envs.backends.base import Backend, Capabilities, RawStep
 from gpu_envs.backends.common import claim_simulator, innermost, numpy2_advice
 from gpu_envs.backends.gymnasium_envs.info import InfoReader, InfoSpec
+from gpu_envs.backends.gymnasium_envs.row_resets import row_reset
 from gpu_envs.backends.gymnasium_envs.snapshot import refusal as snapshot_refusal
 from gpu_envs.backends.gymnasium_envs.snapshot import restore_rows
 from gpu_envs.backends.gymnasium_envs.snapshot import snapshot_rows as copy_rows
 from gpu_envs.backends.gymnasium_envs.spaces import ActionCodec, ObsLayout
-from gpu_envs.backends.gymnasium_envs.vector import autoreset_mode, check_next_step, episode_statistics
+from gpu_envs.backends.gymnasium_envs.vector import autoreset_mode, episode_statistics, next_step_resets
 from gpu_envs.backends.gymnasium_envs.workers import DEFAULT_STEP_TIMEOUT, AsyncCalls, shutdown_async
 from gpu_envs.backends.gymnasium_envs.wrappers import FrameSkip, add_pixels
 from gpu_envs.backends.layout import StepLayout
@@ -189,8 +193,13 @@ class GymnasiumBackend(Backend):
         self.num_envs = n = as_int(env.num_envs, f"{type(env).__name__}.num_envs", minimum=1)
         self.device = normalize_device(resolve_device(device))
         self.mode = autoreset_mode(env)
-        if self.mode == AutoresetMode.NEXT_STEP and not single:
-            check_next_step(env)
+        # how the ended rows are reset in the same step (NEXT_STEP, DISABLED; partial resets too)
+        self._reset_rows = (
+            next_step_resets(env)
+            if self.mode == AutoresetMode.NEXT_STEP and not single
+            else lambda mask: env.reset(options={"reset_mask": mask})
+        )
+        self._rows_by_hand = self.mode == AutoresetMode.NEXT_STEP and row_reset(env) is not None
         self._same_step = self.mode == AutoresetMode.SAME_STEP
         self.capabilities = self.capabilities.replace(
             final_obs=FinalObsKind.SIMULATOR if self._same_step else FinalObsKind.WRAPPER_RESET,
@@ -298,8 +307,16 @@ class GymnasiumBackend(Backend):
             options = {"reset_mask": rows.copy()} if not rows.all() else None
         if seed is not None:
             seed = int(seed) + self.env_index_offset
+        if options is not None and seed is not None and self._rows_by_hand:
+            raise InvalidArgumentError(
+                f"{type(self.env).__name__} draws every row's reset from one random stream: a partial reset cannot "
+                "take a seed. Reset the masked rows without a seed, or every row with reset(seed=...)."
+            )
         self._guard.start("reset")
-        obs, _info = self._call("reset", self.env.reset, seed=seed, options=options)
+        if options is not None and seed is None:  # the masked reset of the ended rows (NEXT_STEP's may be by hand)
+            obs, _info = self._call("reset", self._reset_rows, options["reset_mask"])
+        else:
+            obs, _info = self._call("reset", self.env.reset, seed=seed, options=options)
         self._guard.finish()
         self._last_obs = dict(zip(self._keys, self._reset_stage.publish(self._layout.read(obs)), strict=True))
         return self._last_obs
@@ -338,7 +355,7 @@ class GymnasiumBackend(Backend):
             final, _ = final_obs_numpy(
                 leaves, done, None, dtypes=self._dtypes
             )  # copies, before the reset rewrites them
-            obs, _ = self._call("reset", self.env.reset, options={"reset_mask": done})
+            obs, _ = self._call("reset", self._reset_rows, done)
             leaves = self._layout.read(obs)
         if self._info_keys:
             info_values = self._info.read(info, self._same_step, terminated, truncated)

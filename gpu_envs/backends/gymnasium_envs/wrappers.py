@@ -22,6 +22,7 @@ from typing import Any
 import gymnasium
 
 from gpu_envs.contract.errors import InvalidArgumentError
+from gpu_envs.utils.arguments import as_int
 
 
 class FrameSkip(gymnasium.Wrapper):
@@ -35,8 +36,7 @@ class FrameSkip(gymnasium.Wrapper):
     """
 
     def __init__(self, env: gymnasium.Env, skip: int) -> None:
-        if not isinstance(skip, int) or isinstance(skip, bool) or skip < 1:
-            raise InvalidArgumentError(f"frame_skip must be an int >= 1, got {skip!r}.")
+        skip = as_int(skip, "frame_skip", minimum=1)
         super().__init__(env)
         self.skip = skip
 

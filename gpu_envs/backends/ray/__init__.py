@@ -4,7 +4,7 @@ For envs whose steps are CPU-heavy (MuJoCo, Atari, anything numpy) and outgrow o
 machine's cores: ``W`` Ray actors, anywhere on the cluster, each run a gymnasium
 ``SyncVectorEnv`` of their share of the ``N`` envs (same-step auto-reset) and step it
 in parallel; the driver assembles one batch and moves it with one staged copy, just as
-the gymnasium backend does for one process. ``pip install 'gpu-envs[ray]'``.
+the gymnasium backend does for one process. ``pip install '.[ray]'`` in the gpu_envs clone.
 
 Example::
 

@@ -51,6 +51,7 @@ from gpu_envs.contract.errors import (
 from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite, numpy_dtype
+from gpu_envs.utils.arguments import as_int
 from gpu_envs.utils.arrays import HostStaging, RowBlocks
 from gpu_envs.utils.call_guard import CallGuard
 from gpu_envs.utils.devices import default_device, normalize_device
@@ -61,8 +62,7 @@ DEFAULT_START_TIMEOUT = 180.0  # seconds to place the actors and build their env
 
 def split_rows(num_envs: int, num_workers: int) -> list[int]:
     """How many envs each worker runs: as even as possible, the first ones one more."""
-    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
-        raise InvalidArgumentError(f"num_workers must be an int >= 1, got {num_workers!r}.")
+    num_workers = as_int(num_workers, "num_workers", minimum=1)
     if num_workers > num_envs:
         raise InvalidArgumentError(
             f"num_workers={num_workers} is more than num_envs={num_envs}: every worker needs at least one env."

@@ -47,7 +47,7 @@ def import_ray() -> Any:
         import ray
     except ImportError as err:
         raise MissingComponentError(
-            f"the ray backend needs Ray ({err}): pip install 'gpu-envs[ray]' (or pip install ray)."
+            f"the ray backend needs Ray ({err}): pip install '.[ray]' in the gpu_envs clone (or pip install ray)."
         ) from err
     return ray
 

@@ -30,6 +30,7 @@ from gpu_envs.backends.gymnasium_envs.plugin import check_sub_env_args
 from gpu_envs.backends.ray.backend import RayBackend, RayOptions, split_rows
 from gpu_envs.backends.ray.worker import make_share, registering, wrap_share
 from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError
+from gpu_envs.utils.arguments import as_int
 
 _OWN_GYMNASIUM_KWARGS = ("vectorization", "num_workers")  # the gymnasium backend's, meaningless inside a worker
 
@@ -39,9 +40,7 @@ def _default_workers(num_envs: int) -> int:
 
 
 def _check_offset(env_index_offset: Any) -> int:
-    if not isinstance(env_index_offset, int) or isinstance(env_index_offset, bool) or env_index_offset < 0:
-        raise InvalidArgumentError(f"env_index_offset must be an int >= 0, got {env_index_offset!r}.")
-    return env_index_offset
+    return as_int(env_index_offset, "env_index_offset", minimum=0)
 
 
 class RayPlugin:
@@ -118,8 +117,9 @@ def wrap_env_fns(
     ``options``: the :class:`RayOptions` (``step_timeout``, ``address``, ...).
     """
     if callable(env_fns):
-        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
-            raise InvalidArgumentError(f"wrap_ray(env_fn, num_envs=N) needs num_envs, an int >= 1; got {num_envs!r}.")
+        if num_envs is None:
+            raise InvalidArgumentError("wrap_ray(env_fn, num_envs=N) needs num_envs, an int >= 1; got None.")
+        num_envs = as_int(num_envs, "wrap_ray(env_fn, num_envs=N): num_envs", minimum=1)
         fns = [env_fns] * num_envs
     elif isinstance(env_fns, Sequence) and env_fns and all(callable(f) for f in env_fns):
         fns = list(env_fns)

@@ -62,7 +62,7 @@ def make_vector_env(
 ) -> gymnasium.vector.VectorEnv:
     """``make_vec``'s entry point: ``num_envs`` of the built-in env ``env_id`` as a gymnasium vector env."""
     from gpu_envs.builtin.gymnasium_ids import GymnasiumActions  # (the adapters load when first used)
-    from gpu_envs.interop.gymnasium import parse_autoreset_mode, to_gymnasium
+    from gpu_envs.interop.gymnasium import GymnasiumVectorEnv, parse_autoreset_mode
 
     mode = parse_autoreset_mode(autoreset_mode)
     if arrays == "torch" and mode == AutoresetMode.SAME_STEP:  # the env's own gymnasium API, nothing in between
@@ -70,7 +70,7 @@ def make_vector_env(
     seed = kwargs.pop("seed", None)
     env = make(env_id, num_envs=num_envs, device=device, backend="torch", seed=seed, **kwargs)
     try:
-        return to_gymnasium(env, arrays=arrays, autoreset_mode=mode)
+        return GymnasiumVectorEnv(env, arrays=arrays, autoreset_mode=mode, caller=f"make_vec('{NAMESPACE}/{env_id}')")
     except BaseException:
         env.close()
         raise

@@ -14,9 +14,9 @@ import gpu_envs.interop
     ("function", "module", "library", "extra"),
     [
         ("to_torchrl", "gpu_envs.interop.torchrl", "torchrl", "torchrl"),
-        ("to_rsl_rl", "gpu_envs.interop.rsl_rl", "rsl_rl", "rsl_rl"),
+        ("to_rsl_rl", "gpu_envs.interop.rsl_rl", "rsl_rl", "rsl-rl"),
         ("to_skrl", "gpu_envs.interop.skrl", "skrl", "skrl"),
-        ("to_rl_games", "gpu_envs.interop.rl_games", "rl_games", "rl_games"),
+        ("to_rl_games", "gpu_envs.interop.rl_games", "rl_games", "rl-games"),
     ],
 )
 def test_missing_library_error_names_the_extra(monkeypatch, function, module, library, extra):
@@ -26,5 +26,7 @@ def test_missing_library_error_names_the_extra(monkeypatch, function, module, li
     monkeypatch.setitem(sys.modules, library, None)
     monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.delitem(vars(gpu_envs.interop), function, raising=False)  # the package caches what it loaded
-    with pytest.raises(gpu_envs.contract.errors.MissingComponentError, match=rf'pip install "gpu-envs\[{extra}\]"'):
+    with pytest.raises(
+        gpu_envs.contract.errors.MissingComponentError, match=rf'pip install "\.\[{extra}\]" in the gpu_envs clone'
+    ):
         getattr(gpu_envs.interop, function)

@@ -136,8 +136,16 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
         arrays: ``"numpy"`` or ``"torch"``.
     """
 
-    def __init__(self, env: Any, *, arrays: str = "numpy", autoreset_mode: str | AutoresetMode = "next_step") -> None:
-        require_env(env, "to_gymnasium")
+    def __init__(
+        self,
+        env: Any,
+        *,
+        arrays: str = "numpy",
+        autoreset_mode: str | AutoresetMode = "next_step",
+        caller: str = "to_gymnasium",
+    ) -> None:
+        """``caller`` is the call the user made, named in every error (``make_vec('gpu_envs/<id>')``)."""
+        require_env(env, caller)
         if arrays not in ARRAYS:
             raise InvalidArgumentError(f"arrays must be 'numpy' or 'torch', got {arrays!r}.")
         mode = parse_autoreset_mode(autoreset_mode)
@@ -157,7 +165,7 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
         self.single_observation_space = self._layout.single_space
         self.observation_space = self._layout.batched_space
         self.single_action_space, self.action_space = gym_action_spaces(env)
-        self._actions = HostActions(env, "to_gymnasium")
+        self._actions = HostActions(env, caller)
         self._numpy = arrays == "numpy"
         self._next_step = mode == AutoresetMode.NEXT_STEP
         self._batch_size = torch.Size([self.num_envs])

@@ -25,7 +25,7 @@ grep -E '^torch==' "$root/constraints-ci.txt" > "$pins"
 "${pip[@]}" install -c "$pins" torch
 # everything else at CI's pins, but tensordict: the newest release compatible with that torch
 grep -vE '^(tensordict|torchrl)==' "$root/constraints-ci.txt" > "$venv/constraints.txt"
-"${pip[@]}" install -c "$venv/constraints.txt" gymnasium numpy packaging rich pytest hypothesis
+"${pip[@]}" install -c "$venv/constraints.txt" gymnasium numpy packaging rich pytest hypothesis av  # av: the video extra (tests/test_snapshot.py records)
 "${pip[@]}" install -U -c "$pins" tensordict
 "$venv/bin/python" -c "import tensordict; print('tensordict', tensordict.__version__)"
 cd "$root"

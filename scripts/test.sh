@@ -10,7 +10,9 @@
 #      in the background while the main suite runs),
 #   5. the real mjlab tier (tests/mjlab/: Go1 and cartpole on MuJoCo Warp, rsl_rl training of cartpole and Go1;
 #      its venv is built once by scripts/simulator_venv.sh mjlab, ~7 min, 2.3 GB; the first run on
-#      a machine also compiles Warp's CPU kernels into ~/.cache/warp, ~35 s idle).
+#      a machine also compiles Warp's CPU kernels into ~/.cache/warp, ~35 s idle),
+#   6. the tensordict tier: the TensorDict-heavy tests against the NEWEST tensordict release a fresh
+#      install resolves (scripts/tensordict_newest.sh; the main suite runs CI's pinned one).
 # Extra arguments go to the main suite's pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -65,6 +67,7 @@ no_venv() {  # no_venv NAME: note that tier NAME's venv could not be built (its 
 
 run_tier ruff .venv/bin/ruff check gpu_envs tests benchmarks examples scripts
 run_tier main .venv/bin/python -m pytest -m "slow or not slow" "$@"
+run_tier tensordict-newest bash scripts/tensordict_newest.sh
 isaac_venv="$(venv_of isaaclab)" || no_venv isaaclab
 [ -z "$isaac_venv" ] || run_tier isaaclab "$isaac_venv/bin/python" -m pytest -m "slow or not slow" tests/isaaclab
 brax_venv="$(venv_of brax)" || no_venv brax

@@ -20,9 +20,12 @@ status: ``pass``, ``fail`` or ``warn`` (could not be fully checked, e.g. no epis
 
 Example::
 
-    report = check_env(gpu_envs.make("CartPole-v1", num_envs=16, device="cpu"))
-    print(report.format())
-    assert report.ok
+    >>> import gpu_envs
+    >>> report = check_env(gpu_envs.make("CartPole-v1", num_envs=4, device="cpu"))
+    >>> report.ok
+    True
+
+``print(report.format())`` shows every check in plain words.
 """
 
 from __future__ import annotations

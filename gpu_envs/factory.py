@@ -277,7 +277,10 @@ def make(
 
     Example::
 
-        env = gpu_envs.make("Pendulum-v1", num_envs=1024, device="cpu", seed=0)
+        >>> import gpu_envs
+        >>> env = gpu_envs.make("Pendulum-v1", num_envs=1024, device="cpu", seed=0)
+        >>> env.batch_size, env.single_observation_spec["observation"].shape
+        (torch.Size([1024]), torch.Size([3]))
     """
     if not isinstance(env_id, str) or not env_id:
         raise InvalidArgumentError(

@@ -26,13 +26,16 @@ built-in env; it runs on the CPU unless ``device=`` says otherwise.
 
 Example::
 
-    import gymnasium
-    import gpu_envs  # registers the ids
-
-    envs = gymnasium.wrappers.vector.RecordEpisodeStatistics(gymnasium.make_vec("gpu_envs/CartPole-v1", 8))
-    obs, info = envs.reset(seed=0)                                         # numpy float32 [8, 4]
-    obs, reward, terminated, truncated, info = envs.step(envs.action_space.sample())
-    env = gymnasium.make("gpu_envs/Pendulum-v1", render_mode="rgb_array")  # a single env
+    >>> import gymnasium
+    >>> import gpu_envs  # registers the ids
+    >>> envs = gymnasium.wrappers.vector.RecordEpisodeStatistics(gymnasium.make_vec("gpu_envs/CartPole-v1", 8))
+    >>> obs, info = envs.reset(seed=0)
+    >>> obs.dtype, obs.shape
+    (dtype('float32'), (8, 4))
+    >>> obs, reward, terminated, truncated, info = envs.step(envs.action_space.sample())
+    >>> env = gymnasium.make("gpu_envs/Pendulum-v1")   # a single env (render_mode="rgb_array" to film it)
+    >>> env.observation_space.shape
+    (3,)
 """
 
 from __future__ import annotations

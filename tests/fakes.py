@@ -3,7 +3,7 @@
 The counting envs encode ``(env index, episode, step)`` in every observation. Episode
 lengths and end kinds are pure functions of ``(env index, episode)`` so a batched torch
 env and N single gymnasium envs stepped by hand produce the very same episodes: the
-single ones are the oracle (DESIGN.md, "How correctness is proven").
+single ones are the oracle (docs/DESIGN.md, "How correctness is proven").
 """
 
 from __future__ import annotations

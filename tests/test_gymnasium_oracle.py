@@ -1,4 +1,4 @@
-"""The gymnasium backend against the sequential oracle (DESIGN.md, "How correctness is proven").
+"""The gymnasium backend against the sequential oracle (docs/DESIGN.md, "How correctness is proven").
 
 Every transition key of ``step_and_maybe_reset`` -- observation, next observation (the
 TRUE final one where an episode ended), reward, terminated, truncated, done, the info

@@ -1,6 +1,6 @@
 """MiniGrid/BabyAI envs through ``gpu_envs.wrap``/``make``: Dict observations, the text mission as bytes.
 
-The oracle (DESIGN.md): the same minigrid envs stepped one by one and reset by hand give
+The oracle (docs/DESIGN.md): the same minigrid envs stepped one by one and reset by hand give
 the same transitions, key by key (``image``, ``direction``, ``mission`` decoded back to
 the text, reward, flags), for a counting env written in minigrid's API (its mission
 names env and episode, so a final observation swapped with a post-reset one shows; every

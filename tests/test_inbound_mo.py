@@ -1,6 +1,6 @@
 """MO-Gymnasium envs through ``gpu_envs.wrap``/``make``: vector rewards ``[N, K]`` end to end.
 
-The oracle (DESIGN.md): the same MO envs stepped one by one and reset by hand give the
+The oracle (docs/DESIGN.md): the same MO envs stepped one by one and reset by hand give the
 very same transitions, reward vectors included, for an MO counting env (every env ends
 at once on step 3, both end kinds) and mo-gymnasium's deep-sea-treasure. Then the vector
 reward's consumers: the rollout buffer and ``collect`` keep it, ``RewardScale`` /

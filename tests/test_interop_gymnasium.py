@@ -1,4 +1,4 @@
-"""``to_gymnasium`` against sequential references of single counting envs (DESIGN.md).
+"""``to_gymnasium`` against sequential references of single counting envs (docs/DESIGN.md).
 
 * SAME_STEP: the reference is gymnasium's own ``SyncVectorEnv`` in SAME_STEP mode over
   N single ``CountingEnv``s (it steps them one by one and resets them by hand), so

@@ -56,7 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("transforms", ("gpu_envs.transforms",)),
     # BatchedEnv and the one step path it runs
     ("core", ("gpu_envs.core",)),
-    # one adapter per env family: the only place foreign types are read
+    # one adapter per env family: the only layer that reads an env's own outputs (foreign arrays, info dicts)
     ("backends", ("gpu_envs.backends",)),
     # built-in pure-torch envs
     ("built-in envs", ("gpu_envs.builtin",)),

@@ -1,4 +1,4 @@
-"""The hot path never synchronises host and device (DESIGN.md rule 1).
+"""The hot path never synchronises host and device (docs/DESIGN.md, hot-path rule 1).
 
 A dispatch mode fails on every syncing aten op; on CUDA machines the same test also
 runs under ``torch.cuda.set_sync_debug_mode("error")``.

@@ -1,7 +1,8 @@
 """The backend contract: what every env family adapter hands to :class:`BatchedEnv`.
 
-A backend is the ONLY layer that reads foreign types (numpy arrays, JAX arrays, info
-dicts, observation groups). It returns plain torch tensors on the target device in a
+A backend is the ONLY layer that reads an env's own outputs (numpy arrays, JAX arrays, info
+dicts, observation groups; the other modules using foreign types, and why, are listed in
+docs/ARCHITECTURE.md). It returns plain torch tensors on the target device in a
 :class:`RawStep`, and it never builds a TensorDict: that is :mod:`gpu_envs.core`'s job.
 
 Every backend behaves like a *same-step auto-resetting* vector env: when a row ends in

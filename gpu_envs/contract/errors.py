@@ -6,10 +6,16 @@ Every error subclasses :class:`GpuEnvsError` *and* the builtin that fits
 
 Example::
 
-    try:
-        env.step(td)
-    except gpu_envs.ActionError as err:   # also a ValueError
-        print(err)
+    >>> import torch
+    >>> import gpu_envs
+    >>> env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0)
+    >>> td = env.reset()
+    >>> td["action"] = torch.zeros(4, 2)              # CartPole takes one int64 per env
+    >>> try:
+    ...     env.step(td)
+    ... except gpu_envs.ActionError as err:           # also a ValueError
+    ...     print(isinstance(err, ValueError), "action" in str(err))
+    True True
 """
 
 from __future__ import annotations

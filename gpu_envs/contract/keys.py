@@ -9,8 +9,14 @@ TensorDict keys (a string, or a tuple of strings for a nested entry such as a gy
 
 Example::
 
-    from gpu_envs.contract.keys import DONE_KEYS, NEXT
-    flags = {key: td[NEXT, key] for key in DONE_KEYS}
+    >>> import gpu_envs
+    >>> from gpu_envs.contract.keys import DONE_KEYS, NEXT
+    >>> env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0)
+    >>> td = env.reset()
+    >>> td["action"] = env.action_spec.rand()
+    >>> td, root = env.step_and_maybe_reset(td)
+    >>> {key: tuple(td[NEXT, key].shape) for key in DONE_KEYS}
+    {'done': (4, 1), 'terminated': (4, 1), 'truncated': (4, 1)}
 """
 
 from __future__ import annotations
@@ -56,7 +62,10 @@ def transition_keys(obs_keys: Any) -> tuple:
 
     Example::
 
-        transition_keys(["observation"]) == TRANSITION_KEYS
+        >>> transition_keys(["observation"]) == TRANSITION_KEYS
+        True
+        >>> ("next", "obs", "pos") in transition_keys([("obs", "pos")])   # nested keys stay tuples under "next"
+        True
     """
     obs_keys = list(obs_keys)
     return (

@@ -9,9 +9,15 @@ the backends, because both produce it.
 
 Example::
 
-    raw = RawStep(obs={"observation": post_reset}, reward=reward, terminated=term,
-                  truncated=trunc, done=done, final_obs={"observation": pre_reset})
-    raw.final_mask is None    # final_obs valid on every row
+    >>> import torch
+    >>> from gpu_envs.contract.raw_step import RawStep
+    >>> flags = torch.zeros(4, 1, dtype=torch.bool)
+    >>> raw = RawStep(obs={"observation": torch.zeros(4, 3)}, reward=torch.zeros(4, 1), terminated=flags,
+    ...               truncated=flags, done=flags, final_obs={"observation": torch.ones(4, 3)})
+    >>> raw.final_mask is None    # final_obs valid on every row
+    True
+    >>> raw._fields[:3]
+    ('obs', 'reward', 'terminated')
 """
 
 from __future__ import annotations

@@ -53,10 +53,13 @@ step too (no host sync).
 
 Example::
 
-    with gpu_envs.make("CartPole-v1", num_envs=8) as env:
-        td = env.reset(seed=0)
-        td["action"] = env.action_spec.rand()        # a whole batch [8], on env.device
-        td, td_root = env.step_and_maybe_reset(td)
+    >>> import gpu_envs
+    >>> with gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0) as env:
+    ...     td = env.reset()
+    ...     td["action"] = env.action_spec.rand()        # a whole batch [8], on env.device
+    ...     td, td_root = env.step_and_maybe_reset(td)
+    >>> td["next", "observation"].shape, td_root.batch_size
+    (torch.Size([8, 4]), torch.Size([8]))
 """
 
 from __future__ import annotations

@@ -43,10 +43,14 @@ afresh. Rows whose simulator state went non-finite keep it until they are reset
 
 Example::
 
-    env = gpu_envs.make("Pendulum-v1", num_envs=8)
-    traj = collect(env, lambda td: td.set("action", torch.full((8, 1), float("nan"))), steps=16)
-    # HealthCheckError: 8 row(s) held bad values (flagged on the device, raised at the end of collect()):
-    # row 0: action nan not finite at step 0; ...
+    >>> import torch
+    >>> import gpu_envs
+    >>> from gpu_envs.rollout import collect
+    >>> env = gpu_envs.make("Pendulum-v1", num_envs=8, device="cpu", seed=0)
+    >>> traj = collect(env, lambda td: td.set("action", torch.full((8, 1), float("nan"))), steps=16)
+    Traceback (most recent call last):
+        ...
+    gpu_envs.contract.errors.HealthCheckError: 8 row(s) held bad values ...
 """
 
 from __future__ import annotations

@@ -26,11 +26,22 @@ raises while restoring leaves the env refusing calls until ``reset()``.
 
 Example::
 
-    saved = env.get_state(rows=[3, 7])          # TensorDict [2]
-    ...                                          # keep stepping
-    env.set_state(saved, rows=[3, 7])           # rows 3 and 7 continue as they did then
-    env.set_state(saved, rows=[0, 1])           # and rows 0 and 1 the same way
-    torch.save(env.get_state(), "env.pt")       # every row: a checkpoint (weights_only=False to load)
+    >>> import torch
+    >>> import gpu_envs
+    >>> env = gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0)
+    >>> root = env.reset()
+    >>> saved = env.get_state(rows=[3, 7])          # TensorDict [2]
+    >>> saved.batch_size
+    torch.Size([2])
+    >>> for _ in range(5):                          # keep stepping
+    ...     root["action"] = torch.ones(8, dtype=torch.int64)
+    ...     _, root = env.step_and_maybe_reset(root)
+    >>> env.set_state(saved, rows=[0, 1])           # rows 0 and 1 continue as rows 3 and 7 did then
+    >>> torch.equal(env.root()["observation"][:2], saved["root", "observation"])
+    True
+
+    A checkpoint of every row: ``torch.save(env.get_state(), "env.pt")`` (load it with
+    ``weights_only=False``).
 """
 
 from __future__ import annotations

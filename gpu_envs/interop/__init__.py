@@ -24,11 +24,13 @@ and final observations stay the env's job.
 
 Example::
 
-    from gpu_envs.interop import to_gymnasium
-
-    envs = to_gymnasium(gpu_envs.make("CartPole-v1", num_envs=8))   # instead of gymnasium.make_vec
-    obs, info = envs.reset(seed=0)
-    obs, reward, terminated, truncated, info = envs.step(envs.action_space.sample())
+    >>> import gpu_envs
+    >>> from gpu_envs.interop import to_gymnasium
+    >>> envs = to_gymnasium(gpu_envs.make("CartPole-v1", num_envs=8, device="cpu"))   # instead of gymnasium.make_vec
+    >>> obs, info = envs.reset(seed=0)
+    >>> obs, reward, terminated, truncated, info = envs.step(envs.action_space.sample())
+    >>> type(obs).__name__, obs.shape
+    ('ndarray', (8, 4))
 """
 
 from __future__ import annotations

@@ -61,7 +61,9 @@ def simulator_of(env: Any) -> Any:
 
     Example::
 
-        simulator_of(gpu_envs.make("CartPole-v1", num_envs=4))    # the built-in CartPoleEnv
+        >>> import gpu_envs
+        >>> type(simulator_of(gpu_envs.make("CartPole-v1", num_envs=4, device="cpu"))).__name__
+        'CartPoleEnv'
     """
     backend = getattr(env, "backend", None)
     for name in ("base", "env", "pool"):
@@ -204,9 +206,16 @@ class HostActions:
 
     Example::
 
-        actions = HostActions(env, "to_gymnasium")
-        td["action"] = actions(np.array([0, 1, 1, 0]))      # int64 [4] on env.device
-        actions(np.array([0, 2, 1, 0]))   # ActionError: row 1 holds 2, outside Discrete(n=2) (0..1)
+        >>> import numpy as np
+        >>> import gpu_envs
+        >>> env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu")
+        >>> actions = HostActions(env, "to_gymnasium")
+        >>> actions(np.array([0, 1, 1, 0]))                  # int64 [4] on env.device
+        tensor([0, 1, 1, 0])
+        >>> actions(np.array([0, 2, 1, 0]))
+        Traceback (most recent call last):
+            ...
+        gpu_envs.contract.errors.ActionError: ...
     """
 
     def __init__(self, env: Any, consumer: str) -> None:

@@ -35,10 +35,14 @@ row (ended rows: the final step's, in ``final_info`` too). Reset infos are empty
 
 Example::
 
-    envs = to_gymnasium(gpu_envs.make("CartPole-v1", num_envs=8))   # was: gymnasium.make_vec(...)
-    envs = gymnasium.wrappers.vector.RecordEpisodeStatistics(envs)
-    obs, _ = envs.reset(seed=1)
-    obs, reward, terminated, truncated, info = envs.step(envs.action_space.sample())
+    >>> import gymnasium
+    >>> import gpu_envs
+    >>> envs = to_gymnasium(gpu_envs.make("CartPole-v1", num_envs=8, device="cpu"))   # was: gymnasium.make_vec(...)
+    >>> envs = gymnasium.wrappers.vector.RecordEpisodeStatistics(envs)
+    >>> obs, _ = envs.reset(seed=1)
+    >>> obs, reward, terminated, truncated, info = envs.step(envs.action_space.sample())
+    >>> reward.shape, terminated.dtype
+    ((8,), dtype('bool'))
 """
 
 from __future__ import annotations
@@ -84,7 +88,10 @@ def to_gymnasium(
 
     Example::
 
-        envs = to_gymnasium(gpu_envs.make("Pendulum-v1", num_envs=16), autoreset_mode="same_step")
+        >>> import gpu_envs
+        >>> envs = to_gymnasium(gpu_envs.make("Pendulum-v1", num_envs=16, device="cpu"), autoreset_mode="same_step")
+        >>> envs.metadata["autoreset_mode"]
+        <AutoresetMode.SAME_STEP: 'SameStep'>
     """
     return GymnasiumVectorEnv(env, arrays=arrays, autoreset_mode=autoreset_mode)
 

@@ -22,9 +22,12 @@ behind it ``.simulator``.
 
 Example::
 
-    env = to_gymnasium_env(gpu_envs.make("CartPole-v1", num_envs=1, device="cpu"))
-    obs, info = env.reset(seed=0)
-    obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+    >>> import gpu_envs
+    >>> env = to_gymnasium_env(gpu_envs.make("CartPole-v1", num_envs=1, device="cpu"))
+    >>> obs, info = env.reset(seed=0)
+    >>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+    >>> obs.shape, float(reward)
+    ((4,), 1.0)
 """
 
 from __future__ import annotations

@@ -66,8 +66,12 @@ def torchrl_spec(spec: Spec) -> Any:
 
     Example::
 
+        >>> from gpu_envs.contract.specs import Discrete
         >>> torchrl_spec(Discrete(3).expand(8))
-        Categorical(shape=torch.Size([8]), space=CategoricalBox(n=3), ...)
+        Categorical(
+            shape=torch.Size([8]),
+            space=CategoricalBox(n=3),
+            ...)
     """
     shape, device, dtype = spec.shape, spec.device, spec.dtype
     if isinstance(spec, Composite):

@@ -13,13 +13,19 @@ The package: :mod:`~gpu_envs.replay.buffer` (the buffer), :mod:`~gpu_envs.replay
 
 Example::
 
-    from gpu_envs.replay import ReplayBuffer
-    from gpu_envs.rollout import collect
+    >>> import torch
+    >>> import gpu_envs
+    >>> from gpu_envs.replay import ReplayBuffer
+    >>> from gpu_envs.rollout import collect
+    >>> env = gpu_envs.make("Pendulum-v1", num_envs=8, device="cpu", seed=0)
+    >>> rb = ReplayBuffer(1_000, device=env.device)
+    >>> for _ in range(4):
+    ...     rb.extend(collect(env, steps=1))
+    >>> batch = rb.sample(64, n_step=3, gamma=0.99, generator=torch.Generator().manual_seed(0))
+    >>> batch["next", "reward"].shape, batch["next", "discount"].shape
+    (torch.Size([64, 1]), torch.Size([64, 1]))
 
-    rb = ReplayBuffer(1_000_000, device=env.device)
-    rb.extend(collect(env, policy, steps=1))
-    batch = rb.sample(4096, n_step=3, gamma=0.99)
-    target = batch["next", "reward"] + batch["next", "discount"] * q(batch["next", "observation"])
+    The target of a Q-learner is then ``batch["next", "reward"] + batch["next", "discount"] * q(batch["next", "observation"])``.
 """
 
 from gpu_envs.replay.buffer import ReplayBuffer

@@ -112,8 +112,16 @@ def collect(
 
     Example::
 
-        traj = collect(env, steps=32)                          # random actions
-        traj = collect(env, actor, steps=32, compile=True)     # continues the episodes
+        >>> import gpu_envs
+        >>> env = gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0)
+        >>> def actor(td):
+        ...     return td.set("action", (td["observation"][:, 2] > 0).long())   # push toward the pole's lean
+        >>> traj = collect(env, steps=32)                          # random actions
+        >>> traj = collect(env, actor, steps=32)                   # continues the episodes
+        >>> traj.batch_size
+        torch.Size([8, 32])
+
+        ``compile=True`` runs the same collection as chunks of one ``torch.compile``'d function.
     """
     require_env_api(env, "collect")
     check_policy(policy)

@@ -17,15 +17,20 @@ inputs as constants (no autograd graph is recorded).
 
 Example::
 
-    from gpu_envs.rollout import collect, gae
-
-    traj = collect(env, policy, steps=128)                     # TensorDict [N, T]
-    with torch.no_grad():
-        value = critic(traj["observation"])                    # [N, T, 1]
-        next_value = critic(traj["next", "observation"])       # NaN rows are fine
-    adv, target = gae(traj["next", "reward"], value, next_value,
-                      traj["next", "terminated"], traj["next", "truncated"],
-                      traj["next", "final_obs_missing"], gamma=0.99, lam=0.95)
+    >>> import torch
+    >>> import gpu_envs
+    >>> from gpu_envs.rollout import collect, gae
+    >>> env = gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0)
+    >>> critic = torch.nn.Linear(4, 1)
+    >>> traj = collect(env, steps=128)                         # TensorDict [N, T], random actions
+    >>> with torch.no_grad():
+    ...     value = critic(traj["observation"])                # [N, T, 1]
+    ...     next_value = critic(traj["next", "observation"])   # NaN rows are fine
+    >>> adv, target = gae(traj["next", "reward"], value, next_value,
+    ...                   traj["next", "terminated"], traj["next", "truncated"],
+    ...                   traj["next", "final_obs_missing"], gamma=0.99, lam=0.95)
+    >>> adv.shape, bool(torch.allclose(target, adv + value))
+    (torch.Size([8, 128, 1]), True)
 
 or, with the values stored in the rollout, :func:`add_gae` reads and writes the keys.
 """
@@ -165,10 +170,17 @@ def add_gae(
 
     Example::
 
-        traj["state_value"] = critic(traj["observation"])
-        traj["next", "state_value"] = critic(traj["next", "observation"])
-        add_gae(traj, gamma=0.99, lam=0.95)
-        traj["advantage"], traj["value_target"]
+        >>> import torch
+        >>> import gpu_envs
+        >>> from gpu_envs.rollout import collect
+        >>> critic = torch.nn.Linear(4, 1)
+        >>> traj = collect(gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0), steps=32)
+        >>> with torch.no_grad():
+        ...     traj["state_value"] = critic(traj["observation"])
+        ...     traj["next", "state_value"] = critic(traj["next", "observation"])
+        >>> traj = add_gae(traj, gamma=0.99, lam=0.95)
+        >>> traj["advantage"].shape, traj["value_target"].shape
+        (torch.Size([8, 32, 1]), torch.Size([8, 32, 1]))
     """
     if not isinstance(traj, TensorDictBase):
         raise InvalidArgumentError(

@@ -15,12 +15,14 @@
 
 Example::
 
-    from gpu_envs.transforms import EpisodeStats, ObservationNorm, TransformedEnv
-
-    stats = EpisodeStats()
-    env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=1024), stats, ObservationNorm())
-    env.rollout(200)
-    print(stats.summary())
+    >>> import gpu_envs
+    >>> from gpu_envs.transforms import EpisodeStats, ObservationNorm, TransformedEnv
+    >>> stats = EpisodeStats()
+    >>> env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=16, device="cpu", seed=0), stats, ObservationNorm())
+    >>> traj = env.rollout(100)
+    >>> summary = stats.summary()          # episodes, mean return, mean length
+    >>> summary.episodes > 0
+    True
 """
 
 import warnings

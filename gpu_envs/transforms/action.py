@@ -17,9 +17,14 @@ the policy's action is clipped to ``[-1, 1]`` and then rescaled. Both give valid
 
 Example::
 
-    env = TransformedEnv(gpu_envs.make("Pendulum-v1", num_envs=64), ClipAction(), ActionRescale())
-    env.single_action_spec     # Box(low=-1.0, high=1.0, shape=(1,), ...); Pendulum's is [-2, 2]
-    env.action_spec.rand()     # [64, 1] in [-1, 1]
+    >>> import gpu_envs
+    >>> from gpu_envs.transforms import ActionRescale, ClipAction, TransformedEnv
+    >>> env = TransformedEnv(gpu_envs.make("Pendulum-v1", num_envs=4, device="cpu"), ClipAction(), ActionRescale())
+    >>> env.single_action_spec              # Pendulum's own is [-2, 2]
+    Box(low=-1.0, high=1.0, shape=(1,), dtype=float32, device=cpu)
+    >>> action = env.action_spec.rand()     # [4, 1] in [-1, 1]
+    >>> action.shape, bool(action.abs().max() <= 1)
+    (torch.Size([4, 1]), True)
 """
 
 from __future__ import annotations

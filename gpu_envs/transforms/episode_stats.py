@@ -32,11 +32,16 @@ same env would overwrite the first one's).
 
 Example::
 
-    stats = EpisodeStats()
-    env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=256), stats)
-    traj = env.rollout(500)
-    n, mean_ret, mean_len = completed_episodes(traj)   # device tensors, this rollout
-    print(stats.summary())                              # all episodes since creation
+    >>> import gpu_envs
+    >>> from gpu_envs.transforms import EpisodeStats, TransformedEnv
+    >>> stats = EpisodeStats()
+    >>> env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=16, device="cpu", seed=0), stats)
+    >>> traj = env.rollout(100)
+    >>> n, mean_ret, mean_len = completed_episodes(traj)   # device tensors, this rollout
+    >>> int(n) > 0, bool(mean_ret == mean_len)            # CartPole: reward 1 per step
+    (True, True)
+    >>> stats.summary().episodes == int(n)                 # all episodes since creation
+    True
 """
 
 from __future__ import annotations

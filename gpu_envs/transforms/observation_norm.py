@@ -30,11 +30,15 @@ bounds become ``(-inf, inf)`` (``[-clip, clip]`` with ``clip``).
 
 Example::
 
-    norm = ObservationNorm(clip=10.0)
-    env = TransformedEnv(gpu_envs.make("Pendulum-v1", num_envs=1024), norm)
-    env.rollout(200)
-    norm.freeze()
-    torch.save(norm.statistics(), "obs_norm.pt")
+    >>> import gpu_envs
+    >>> from gpu_envs.transforms import ObservationNorm, TransformedEnv
+    >>> norm = ObservationNorm(clip=10.0)
+    >>> env = TransformedEnv(gpu_envs.make("Pendulum-v1", num_envs=16, device="cpu", seed=0), norm)
+    >>> traj = env.rollout(50)
+    >>> norm.freeze()                       # statistics stop moving (evaluation)
+    ObservationNorm(keys=['observation'], clip=10.0, frozen)
+    >>> sorted(norm.statistics())           # what torch.save(norm.statistics(), path) keeps
+    ['observation.count', 'observation.m2', 'observation.mean']
 """
 
 from __future__ import annotations

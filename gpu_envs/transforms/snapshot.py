@@ -16,9 +16,16 @@ whose episodes in progress are frames on the host) makes ``get_state`` raise
 
 Example::
 
-    env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=8), EpisodeStats())
-    saved = env.get_state()          # env rows, running returns, and the totals
-    env.set_state(saved)             # all of it back
+    >>> import torch
+    >>> import gpu_envs
+    >>> from gpu_envs.transforms import EpisodeStats, TransformedEnv
+    >>> env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0), EpisodeStats())
+    >>> traj = env.rollout(30)
+    >>> saved = env.get_state()          # env rows, running returns, and the totals
+    >>> first = env.rollout(30)["next", "observation"]
+    >>> env.set_state(saved)             # all of it back
+    >>> torch.equal(env.rollout(30)["next", "observation"], first)
+    True
 """
 
 from __future__ import annotations

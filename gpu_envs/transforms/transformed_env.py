@@ -17,12 +17,17 @@ policy's own output, which is what a learner needs for log-probabilities.
 
 Example::
 
-    env = TransformedEnv(
-        gpu_envs.make("Pendulum-v1", num_envs=1024, device="cuda"),
-        EpisodeStats(), ObservationNorm(), ActionRescale(),
-    )
-    traj = env.rollout(64)                 # actions sampled from Box(-1, 1)
-    print(env.transforms[0].summary())     # episodes, mean return, mean length
+    >>> import gpu_envs
+    >>> from gpu_envs.transforms import ActionRescale, EpisodeStats, ObservationNorm, TransformedEnv
+    >>> env = TransformedEnv(
+    ...     gpu_envs.make("Pendulum-v1", num_envs=16, device="cpu", seed=0),   # or device="cuda"
+    ...     EpisodeStats(), ObservationNorm(), ActionRescale(),
+    ... )
+    >>> traj = env.rollout(64)                 # actions sampled from Box(-1, 1)
+    >>> traj.batch_size
+    torch.Size([16, 64])
+    >>> env.transforms[0].summary().episodes   # Pendulum's episodes last 200 steps
+    0
 """
 
 from __future__ import annotations

@@ -14,8 +14,13 @@ what it accepts. The rules are the same everywhere:
 
 Example::
 
-    num_envs = as_int(num_envs, "num_envs", minimum=1)     # np.int64(8) -> 8
-    seed = as_seed(seed)                                    # -1 -> InvalidArgumentError
+    >>> import numpy as np
+    >>> as_int(np.int64(8), "num_envs", minimum=1)
+    8
+    >>> as_seed(-1)
+    Traceback (most recent call last):
+        ...
+    gpu_envs.contract.errors.InvalidArgumentError: ...
 """
 
 from __future__ import annotations

@@ -37,11 +37,15 @@ lock, no host sync, nothing ``torch.compile`` cannot trace.
 
 Example::
 
-    guard = CallGuard("this env")
-    guard.check("step")          # raises InterruptedStepError if a call was left half-done
-    guard.start("step")
-    ...                          # the simulator call; an exception here leaves "step" marked
-    guard.finish()
+    >>> guard = CallGuard("this env")
+    >>> guard.check("step")             # nothing left half-done: fine
+    >>> call = guard.start("step")      # the simulator call; an exception here leaves "step" marked
+    >>> guard.finish()
+    >>> call = guard.start("step")      # ... an interrupted call: never finished
+    >>> guard.check("reset")
+    Traceback (most recent call last):
+        ...
+    gpu_envs.contract.errors.InterruptedStepError: ...
 """
 
 from __future__ import annotations

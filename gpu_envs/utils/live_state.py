@@ -23,9 +23,21 @@ of their own from an earlier root, naming the fix (clone when saving). A copy
 
 Example::
 
-    saved = {name: t.clone() for name, t in env.live_state().items()}
-    ...                               # steps
-    env.load_live_state(saved)        # back to exactly that state (same future draws)
+    >>> import torch
+    >>> import gpu_envs
+    >>> env = gpu_envs.make("CartPole-v1", num_envs=4, device="cpu", seed=0)
+    >>> td = env.reset()
+    >>> saved = {name: t.clone() for name, t in env.live_state().items()}
+    >>> def steps(n):
+    ...     root = env.root()
+    ...     for _ in range(n):
+    ...         root["action"] = torch.ones(4, dtype=torch.int64)
+    ...         _, root = env.step_and_maybe_reset(root)
+    ...     return root["observation"]
+    >>> first = steps(20)
+    >>> env.load_live_state(saved)      # back to exactly that state (same future draws)
+    >>> torch.equal(steps(20), first)
+    True
 """
 
 from __future__ import annotations

@@ -16,8 +16,13 @@ slower. The choice is made once, at import, from the installed version
 
 Example::
 
-    td = new_td({"observation": obs, "done": done}, torch.Size([n]), device)
-    td["observation"] is obs        # True: no copy, no check
+    >>> import torch
+    >>> obs, done = torch.zeros(4, 3), torch.zeros(4, 1, dtype=torch.bool)
+    >>> td = new_td({"observation": obs, "done": done}, torch.Size([4]), torch.device("cpu"))
+    >>> td["observation"] is obs        # no copy, no check
+    True
+    >>> td.batch_size
+    torch.Size([4])
 """
 
 from __future__ import annotations

@@ -12,9 +12,12 @@ Each is a documented, stable behaviour of the torch versions gpu_envs supports
 
 Example::
 
-    before = version_counter(t)
-    t.add_(1)
-    assert version_counter(t) != before
+    >>> import torch
+    >>> t = torch.zeros(3)
+    >>> before = version_counter(t)
+    >>> _ = t.add_(1)
+    >>> version_counter(t) != before
+    True
 """
 
 from __future__ import annotations

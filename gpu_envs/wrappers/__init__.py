@@ -10,9 +10,12 @@ no transform may do. Wrappers keep the env API, so a ``TransformedEnv`` takes on
 
 Example::
 
-    from gpu_envs.wrappers import Quarantine
-
-    env = Quarantine(gpu_envs.make("Pendulum-v1", num_envs=64), raise_after=100)
+    >>> import gpu_envs
+    >>> from gpu_envs.wrappers import Quarantine
+    >>> env = Quarantine(gpu_envs.make("Pendulum-v1", num_envs=8, device="cpu", seed=0), raise_after=100)
+    >>> traj = env.rollout(10)
+    >>> env.check()                            # rows quarantined so far (one sync)
+    0
 """
 
 from gpu_envs.wrappers.quarantine import QUARANTINED_KEY, Quarantine, QuarantineLimitError

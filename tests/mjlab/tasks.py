@@ -87,7 +87,7 @@ def smooth_actions(
     """``steps`` actions ``[num_envs, num_actions]``: slow sinusoids with random phases per row and joint.
 
     Smooth actions keep the last-action terms of the observations close from one step to
-    the next, so a final observation is near the one before it (DESIGN.md's continuity check).
+    the next, so a final observation is near the one before it (docs/DESIGN.md's continuity check).
     """
     generator = torch.Generator().manual_seed(seed)
     phase = torch.rand(num_envs, num_actions, generator=generator) * 2 * math.pi

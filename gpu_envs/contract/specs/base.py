@@ -110,6 +110,7 @@ class Spec(ABC):
 
     Example::
 
+        >>> from gpu_envs.contract.specs import Box
         >>> single = Box(-1.0, 1.0, (3,))
         >>> batched = single.expand(8, 3)            # torchrl's expand: the new full shape
         >>> batched.shape, batched.batch_shape, batched.event_shape

@@ -53,6 +53,7 @@ class Composite(Spec):
 
     Example::
 
+        >>> from gpu_envs.contract.specs import Box, Composite, Discrete
         >>> spec = Composite(obs={"pos": Box(-1.0, 1.0, (2,))}, action=Discrete(2))
         >>> spec["obs", "pos"].shape
         torch.Size([2])

@@ -39,7 +39,9 @@ class Discrete(Spec):
 
     Example::
 
-        >>> Discrete(3, start=1).rand((5,))          # e.g. tensor([2, 1, 3, 3, 1])
+        >>> draws = Discrete(3, start=1).rand((1000,), generator=torch.Generator().manual_seed(0))
+        >>> draws.shape, draws.min().item(), draws.max().item()     # values 1, 2, 3
+        (torch.Size([1000]), 1, 3)
         >>> Discrete(3).expand(5).rand().shape       # a batch of 5 envs
         torch.Size([5])
         >>> Discrete(3).to_gym()

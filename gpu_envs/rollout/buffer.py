@@ -5,6 +5,15 @@ env's specs and checked against the first transition written; from then on every
 is one ``torch._foreach_copy_`` into column ``t`` (see :mod:`gpu_envs.rollout.loop`,
 which fills it, and :func:`gpu_envs.rollout.collect`, which caches one per env).
 
+The storage is time-major: each key is one ``[T, *B, ...]`` tensor and ``data`` holds its
+``[*B, T, ...]`` view (``movedim``), so writing step ``t`` is one contiguous copy whatever
+``T`` is (a strided ``[N, T]`` column write cost 12 ns per env-step at T=16 and 102 ns at
+T=1024, issue 25), and a scan over time (GAE) reads contiguous rows. What users get is
+the same ``[N, T]`` TensorDict as before, as a view: indexing, ``reshape`` and torchrl's
+buffers work on it as on any tensor (``reshape``/``flatten`` of ``N`` and ``T`` copy, as
+on any non-contiguous tensor); ``Tensor.view`` across ``N`` and ``T`` does not apply, use
+``reshape`` or ``.contiguous()`` (a copy in ``[N, T]`` order).
+
 Large entries of 1- or 2-byte elements (uint8 image frames, bool masks, half floats)
 are copied on the CPU as 8-byte words (:func:`word_dtype`): the same bytes, 4-8x fewer
 elements; wider entries keep the plain copy. On the CPU torch splits
@@ -182,7 +191,9 @@ class RolloutBuffer:
         self.relayout = False
 
     def _alloc(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
-        return torch.zeros((*self.batch_size, self.steps, *shape), dtype=dtype, device=self.device)
+        """Time-major storage ``[T, *B, *shape]``, handed out as its ``[*B, T, *shape]`` view (class docstring)."""
+        storage = torch.zeros((self.steps, *self.batch_size, *shape), dtype=dtype, device=self.device)
+        return storage.movedim(0, self._nb)
 
     @property
     def bound(self) -> bool:

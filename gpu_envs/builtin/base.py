@@ -150,6 +150,16 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         self._step_draws = draws
 
     @property
+    def native_step(self) -> bool:
+        """True if eager CPU steps run the native kernel (:mod:`gpu_envs.builtin.native`): same values, fewer ops.
+
+        False on other devices, without a C compiler, or with ``GPU_ENVS_NATIVE=0`` at
+        construction: the pure-torch step runs (also for actions the kernel does not take,
+        and whenever the step is traced).
+        """
+        return getattr(self, "_native", None) is not None
+
+    @property
     def elapsed_steps(self) -> torch.Tensor:
         """``[N]`` int64 steps since each row's episode began, updated in place."""
         return self._elapsed

@@ -18,14 +18,25 @@ thread, medians:
     for bit.
 
 CartPole-v1 (4 lanes per draw) and Pendulum-v1 (2 lanes), ``expose_final_obs=False``,
-at N in {8, 256, 4096}; fixed alternating actions.
+at N in {8, 256, 4096}; fixed alternating actions. These envs are built with
+``GPU_ENVS_NATIVE=0``: the draws of the pure-torch step (the one CUDA, ``torch.compile``
+and the fallback without a C compiler run); the native CPU step draws only for the rows
+that end (:mod:`gpu_envs.builtin.native`).
+
+Then, in the same run, the peers table (:mod:`benchmarks.step_peers`): the default
+``step_and_maybe_reset`` loop with random actions next to gymnasium's numpy
+``CartPoleVectorEnv``, a numpy-vectorised Pendulum and ``SyncVectorEnv(1)``, at N in
+{1, 8, 64, 1024, 16384}, with ratio columns (``--no-peers`` skips it, ``--peer-sizes``
+picks N).
 
     python benchmarks/bench_raw_step.py --json benchmarks/results/raw_step.json
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -34,7 +45,8 @@ if __package__ in (None, ""):  # run as a script: make the repository's packages
 
 import torch
 
-from benchmarks.timing import bench_result, interleave, sizes_main
+from benchmarks import step_peers
+from benchmarks.timing import bench_result, format_table, interleave, save_json
 from gpu_envs.builtin import CartPoleEnv, PendulumEnv
 from gpu_envs.utils.capture import capturing
 
@@ -100,11 +112,19 @@ def contenders(env_id: str, n: int) -> dict:
     else:
         action = (torch.arange(n, dtype=torch.float32) % 3 - 1).view(n, 1)
     make = {"expose_final_obs": False, "seed": 0}
-    return {
-        "generator": _stepper(generator_env(cls, n, **make), action, contextlib.nullcontext),
-        "direct": _stepper(cls(n, **make), action, capturing),
-        "pooled": _stepper(cls(n, **make), action, contextlib.nullcontext),
-    }
+    before = os.environ.get("GPU_ENVS_NATIVE")
+    os.environ["GPU_ENVS_NATIVE"] = "0"  # the pure-torch step's draws (see the module's docstring)
+    try:
+        return {
+            "generator": _stepper(generator_env(cls, n, **make), action, contextlib.nullcontext),
+            "direct": _stepper(cls(n, **make), action, capturing),
+            "pooled": _stepper(cls(n, **make), action, contextlib.nullcontext),
+        }
+    finally:
+        if before is None:
+            del os.environ["GPU_ENVS_NATIVE"]
+        else:
+            os.environ["GPU_ENVS_NATIVE"] = before
 
 
 COLUMNS = [
@@ -137,8 +157,45 @@ def run(
     return bench_result("bench_raw_step: built-in envs' eager env.step, cpu, 1 thread", rows, COLUMNS)
 
 
+def run_peers(
+    quick: bool = False, sizes: tuple[int, ...] = step_peers.SIZES, steps: int | None = None, rounds: int | None = None
+) -> dict:
+    """One row per (env, N): the default step loop vs gymnasium's numpy vector envs (:mod:`benchmarks.step_peers`)."""
+    torch.set_num_threads(1)
+    rows = []
+    for env_id in step_peers.ENV_IDS:
+        for n in sizes:
+            n_steps = steps or max(10 if quick else 30, (4000 if quick else 20000) // max(n, 64))
+            times = interleave(step_peers.contenders(env_id, n), steps=n_steps, rounds=rounds or (3 if quick else 11))
+            rows.append(step_peers.row_of(env_id, n, times))
+    cpu = torch.backends.cpu.get_cpu_capability()
+    title = (
+        f"bench_raw_step peers: default step_and_maybe_reset loop vs gymnasium, random actions, cpu ({cpu}), 1 thread"
+    )
+    return bench_result(title, rows, step_peers.COLUMNS)
+
+
 def main() -> None:
-    sizes_main(__doc__, run, "raw_step", list(SIZES))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="N of the draws table")
+    parser.add_argument("--peer-sizes", type=int, nargs="+", default=list(step_peers.SIZES), help="N of the peers")
+    parser.add_argument("--no-draws", action="store_true", help="only the peers table")
+    parser.add_argument("--no-peers", action="store_true", help="only the draws table")
+    parser.add_argument("--steps", type=int, default=None, help="steps per round (default: by N)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds")
+    parser.add_argument("--quick", action="store_true", help="fewer steps and rounds")
+    parser.add_argument("--json", default=None, help="where to save the numbers")
+    args = parser.parse_args()
+    payload: dict = {"benchmark": "raw_step", "device": "cpu"}
+    if not args.no_draws:
+        result = run(args.quick, tuple(args.sizes), args.steps, args.rounds)
+        print(format_table(result["title"], result["rows"], result["columns"]))
+        payload["rows"] = result["rows"]
+    if not args.no_peers:
+        peers = run_peers(args.quick, tuple(args.peer_sizes), args.steps, args.rounds)
+        print(format_table(peers["title"], peers["rows"], peers["columns"]))
+        payload["peers"] = peers["rows"]
+    save_json(args.json, payload)
 
 
 if __name__ == "__main__":

@@ -292,6 +292,33 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
             return self._step_draws.uniform()
         return self._rng.uniform(bounds)
 
+    def _reset_rows(self, bounds: Any, mask: Any | None) -> None:
+        """Reset every row, or the rows of ``mask``, to draws of ``bounds``: ``_apply_reset(_reset_draws(...))``.
+
+        A partial reset with the default bounds on the native CPU step is one C call
+        (:mod:`gpu_envs.builtin.native`): the same draws, step counts and counters as the
+        torch ops, for the rows of the mask only.
+        """
+        native = getattr(self, "_native_reset", None)
+        if (
+            mask is not None
+            and bounds is self._reset_bounds
+            and native is not None
+            and not torch.compiler.is_compiling()
+        ):
+            mask = self._check_mask(mask)
+            if mask.is_contiguous():
+                self._rng.count_advance()  # counted first, as CounterRNG.advance counts
+                native(self.num_envs, self.state_size, self._state.data_ptr(), mask.data_ptr(), *self._native_rows)
+                self._needs_reset = False
+                return
+        self._apply_reset(self._reset_draws(bounds, mask), mask)
+
+    def _native_reset_setup(self, lib: Any, pointers: tuple) -> None:
+        """The native partial reset's library and its fixed pointers (elapsed, key, counter, bounds...)."""
+        self._native_reset = lib.reset_rows
+        self._native_rows = pointers
+
     def _apply_reset(self, fresh: torch.Tensor, mask: Any | None) -> None:
         """Install ``fresh`` ``[N, state_size]`` on every row, or on the rows of ``mask`` [N].
 

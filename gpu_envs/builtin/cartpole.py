@@ -191,6 +191,8 @@ class CartPoleEnv(BatchedTorchEnv):
             int(b.needs_clamp),
             self._native_consts.data_ptr(),
         )
+        pointers = (self._elapsed.data_ptr(), self._rng.key.data_ptr(), self._rng.counter.data_ptr())
+        self._native_reset_setup(lib, (*pointers, lows, scales, highs, int(b.needs_clamp)))
         self._native = lib.cartpole_step
 
     render_fps = 50  # gymnasium's, for videos of render_observations
@@ -224,7 +226,7 @@ class CartPoleEnv(BatchedTorchEnv):
         if (low, high) != (self.reset_low, self.reset_high):
             bounds = self._rng.bounds([low] * 4, [high] * 4)
         mask = options.get("reset_mask")
-        self._apply_reset(self._reset_draws(bounds, mask), mask)
+        self._reset_rows(bounds, mask)
         return self._state.clone(), {}
 
     # ------------------------------------------------------------------ step

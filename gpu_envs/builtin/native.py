@@ -174,6 +174,29 @@ KERNEL void pendulum_step(
     }
 }
 
+/* A partial reset: rows where mask[i] take their next counter-based draw (lanes values),
+   their step count goes to 0 and their counter moves on; the other rows are untouched. */
+void reset_rows(
+    int64_t n, int64_t lanes, float *state, const uint8_t *mask, int64_t *elapsed,
+    const int64_t *key, int64_t *counter, const float *low, const float *scale,
+    const float *below_high, int needs_clamp)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (!mask[i]) continue;
+        const uint64_t start = (uint64_t)key[2 * i], step = (uint64_t)key[2 * i + 1];
+        const uint64_t base = (uint64_t)counter[i] * (uint64_t)lanes;
+        for (int64_t j = 0; j < lanes; j++) {
+            const uint32_t pos = (uint32_t)(base + (uint64_t)j);
+            const uint32_t bits = mix32((uint32_t)(start + (uint64_t)pos * step));
+            float v = fmaf((float)(bits >> 8), scale[j], low[j]);
+            if (needs_clamp && v > below_high[j]) v = below_high[j];
+            state[lanes * i + j] = v;
+        }
+        counter[i] += 1;
+        elapsed[i] = 0;
+    }
+}
+
 /* out[i] = (cos[i], sin[i], thdot[i * stride]): an observation [cos th, sin th, thdot] per row. */
 void pendulum_obs(int64_t n, const float *cosv, const float *sinv, const float *thdot, int64_t stride, float *out)
 {
@@ -227,6 +250,9 @@ def _load(path: Path) -> ctypes.CDLL:
     fn.restype = None
     fn = lib.pendulum_step
     fn.argtypes = [i64, p, p, p, p, p, i64, p, p, p, p, p, i32, p, p, p, p, p, p]
+    fn.restype = None
+    fn = lib.reset_rows
+    fn.argtypes = [i64, i64, p, p, p, p, p, p, p, p, i32]
     fn.restype = None
     fn = lib.pendulum_obs
     fn.argtypes = [i64, p, p, p, i64, p]

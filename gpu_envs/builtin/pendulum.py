@@ -142,6 +142,8 @@ class PendulumEnv(BatchedTorchEnv):
             int(b.needs_clamp),
             self._native_consts.data_ptr(),
         )
+        pointers = (self._elapsed.data_ptr(), self._rng.key.data_ptr(), self._rng.counter.data_ptr())
+        self._native_reset_setup(lib, (*pointers, lows, scales, highs, int(b.needs_clamp)))
         n = self.num_envs
         self._reward_shape = ((n,), (n, 1))  # [N], or [N, 1] in the TensorDict layout
         # scratch the step rewrites (never returned): new thdot, and [post th | new th] for the trigonometry
@@ -179,7 +181,7 @@ class PendulumEnv(BatchedTorchEnv):
         if (x, y) != (self.default_x_init, self.default_y_init):
             bounds = self._bounds(x, y)
         mask = options.get("reset_mask")
-        self._apply_reset(self._reset_draws(bounds, mask), mask)
+        self._reset_rows(bounds, mask)
         th, thdot = self._state.unbind(1)
         return torch.stack((torch.cos(th), torch.sin(th), thdot), 1), {}
 

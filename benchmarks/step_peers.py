@@ -87,11 +87,11 @@ def _env_var(name: str, value: str | None) -> Iterator[None]:
             os.environ[name] = before
 
 
-def _torch_action(env_id: str, n: int) -> Callable[[], torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
+def _torch_action(env_id: str, n: int, device: torch.device) -> Callable[[], torch.Tensor]:
+    g = torch.Generator(device=device).manual_seed(0)
     if env_id == "CartPole-v1":
-        return lambda: torch.randint(0, 2, (n,), generator=g)
-    return lambda: torch.rand(n, 1, generator=g).mul_(4).sub_(2)
+        return lambda: torch.randint(0, 2, (n,), generator=g, device=device)
+    return lambda: torch.rand(n, 1, generator=g, device=device).mul_(4).sub_(2)
 
 
 def _numpy_action(env_id: str, n: int, shape: tuple = ()) -> Callable[[], np.ndarray]:
@@ -106,7 +106,7 @@ def gpu_envs_loop(env_id: str, n: int, native: bool = True, **make) -> Callable[
     with _env_var("GPU_ENVS_NATIVE", None if native else "0"):
         env = gpu_envs.make(env_id, num_envs=n, seed=0, **make)
     state = {"td": env.reset()}
-    draw = _torch_action(env_id, n)
+    draw = _torch_action(env_id, n, env.device)
 
     def step() -> None:
         td = state["td"]

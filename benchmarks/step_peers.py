@@ -170,3 +170,59 @@ def row_of(env_id: str, n: int, times: dict[str, float]) -> dict:
     if "sync1" in times:
         row["vs_sync1"] = f"{times['gpu_envs'] / times['sync1']:.2f}x"
     return row
+
+
+# ----------------------------------------------------------------- to_gymnasium (issue 25 item 5)
+ADAPTER_SIZES = (8, 64)
+
+
+def adapter_contenders(n: int) -> dict[str, Callable[[], object]]:
+    """``to_gymnasium(make("CartPole-v1", N))`` in each mode next to gymnasium's own vector envs, random actions."""
+    from gpu_envs.interop import to_gymnasium
+
+    def ours(arrays: str, mode: str) -> Callable[[], object]:
+        envs = to_gymnasium(gpu_envs.make("CartPole-v1", num_envs=n, seed=0), arrays=arrays, autoreset_mode=mode)
+        envs.reset(seed=0)
+        if arrays == "torch":
+            draw_t = _torch_action("CartPole-v1", n, torch.device("cpu"))
+            return lambda: envs.step(draw_t())
+        draw = _numpy_action("CartPole-v1", n)
+        return lambda: envs.step(draw())
+
+    sync = gym.make_vec("CartPole-v1", n, vectorization_mode="sync")
+    sync.reset(seed=0)
+    vector = gym.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point")
+    vector.reset(seed=0)
+    draw_sync, draw_vector = _numpy_action("CartPole-v1", n), _numpy_action("CartPole-v1", n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {
+            "numpy_next": ours("numpy", "next_step"),
+            "torch_next": ours("torch", "next_step"),
+            "numpy_same": ours("numpy", "same_step"),
+            "torch_same": ours("torch", "same_step"),
+            "sync": lambda: sync.step(draw_sync()),
+            "vector": lambda: vector.step(draw_vector()),
+        }
+
+
+ADAPTER_COLUMNS = [
+    ("N", "N"),
+    ("numpy_next_us", "numpy NEXT_STEP us"),
+    ("torch_next_us", "torch NEXT_STEP us"),
+    ("numpy_same_us", "numpy SAME_STEP us"),
+    ("torch_same_us", "torch SAME_STEP us"),
+    ("sync_us", "SyncVectorEnv us"),
+    ("vector_us", "CartPoleVectorEnv us"),
+    ("numpy_next_vs_sync", "SyncVectorEnv / numpy NEXT"),
+    ("numpy_next_vs_vector", "CartPoleVectorEnv / numpy NEXT"),
+    ("torch_vs_numpy", "torch NEXT / numpy NEXT"),
+]
+
+
+def adapter_row(n: int, times: dict[str, float]) -> dict:
+    row: dict = {"N": n, **{f"{name}_us": round(s * 1e6, 1) for name, s in times.items()}}
+    row["numpy_next_vs_sync"] = f"{times['sync'] / times['numpy_next']:.2f}x"
+    row["numpy_next_vs_vector"] = f"{times['vector'] / times['numpy_next']:.2f}x"
+    row["torch_vs_numpy"] = f"{times['torch_next'] / times['numpy_next']:.2f}x"
+    return row

@@ -34,7 +34,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from gpu_envs.builtin import native
-from gpu_envs.builtin.base import BatchedTorchEnv
+from gpu_envs.builtin.base import BatchedTorchEnv, native_allowed
 from gpu_envs.builtin.draw_pool import DrawPool
 from gpu_envs.builtin.render import render_cartpole
 
@@ -251,7 +251,7 @@ class CartPoleEnv(BatchedTorchEnv):
             and action.dtype == torch.int64
             and action.is_contiguous()
             and action.device.type == "cpu"
-            and not torch.compiler.is_compiling()
+            and native_allowed()
         ):
             return self._native_advance(action, columns)
         s = self._state

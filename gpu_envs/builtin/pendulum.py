@@ -34,7 +34,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from gpu_envs.builtin import native
-from gpu_envs.builtin.base import BatchedTorchEnv
+from gpu_envs.builtin.base import BatchedTorchEnv, native_allowed
 from gpu_envs.builtin.draw_pool import DrawPool
 from gpu_envs.builtin.render import render_pendulum
 
@@ -207,7 +207,7 @@ class PendulumEnv(BatchedTorchEnv):
             and action.is_contiguous()
             and action.device.type == "cpu"
             and action.numel() == self.num_envs
-            and not torch.compiler.is_compiling()
+            and native_allowed()
         ):
             return self._native_advance(action, columns)
         th, thdot = self._state_columns()

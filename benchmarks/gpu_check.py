@@ -8,8 +8,9 @@ Run from the repository root::
 It does, in order, each step isolated (an exception fails that step, and the run goes on),
 and prints ONE table of checks and one throughput table at the end:
 
-1. ``pytest tests/test_sync_guard.py tests/test_draw_pool.py`` (the sync guard, and the
-   built-in envs' pooled draws equal to direct ones, on CUDA as well as the CPU);
+1. ``pytest tests/test_sync_guard.py tests/test_draw_pool.py tests/test_native_step.py``
+   (the sync guard, the built-in envs' pooled draws equal to direct ones, on CUDA as well
+   as the CPU, and the native CPU step equal to the torch step on the host's CPU);
 2. a training-like loop that may not synchronise: eager, compiled and CUDA-graph
    collections of CartPole with an MLP policy, plus the critic and ``gae`` on each batch,
    under ``torch.cuda.set_sync_debug_mode("error")`` (``--smoke``: eager and compiled
@@ -19,6 +20,8 @@ and prints ONE table of checks and one throughput table at the end:
    CUDA graphs in ``tests/graph_emulation.py``);
 4. memory: ``--collections`` collections with no growth (``torch.cuda.memory_stats``;
    ``--smoke``: the process's RSS);
+   then the default ``step_and_maybe_reset`` loop of CartPole-v1 and Pendulum-v1 (random
+   actions, no flag) in us/step at N in {8, 1024, 65536, 2^20} (``--smoke``: {8, 64});
 5. throughput of built-in CartPole-v1 (random actions), sizes in increasing order, in
    env-steps/s: eager vs ``compile=True`` vs ``cudagraph=True`` vs both (``--smoke``:
    N in {8, 64}, eager and compiled).
@@ -51,7 +54,7 @@ import torch  # noqa: E402
 from benchmarks.timing import memory_bytes, sync  # noqa: E402
 
 MODES = ("eager", "compile", "cudagraph", "compile+cudagraph")
-PYTEST_FILES = ("tests/test_sync_guard.py", "tests/test_draw_pool.py")
+PYTEST_FILES = ("tests/test_sync_guard.py", "tests/test_draw_pool.py", "tests/test_native_step.py")
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIPPED"
 
 
@@ -254,6 +257,25 @@ def check_graph_equals_eager(plan: Plan, budget: Budget) -> tuple[bool, str]:
     return ok_count and ok_cart, f"{what}: counting env {msg_count}; CartPole {msg_cart}"
 
 
+def check_default_step(plan: Plan, budget: Budget) -> tuple[bool, str]:
+    """The default ``step_and_maybe_reset`` loop (no flag, random actions) of CartPole-v1 and Pendulum-v1, us/step.
+
+    Issue 25 item 2's loop on the plan's device (wall time around a sync on CUDA): on a
+    GPU every small op of the step is a kernel launch. Passes when every size stepped.
+    """
+    from benchmarks.step_peers import gpu_envs_loop
+    from benchmarks.timing import interleave
+
+    sizes = (8, 64) if plan.smoke else (8, 1024, 65536, 1048576)
+    parts = []
+    for env_id in ("CartPole-v1", "Pendulum-v1"):
+        for n in sizes:
+            loop = gpu_envs_loop(env_id, n, device=plan.device)
+            seconds = interleave({"step": loop}, steps=20 if plan.smoke else 100, rounds=3, device=plan.device)["step"]
+            parts.append(f"{env_id} N={n}: {seconds * 1e6:.0f} us")
+    return True, "default step loop: " + "; ".join(parts)
+
+
 def check_memory(plan: Plan, budget: Budget) -> tuple[bool, str]:
     import gpu_envs
     from gpu_envs.rollout import RolloutBuffer, collect
@@ -344,6 +366,7 @@ CHECKS: list[tuple[str, float, float, Callable]] = [
     ("no-sync training loop", 150.0, 120.0, check_no_sync_loop),
     ("cudagraph == eager transitions", 40.0, 20.0, check_graph_equals_eager),
     ("memory stable", 40.0, 20.0, check_memory),
+    ("default step loop", 40.0, 10.0, check_default_step),
 ]
 
 

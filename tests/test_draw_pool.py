@@ -246,6 +246,7 @@ def test_a_full_reset_after_an_interrupted_step_draws_the_right_stream(monkeypat
     """Ctrl-C inside a built-in env's step, then reset(): the run continues as a fresh env's from that state."""
     from gpu_envs.builtin import draw_pool
 
+    monkeypatch.setenv("GPU_ENVS_NATIVE", "0")  # the pure-torch step, whose draws come from the pool
     action = torch.ones(6, dtype=torch.int64)
     env = CartPoleEnv(6, seed=1)
     env.reset()

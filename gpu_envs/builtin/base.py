@@ -46,8 +46,20 @@ from gpu_envs.contract.errors import ActionError, ClosedEnvError, InvalidArgumen
 from gpu_envs.contract.keys import OBSERVATION
 from gpu_envs.contract.raw_step import NO_INFO, RawStep
 from gpu_envs.utils.arguments import as_bool, as_int, as_seed
+from gpu_envs.utils.capture import is_capturing
 from gpu_envs.utils.devices import resolve_device
 from gpu_envs.utils.live_state import copy_into
+from gpu_envs.utils.torch_internals import dispatch_mode_active
+
+
+def native_allowed() -> bool:
+    """Whether a step may run the native kernel now: eager, not captured, and seen by no dispatch mode.
+
+    A traced step needs torch ops to trace; inside :func:`gpu_envs.utils.capture.capturing`
+    (a CUDA graph capture, or its CPU emulation) the ops are what is recorded; and a
+    ``TorchDispatchMode`` (an op recorder, a sync guard, a FLOP counter) would not see a C call.
+    """
+    return not (torch.compiler.is_compiling() or is_capturing() or dispatch_mode_active())
 
 
 class BatchedTorchEnv(gymnasium.vector.VectorEnv):
@@ -148,6 +160,16 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
     @reset_draws.setter
     def reset_draws(self, draws: Any) -> None:
         self._step_draws = draws
+
+    @property
+    def native_step(self) -> bool:
+        """True if eager CPU steps run the native kernel (:mod:`gpu_envs.builtin.native`): same values, fewer ops.
+
+        False on other devices, without a C compiler, or with ``GPU_ENVS_NATIVE=0`` at
+        construction: the pure-torch step runs (also for actions the kernel does not take,
+        and whenever the step is traced).
+        """
+        return getattr(self, "_native", None) is not None
 
     @property
     def elapsed_steps(self) -> torch.Tensor:
@@ -281,6 +303,28 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         if mask is not None and bounds is self._reset_bounds:
             return self._step_draws.uniform()
         return self._rng.uniform(bounds)
+
+    def _reset_rows(self, bounds: Any, mask: Any | None) -> None:
+        """Reset every row, or the rows of ``mask``, to draws of ``bounds``: ``_apply_reset(_reset_draws(...))``.
+
+        A partial reset with the default bounds on the native CPU step is one C call
+        (:mod:`gpu_envs.builtin.native`): the same draws, step counts and counters as the
+        torch ops, for the rows of the mask only.
+        """
+        native = getattr(self, "_native_reset", None)
+        if mask is not None and bounds is self._reset_bounds and native is not None and native_allowed():
+            mask = self._check_mask(mask)
+            if mask.is_contiguous():
+                self._rng.count_advance()  # counted first, as CounterRNG.advance counts
+                native(self.num_envs, self.state_size, self._state.data_ptr(), mask.data_ptr(), *self._native_rows)
+                self._needs_reset = False
+                return
+        self._apply_reset(self._reset_draws(bounds, mask), mask)
+
+    def _native_reset_setup(self, lib: Any, pointers: tuple) -> None:
+        """The native partial reset's library and its fixed pointers (elapsed, key, counter, bounds...)."""
+        self._native_reset = lib.reset_rows
+        self._native_rows = pointers
 
     def _apply_reset(self, fresh: torch.Tensor, mask: Any | None) -> None:
         """Install ``fresh`` ``[N, state_size]`` on every row, or on the rows of ``mask`` [N].

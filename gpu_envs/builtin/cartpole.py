@@ -33,7 +33,8 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
-from gpu_envs.builtin.base import BatchedTorchEnv
+from gpu_envs.builtin import native
+from gpu_envs.builtin.base import BatchedTorchEnv, native_allowed
 from gpu_envs.builtin.draw_pool import DrawPool
 from gpu_envs.builtin.render import render_cartpole
 
@@ -149,6 +150,50 @@ class CartPoleEnv(BatchedTorchEnv):
         )
         self._bounds = bounds.expand(n, 4).contiguous()
         self._reward_shape = ((n,), (n, 1))  # [N], or [N, 1] in the TensorDict layout
+        self._native_setup()
+
+    def _native_setup(self) -> None:
+        """The native CPU step (:mod:`gpu_envs.builtin.native`) where it can run: its constants and pointers, once.
+
+        The env's tensors are never re-bound, so their data pointers are read here once.
+        ``self._native`` is None where the pure-torch step runs (not a CPU, no compiler,
+        ``GPU_ENVS_NATIVE=0``, inference tensors whose counters the draw pool cannot track).
+        """
+        self._native = None
+        if self.device.type != "cpu":
+            return
+        lib = native.kernels()
+        if lib is None:
+            return
+        b = self._reset_bounds
+        values = [
+            float(self._force_neg),
+            self._force_step,
+            self._k_pml,
+            float(self._den_const),
+            self._den_cos2,
+            *self._tau[0].tolist(),
+            *self._bounds[0].tolist(),
+        ]
+        self._native_consts = torch.tensor(values, dtype=torch.float32)
+        self._native_bounds = torch.stack((b.low, b.scale, b.below_high))  # kept alive: pointers below
+        lows, scales, highs = (row.data_ptr() for row in self._native_bounds)
+        self._native_args = (
+            self.num_envs,
+            self._state.data_ptr(),
+            self._elapsed.data_ptr(),
+            self.max_episode_steps,
+            self._rng.key.data_ptr(),
+            self._rng.counter.data_ptr(),
+            lows,
+            scales,
+            highs,
+            int(b.needs_clamp),
+            self._native_consts.data_ptr(),
+        )
+        pointers = (self._elapsed.data_ptr(), self._rng.key.data_ptr(), self._rng.counter.data_ptr())
+        self._native_reset_setup(lib, (*pointers, lows, scales, highs, int(b.needs_clamp)))
+        self._native = lib.cartpole_step
 
     render_fps = 50  # gymnasium's, for videos of render_observations
 
@@ -181,7 +226,7 @@ class CartPoleEnv(BatchedTorchEnv):
         if (low, high) != (self.reset_low, self.reset_high):
             bounds = self._rng.bounds([low] * 4, [high] * 4)
         mask = options.get("reset_mask")
-        self._apply_reset(self._reset_draws(bounds, mask), mask)
+        self._reset_rows(bounds, mask)
         return self._state.clone(), {}
 
     # ------------------------------------------------------------------ step
@@ -201,6 +246,14 @@ class CartPoleEnv(BatchedTorchEnv):
         """
         if self._needs_reset:
             self._raise_not_ready()
+        if (
+            self._native is not None
+            and action.dtype == torch.int64
+            and action.is_contiguous()
+            and action.device.type == "cpu"
+            and native_allowed()
+        ):
+            return self._native_advance(action, columns)
         s = self._state
         _, x_dot, theta, theta_dot = self._state_columns()
         cos = torch.cos(theta)
@@ -242,3 +295,27 @@ class CartPoleEnv(BatchedTorchEnv):
         self._end_episodes(elapsed, done)
         reward = torch.ones(self._reward_shape[columns], dtype=torch.float32, device=self.device)
         return post, reward, terminated, truncated, done, new
+
+    def _native_advance(self, action: torch.Tensor, columns: bool) -> tuple:
+        """:meth:`_advance` in one native call (same values bit for bit): the eager CPU step."""
+        theta = self._columns[2]
+        cos = torch.cos(theta)
+        sin = torch.sin(theta)
+        n = self.num_envs
+        f32 = torch.float32
+        obs = torch.empty(n, 4, dtype=f32)
+        new = torch.empty(n, 4, dtype=f32)
+        shape = self._reward_shape[columns]
+        reward = torch.empty(shape, dtype=f32)
+        terminated = torch.empty(shape, dtype=torch.bool)
+        truncated = torch.empty(shape, dtype=torch.bool)
+        done = torch.empty(shape, dtype=torch.bool)
+        a = self._native_args
+        # counted first, as CounterRNG.advance counts: interrupted after, the draw pool refills early, never late
+        self._rng.count_advance()  # the kernel advances the counters of the rows that end
+        self._native(
+            a[0], a[1], cos.data_ptr(), sin.data_ptr(), action.data_ptr(), *a[2:],
+            obs.data_ptr(), new.data_ptr(), reward.data_ptr(),
+            terminated.data_ptr(), truncated.data_ptr(), done.data_ptr(),
+        )  # fmt: skip
+        return obs, reward, terminated, truncated, done, new

@@ -223,6 +223,18 @@ class CounterRNG:
         else:
             counter.add_(1 if mask is None else mask)
 
+    def count_advance(self) -> None:
+        """Host-side count of an :meth:`advance` whose increments a native kernel already wrote.
+
+        The native CPU step (:mod:`gpu_envs.builtin.native`) adds the done flags to the
+        counters itself, through their data pointer (no version bump); this keeps the
+        bookkeeping the draw pool relies on exactly as :meth:`advance` would.
+        """
+        self.advances += 1
+        if self.tracked and version_counter(self.counter) != self._counter_version:
+            self.epoch += 1  # written by someone else since our last write
+            self._counter_version = version_counter(self.counter)
+
     def unchanged_since(self, epoch: int) -> bool:
         """True if the counters changed only by :meth:`advance` since ``epoch`` was read (tracked only)."""
         return epoch == self.epoch and version_counter(self.counter) == self._counter_version

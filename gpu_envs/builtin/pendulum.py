@@ -33,7 +33,8 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
-from gpu_envs.builtin.base import BatchedTorchEnv
+from gpu_envs.builtin import native
+from gpu_envs.builtin.base import BatchedTorchEnv, native_allowed
 from gpu_envs.builtin.draw_pool import DrawPool
 from gpu_envs.builtin.render import render_pendulum
 
@@ -111,6 +112,45 @@ class PendulumEnv(BatchedTorchEnv):
         self._k_sin = 3 * self.g / (2 * self.l) * self.dt
         self._k_u = 3.0 / (self.m * self.l**2) * self.dt
         self._zero = torch.zeros((), dtype=f32, device=dev)
+        self._native_setup()
+
+    def _native_setup(self) -> None:
+        """The native CPU step (:mod:`gpu_envs.builtin.native`) where it can run: constants and pointers, once.
+
+        ``self._native`` is None where the pure-torch step runs (not a CPU, no compiler,
+        ``GPU_ENVS_NATIVE=0``). The env's tensors are never re-bound: their pointers are read once.
+        """
+        self._native = None
+        if self.device.type != "cpu":
+            return
+        lib = native.kernels()
+        if lib is None:
+            return
+        b = self._reset_bounds
+        values = [self.max_torque, self.max_speed, self.dt, self._k_sin, self._k_u]
+        self._native_consts = torch.tensor(values, dtype=torch.float32)
+        self._native_bounds = torch.stack((b.low, b.scale, b.below_high))  # kept alive: pointers below
+        lows, scales, highs = (row.data_ptr() for row in self._native_bounds)
+        self._native_args = (
+            self._elapsed.data_ptr(),
+            self.max_episode_steps,
+            self._rng.key.data_ptr(),
+            self._rng.counter.data_ptr(),
+            lows,
+            scales,
+            highs,
+            int(b.needs_clamp),
+            self._native_consts.data_ptr(),
+        )
+        pointers = (self._elapsed.data_ptr(), self._rng.key.data_ptr(), self._rng.counter.data_ptr())
+        self._native_reset_setup(lib, (*pointers, lows, scales, highs, int(b.needs_clamp)))
+        n = self.num_envs
+        self._reward_shape = ((n,), (n, 1))  # [N], or [N, 1] in the TensorDict layout
+        # scratch the step rewrites (never returned): new thdot, and [post th | new th] for the trigonometry
+        self._native_thdot = torch.empty(n, dtype=torch.float32)
+        self._native_angles = torch.empty(2 * n, dtype=torch.float32)
+        self._native = lib.pendulum_step
+        self._native_obs = lib.pendulum_obs
 
     render_fps = 30  # gymnasium's, for videos of render_observations
 
@@ -141,7 +181,7 @@ class PendulumEnv(BatchedTorchEnv):
         if (x, y) != (self.default_x_init, self.default_y_init):
             bounds = self._bounds(x, y)
         mask = options.get("reset_mask")
-        self._apply_reset(self._reset_draws(bounds, mask), mask)
+        self._reset_rows(bounds, mask)
         th, thdot = self._state.unbind(1)
         return torch.stack((torch.cos(th), torch.sin(th), thdot), 1), {}
 
@@ -161,6 +201,15 @@ class PendulumEnv(BatchedTorchEnv):
         """
         if self._needs_reset:
             self._raise_not_ready()
+        if (
+            self._native is not None
+            and action.dtype == torch.float32
+            and action.is_contiguous()
+            and action.device.type == "cpu"
+            and action.numel() == self.num_envs
+            and native_allowed()
+        ):
+            return self._native_advance(action, columns)
         th, thdot = self._state_columns()
         u = action.reshape(self.num_envs)
         if u.dtype != torch.float32:  # a dtype check, not a data read
@@ -196,6 +245,34 @@ class PendulumEnv(BatchedTorchEnv):
             return obs, reward, terminated, truncated, truncated, None
         final_obs = torch.stack((torch.cos(new_th), torch.sin(new_th), new_thdot), 1)
         return obs, reward, terminated, truncated, truncated, final_obs
+
+    def _native_advance(self, action: torch.Tensor, columns: bool) -> tuple:
+        """:meth:`_advance` in two native calls around torch's trigonometry (same values bit for bit)."""
+        th = self._columns[0]
+        sin = torch.sin(th)
+        angle = torch.atan2(sin, torch.cos(th))
+        n, f32 = self.num_envs, torch.float32
+        shape = self._reward_shape[columns]
+        reward = torch.empty(shape, dtype=f32)
+        terminated = torch.empty(shape, dtype=torch.bool)
+        truncated = torch.empty(shape, dtype=torch.bool)
+        angles, thdot = self._native_angles, self._native_thdot
+        a = self._native_args
+        # counted first, as CounterRNG.advance counts: interrupted after, the draw pool refills early, never late
+        self._rng.count_advance()  # the kernel advances the counters of the rows that end
+        self._native(
+            n, self._state.data_ptr(), sin.data_ptr(), angle.data_ptr(), action.data_ptr(), *a,
+            reward.data_ptr(), terminated.data_ptr(), truncated.data_ptr(), thdot.data_ptr(), angles.data_ptr(),
+        )  # fmt: skip
+        cos, sin = torch.cos(angles), torch.sin(angles)  # of [post th | new th]
+        obs = torch.empty(n, 3, dtype=f32)
+        cos_p, sin_p = cos.data_ptr(), sin.data_ptr()
+        self._native_obs(n, cos_p, sin_p, self._state.data_ptr() + 4, 2, obs.data_ptr())
+        if not self.expose_final_obs:
+            return obs, reward, terminated, truncated, truncated, None
+        final = torch.empty(n, 3, dtype=f32)
+        self._native_obs(n, cos_p + 4 * n, sin_p + 4 * n, thdot.data_ptr(), 1, final.data_ptr())
+        return obs, reward, terminated, truncated, truncated, final
 
     def _bounds(self, x: float, y: float):
         """Initial ``(th, thdot)`` bounds: ``[-x, x) x [-y, y)``."""

@@ -174,6 +174,7 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
         self.single_action_space, self.action_space = gym_action_spaces(env)
         self._actions = HostActions(env, caller)
         self._numpy = arrays == "numpy"
+        self._host = self.device.type == "cpu"  # where reading a mask costs no device sync
         self._next_step = mode == AutoresetMode.NEXT_STEP
         self._batch_size = torch.Size([self.num_envs])
         # a scalar reward is [N]; a vector one (multi-objective envs) stays [N, K], as mo-gymnasium gives it
@@ -292,11 +293,19 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
     def _torch_next_step(self, nxt: TensorDictBase, root: TensorDictBase) -> tuple:
         """NEXT_STEP on device tensors: the same rule with device masks (no host sync to find the rows)."""
         pending = self._pending
+        n = self.num_envs
+        if self._host and not bool(pending.any()):
+            # on the CPU, reading the mask costs no sync: a step with no row to restart is the step itself
+            self._root = root
+            terminated, truncated = get_entry(nxt, "terminated").view(n), get_entry(nxt, "truncated").view(n)
+            self._pending = terminated | truncated
+            info = nest_info(self._info_entries(nxt), self._all_rows) if self._info_keys else {}
+            obs = self._layout.build(lambda key: leaf(nxt, key))
+            return obs, get_entry(nxt, "reward").view(self._reward_shape), terminated, truncated, info
         # rows that ended last step: their step just now is discarded and they start afresh
         # (a no-op for an all-False mask, so no host sync is needed to decide)
         root = self.env.reset(td=new_td({"_reset": pending}, self._batch_size, self.device))
         self._root = root
-        n = self.num_envs
 
         def observation(key: Key) -> Any:
             stepped = leaf(nxt, key)

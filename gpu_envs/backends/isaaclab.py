@@ -337,7 +337,7 @@ class IsaacLabPlugin:
         if not self.available():
             return []
         import gymnasium as gym
-        import isaaclab_tasks  # noqa: F401  (registers the Isaac-* ids)
+        import isaaclab_tasks  # noqa: F401  (registers the Isaac-* ids)  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
         return sorted(env_id for env_id, spec in gym.registry.items() if is_isaaclab_spec(spec))
 
@@ -370,10 +370,10 @@ class IsaacLabPlugin:
         overrides the config's flag when given.
         """
         import gymnasium as gym
-        import isaaclab_tasks  # noqa: F401
+        import isaaclab_tasks  # noqa: F401  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
         if cfg is None:
-            from isaaclab_tasks.utils import parse_env_cfg
+            from isaaclab_tasks.utils import parse_env_cfg  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
             cfg = parse_env_cfg(env_id, device=str(device), num_envs=num_envs, overrides=list(cfg_overrides))
         else:

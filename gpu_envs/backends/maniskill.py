@@ -88,7 +88,7 @@ def vector_env_of(obj: Any) -> Any:
                 "(the default): ended rows are reset in the same step and their true final observations kept."
             )
         return obj
-    from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
+    from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
     try:
         return ManiSkillVectorEnv(obj, auto_reset=True, ignore_terminations=False, record_metrics=False)
@@ -106,7 +106,7 @@ class ManiSkillPlugin(InboundPlugin):
     package = "mani_skill"
 
     def _registered(self) -> None:
-        import mani_skill.envs  # noqa: F401 - registers ManiSkill's ids in gymnasium's registry
+        import mani_skill.envs  # noqa: F401 - registers ManiSkill's ids in gymnasium's registry  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
     def env_ids(self) -> list[str]:
         if not self.available():
@@ -121,7 +121,7 @@ class ManiSkillPlugin(InboundPlugin):
         return spec is not None and _registered_by_maniskill(spec)
 
     def make(self, env_id: str, num_envs: int, device: torch.device, **kwargs: Any) -> Backend:
-        from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
+        from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
         backend_kw = {k: kwargs.pop(k) for k in ("copy_buffers",) if k in kwargs}
         self._registered()

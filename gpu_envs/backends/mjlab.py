@@ -371,8 +371,8 @@ class MjlabPlugin:
         ``cfg=None`` loads the task's registered config (``play=True``: its "play" config,
         without observation noise and with endless episodes); a given ``cfg`` is used as it is.
         """
-        from mjlab.envs import ManagerBasedRlEnv
-        from mjlab.tasks.registry import load_env_cfg
+        from mjlab.envs import ManagerBasedRlEnv  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
+        from mjlab.tasks.registry import load_env_cfg  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
         if cfg is None:
             cfg = load_env_cfg(env_id, play=as_bool(play, "play"))
@@ -393,8 +393,8 @@ class MjlabPlugin:
 @functools.cache
 def _task_ids() -> tuple[str, ...]:
     """mjlab's registered task ids (importing ``mjlab.tasks`` registers them all: seconds, so once)."""
-    import mjlab.tasks  # noqa: F401
-    from mjlab.tasks.registry import list_tasks
+    import mjlab.tasks  # noqa: F401  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
+    from mjlab.tasks.registry import list_tasks  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
     return tuple(list_tasks())
 

@@ -380,11 +380,11 @@ def from_torch(tensor: torch.Tensor, framework: str) -> Any:
     if framework == "jax":
         return _to_jax(tensor)
     if framework == "cupy":
-        import cupy
+        import cupy  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
         return cupy.from_dlpack(tensor)
     if framework == "warp":
-        import warp
+        import warp  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
         return warp.from_dlpack(tensor)
     if framework == "numpy":

@@ -205,7 +205,7 @@ def make_brax_core(
 def _brax_names() -> list[str]:
     if importlib.util.find_spec("brax") is None:
         return []
-    import brax.envs
+    import brax.envs  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
     return sorted(getattr(brax.envs, "_envs", {}))  # Brax's registry has no public listing
 
@@ -213,7 +213,7 @@ def _brax_names() -> list[str]:
 def _playground_names() -> list[str]:
     if importlib.util.find_spec("mujoco_playground") is None:
         return []
-    from mujoco_playground import registry
+    from mujoco_playground import registry  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
     return list(registry.ALL_ENVS)
 
@@ -235,11 +235,11 @@ def make_brax_env(env_id: str, kwargs: dict) -> tuple[Any, dict]:
     kwargs = dict(kwargs)
     core_options = {k: kwargs.pop(k) for k in CORE_OPTIONS if k in kwargs}
     if env_id.startswith(BRAX_PREFIX):
-        import brax.envs
+        import brax.envs  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
         env = brax.envs.get_environment(env_id[len(BRAX_PREFIX) :], **kwargs)
     else:
-        from mujoco_playground import registry
+        from mujoco_playground import registry  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
 
         unknown = sorted(set(kwargs) - {"config", "config_overrides"})
         if unknown:

@@ -75,8 +75,10 @@ def resolves(name: str, source: Path, names: set[str]) -> bool:
     """``name`` (a ``*.md`` a file mentions) is a file of the repository."""
     if "*" in name:  # a pattern (``tests/third_party/*/README.md``): some file matches it
         return any(p.is_file() for base in (source.parent, ROOT) for p in base.glob(name))
-    if (source.parent / name).is_file() or (ROOT / name).is_file():
-        return True
+    for base in (source.parent, ROOT):  # a file there, and inside the repository (a ../ path may exist beside it)
+        found = (base / name).resolve()
+        if found.is_file() and found.is_relative_to(ROOT.resolve()):
+            return True
     return "/" not in name and name in names  # a bare "BENCHMARKS.md" beside or inside docs/
 
 

@@ -23,10 +23,14 @@ one C loop over the rows, in place on the env's own tensors (their data pointers
   the pure-torch step runs: the same results, only slower. :func:`kernels` returns None
   then; nothing is raised on the hot path.
 
-Example::
+Example (``kernels()`` is None where no compiler exists; the step is the same either way):
 
-    from gpu_envs.builtin import native
-    lib = native.kernels()      # None where no compiler exists
+>>> from gpu_envs.builtin import native
+>>> lib = native.kernels()
+>>> native.available() == (lib is not None)
+True
+>>> lib is None or hasattr(lib, "cartpole_step")
+True
 """
 
 from __future__ import annotations

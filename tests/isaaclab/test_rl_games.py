@@ -150,7 +150,7 @@ def test_rl_games_runner_trains_the_direct_cartpole(vec_env, tmp_path):
         torch.manual_seed(0)
         runner = Runner(keep)
         with contextlib.redirect_stdout(io.StringIO()):
-            runner.load({"params": isaac_params(vec_env, tmp_path, max_epochs=25, mini_epochs=4)})
+            runner.load({"params": isaac_params(vec_env, tmp_path, max_epochs=60, mini_epochs=4)})
             vec_env.bootstrap_from(runner)
             runner.run({"train": True, "play": False})
         after = mean_step_reward(keep.algo)

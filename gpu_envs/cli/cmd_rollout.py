@@ -1,9 +1,10 @@
 """``gpu-envs rollout``: random-action collection with a progress bar and an episode summary.
 
-The env is wrapped in :class:`~gpu_envs.transforms.EpisodeStats` and collected with
-:func:`gpu_envs.rollout.collect` in chunks of up to :data:`CHUNK` steps (episodes carry
-over between chunks, and each chunk reuses the buffer ``collect`` caches on the env). The
-progress bar moves between chunks; the episode summary is read (one sync) at the end.
+The env is wrapped in :class:`~gpu_envs.transforms.EpisodeStats` and stepped with
+:func:`gpu_envs.rollout.advance` in chunks of up to :data:`CHUNK` steps (episodes carry
+over between chunks; no transition is kept, so memory is O(N) whatever ``--steps`` is:
+the summary needs only the per-env counters). The progress bar moves between chunks;
+the episode summary is read (one sync) at the end.
 
 Under torchrun with ``--distributed`` every process rolls out its own shard of
 ``--num-envs`` envs (:mod:`gpu_envs.distributed`); the episode statistics are merged at
@@ -33,7 +34,7 @@ import torch
 
 from gpu_envs.cli.common import EXIT_INTERRUPTED, Subcommands, add_env_arguments, check_output_path, make_env
 
-CHUNK = 32  # steps per collect() call: one progress update per chunk
+CHUNK = 32  # steps per advance() call: one progress update per chunk
 
 
 def add_parser(sub: Subcommands) -> None:
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from gpu_envs import distributed
-    from gpu_envs.rollout import collect
+    from gpu_envs.rollout import advance
     from gpu_envs.transforms import EpisodeStats, ScalarizeReward, TransformedEnv
 
     console = Console()
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     while done < args.steps:
                         size = min(CHUNK, args.steps - done)
-                        collect(env, None, size)  # episodes carry over; the buffer is cached on env
+                        advance(env, size)  # episodes carry over; no transition is kept (O(N) memory)
                         done += size
                         progress.update(task, completed=done)
                 except KeyboardInterrupt:  # Ctrl-C: report the chunks completed so far

@@ -24,6 +24,8 @@ overwrites it (``.clone()`` it to keep it). With ``buffer=None`` one buffer per
 (in the env's ``caches`` dict), together with compiled loops and
 captured graphs, so that a training loop allocates nothing after its first iteration.
 ``env.rollout(...)`` uses the same loop with a fresh buffer each call.
+:func:`advance` steps an env without keeping any transition (O(N) memory: for a
+summary of what the env's transforms count, as ``gpu-envs rollout`` prints).
 
 The package: :mod:`~gpu_envs.rollout.buffer` (the ``[N, T]`` buffer),
 :mod:`~gpu_envs.rollout.loop` (the plain loop, which ``env.rollout()`` also runs),
@@ -58,10 +60,10 @@ from gpu_envs.rollout.buffer import RolloutBuffer, check_steps
 from gpu_envs.rollout.cache import collect_cache
 from gpu_envs.rollout.compiled import compiled_loop
 from gpu_envs.rollout.gae import add_gae, gae
-from gpu_envs.rollout.loop import Policy, check_health_after, check_policy, collecting, make_step, run_loop
+from gpu_envs.rollout.loop import Policy, advance, check_health_after, check_policy, collecting, make_step, run_loop
 from gpu_envs.utils.arguments import as_bool
 
-__all__ = ["DEFAULT_STEPS", "Policy", "RolloutBuffer", "add_gae", "collect", "gae"]
+__all__ = ["DEFAULT_STEPS", "Policy", "RolloutBuffer", "add_gae", "advance", "collect", "gae"]
 
 DEFAULT_STEPS = 64
 

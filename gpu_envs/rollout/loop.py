@@ -34,6 +34,7 @@ from gpu_envs.utils.tensordicts import set_entry
 
 __all__ = [
     "Policy",
+    "advance",
     "check_health_after",
     "check_policy",
     "collecting",
@@ -260,3 +261,39 @@ def rollout(env: Any, steps: int, policy: Policy | None = None, *, reset: bool =
     data = run_loop(env, make_step(env, policy), buffer, random_actions=policy is None)
     check_health_after(env, data, "env.rollout()")
     return data
+
+
+def advance(env: Any, steps: int, policy: Policy | None = None) -> TensorDictBase:
+    """Step the env ``steps`` times from its current root and keep no transitions; returns the last root.
+
+    For runs that want only what the env's transforms count (``EpisodeStats``), the
+    videos a ``RecordEpisodes`` writes, or an env moved forward: memory stays O(N)
+    whatever ``steps`` is, where ``collect`` / ``env.rollout()`` keep an ``[N, T]``
+    buffer (``gpu-envs rollout`` runs this). The episodes continue from the current root
+    (the env is reset first only if it never was), the steps run without autograd, and
+    the health checks are a hand-written loop's (kept steps scanned in batches; what
+    was flagged is raised at the end, as at the end of ``collect``).
+
+    Example:
+
+    >>> import gpu_envs
+    >>> from gpu_envs.rollout import advance
+    >>> from gpu_envs.transforms import EpisodeStats, TransformedEnv
+    >>> stats = EpisodeStats()
+    >>> env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=8, device="cpu", seed=0), stats)
+    >>> root = advance(env, 200)
+    >>> root.batch_size, stats.summary().episodes > 0
+    (torch.Size([8]), True)
+    """
+    require_env_api(env, "advance")
+    steps = check_steps(steps)
+    check_policy(policy)
+    step = make_step(env, policy)
+    td = start(env)
+    with keep_grad_mode(), torch.no_grad():
+        for _ in range(steps):
+            _, td = step(td)
+    monitor = getattr(env, "health_monitor", None)
+    if monitor is not None and hasattr(monitor, "poll"):
+        monitor.poll("the end of advance()")
+    return td

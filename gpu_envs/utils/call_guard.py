@@ -55,6 +55,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+import torch
+
 from gpu_envs.contract.errors import ConcurrentCallError, InterruptedStepError
 
 __all__ = ["CallGuard"]
@@ -81,9 +83,17 @@ class CallGuard:
         self.calls = 0  # numbers the calls: another number at the end of a call = a concurrent call
 
     def start(self, call: str) -> int:
-        """Mark ``call`` in progress (cleared by :meth:`finish`; left set if it raises); returns its number."""
+        """Mark ``call`` in progress (cleared by :meth:`finish`; left set if it raises); returns its number.
+
+        Inside a ``torch.compile``'d chunk the numbering is left out (0 is returned): the
+        count is a host integer the compiler would guard on and recompile at every call
+        (``collect(TransformedEnv(...), compile=True)`` hit the recompile limit); a chunk
+        runs in one thread, as the env's own step path leaves its numbering out there.
+        """
         self.pending = call
         self._held = False
+        if torch.compiler.is_compiling():
+            return 0
         number = self.calls + 1
         self.calls = number
         return number

@@ -44,7 +44,7 @@ def add_parser(sub: Subcommands) -> None:
         description=(
             "Roll out NUM_ENVS copies of ENV_ID for STEPS steps with random actions, showing a "
             "progress bar, then print a summary: env-steps/s, episodes finished, mean episode "
-            "return and length."
+            "return and length. No transition is kept (memory grows with NUM_ENVS, not STEPS)."
         ),
     )
     add_env_arguments(parser, num_envs=64, steps=1000, env_required=False)

@@ -4,6 +4,10 @@
   :class:`EpisodeStats`, :class:`ObservationNorm`, :class:`RewardScale`,
   :class:`ClipReward`, :class:`ScalarizeReward` (vector rewards of multi-objective envs as
   one number), :class:`ActionRescale`, :class:`ClipAction`.
+* :class:`History` turns observation keys into windows of their last K values (oldest
+  first, reset-aware, the final window ending in the true final observation);
+  :class:`Delay` gives each row its own action and observation latency in steps, drawn per
+  episode (sim-to-real); :class:`InitTracker` marks each episode's first root with ``"is_init"`` (recurrent policies).
 * :class:`EvalRows` makes K rows of the training batch evaluate the policy
   deterministically, with their own episode statistics (one simulator per process).
 * :class:`RecordEpisodes` films whole episodes of chosen rows as mp4 videos (final frame
@@ -30,8 +34,11 @@ from typing import Any
 
 from gpu_envs.transforms.action import ActionRescale, ClipAction
 from gpu_envs.transforms.base import EnvSpecs, Transform
+from gpu_envs.transforms.delay import Delay
 from gpu_envs.transforms.episode_stats import EpisodeStats, EpisodeSummary, completed_episodes
 from gpu_envs.transforms.eval_rows import EvalRows
+from gpu_envs.transforms.history import History
+from gpu_envs.transforms.init_tracker import InitTracker
 from gpu_envs.transforms.observation_norm import ObservationNorm
 from gpu_envs.transforms.record import RecordEpisodes
 from gpu_envs.transforms.reward import ClipReward, RewardScale, ScalarizeReward
@@ -41,10 +48,13 @@ __all__ = [
     "ActionRescale",
     "ClipAction",
     "ClipReward",
+    "Delay",
     "EnvSpecs",
     "EpisodeStats",
     "EpisodeSummary",
     "EvalRows",
+    "History",
+    "InitTracker",
     "ObservationNorm",
     "RecordEpisodes",
     "RewardScale",

@@ -10,7 +10,9 @@ every TensorDict crossing one layer of a :class:`~gpu_envs.transforms.Transforme
 * ``inv(td)`` on the way down: rewrite ``"action"`` before the env steps;
 * ``step(td)`` on the way up: rewrite or add ``("next", ...)`` entries after a step;
 * ``root(td)`` on every root TensorDict (the input of the next step); must be pure;
-* ``reset(td, mask)`` after a reset of the rows where ``mask`` ``[N, 1]`` is True.
+* ``reset(td, mask)`` after a reset of the rows where ``mask`` ``[N, 1]`` is True;
+* ``reseed(seed)`` when the env's generator was seeded again (``env.reset(seed=...)``):
+  transforms that draw random numbers (``Delay``) restart their streams from it.
 
 Rules every transform follows (they keep the hot path fast and correct):
 
@@ -54,7 +56,9 @@ class EnvSpecs:
     Attributes: ``num_envs``, ``device`` and ONE env's specs (no batch dims, the env's
     ``single_*_spec``): ``observation_spec`` (a Composite of the observation keys),
     ``action_spec``, ``reward_spec``, ``done_spec`` and ``info_spec`` (extra
-    ``("next", key)`` entries).
+    ``("next", key)`` entries); ``seed``: the env's seed when it is built (the
+    ``initial_seed()`` of its generator; ``None`` for an env without one), from which a
+    transform that draws random numbers keys its own stream (see :meth:`Transform.reseed`).
     """
 
     num_envs: int
@@ -64,6 +68,7 @@ class EnvSpecs:
     reward_spec: Spec
     done_spec: Composite
     info_spec: Composite
+    seed: int | None = None
 
     def replace(self, **changes: Any) -> EnvSpecs:
         """A copy with some fields replaced: ``specs.replace(action_spec=Box(-1, 1, (2,)))``."""
@@ -126,6 +131,14 @@ class Transform:
         The default applies :meth:`root`; stateful transforms also clear those rows.
         """
         return self.root(td)
+
+    def reseed(self, seed: int) -> None:
+        """The env was seeded with ``seed`` (its generator's ``initial_seed()``); nothing to do by default.
+
+        Called by :meth:`TransformedEnv.reset` before the transforms see the reset, whenever the
+        env's seed differs from the one last handed down (``EnvSpecs.seed`` at setup), so a
+        transform's random draws are a function of the env's seed, as the env's own are.
+        """
 
     # ------------------------------------------------------ shared statistics
     def pending_stats(self) -> torch.Tensor | None:

@@ -49,6 +49,12 @@ from gpu_envs.utils.call_guard import CallGuard
 from gpu_envs.utils.live_state import DatedState, check_state, check_values, copy_into, prefixed, under
 
 
+def env_seed(env: Any) -> int | None:
+    """The seed of ``env``'s generator (``initial_seed()``, a host integer: no sync), or None without one."""
+    generator = getattr(env, "generator", None)
+    return generator.initial_seed() if isinstance(generator, torch.Generator) else None
+
+
 class TransformedEnv(BatchedSpecs):
     """``env`` seen through ``transforms`` (first = closest to the env).
 
@@ -79,6 +85,7 @@ class TransformedEnv(BatchedSpecs):
             reward_spec=env.single_reward_spec,
             done_spec=env.single_done_spec,
             info_spec=env.single_info_spec,
+            seed=env_seed(env),
         )
         for t in self.transforms:
             specs = t.setup(specs)
@@ -93,6 +100,7 @@ class TransformedEnv(BatchedSpecs):
         # escaped it): the transforms' state may then disagree with the env's, until a full reset
         self._guard = CallGuard("this TransformedEnv")
         self.caches: dict[str, Any] = {}  # per-env state of the layers above (collect's buffers); not the inner env's
+        self._seed = specs.seed  # the env's seed the transforms last heard of (reseed)
         # the env's reset_count when the transforms last saw a reset (None: the env does not count them)
         self._seen_resets: int | None = getattr(env, "reset_count", None)
 
@@ -157,6 +165,11 @@ class TransformedEnv(BatchedSpecs):
             raise
         mask = None if full or td is None else td.get("_reset", None)
         mask = self._all_rows if mask is None else mask.view(self.num_envs, 1)
+        seeded = env_seed(self.env)
+        if seeded is not None and seeded != self._seed:
+            for t in self.transforms:
+                t.reseed(seeded)
+            self._seed = seeded
         for t in self.transforms:
             root = t.reset(root, mask)
         self._needs_reset = False

@@ -380,19 +380,28 @@ def shipped_transform_envs():
         ActionRescale,
         ClipAction,
         ClipReward,
+        Delay,
         EpisodeStats,
         EvalRows,
+        History,
+        InitTracker,
         ObservationNorm,
         RewardScale,
     )
 
     return {
-        "cartpole": (lambda: transformed("CartPole-v1", EpisodeStats(), ObservationNorm(), RewardScale(0.5)), None),
+        "cartpole": (
+            lambda: transformed(
+                "CartPole-v1", EpisodeStats(), ObservationNorm(), RewardScale(0.5), InitTracker(), History(length=3)
+            ),
+            None,
+        ),
         "pendulum": (
             lambda: transformed(
                 "Pendulum-v1",
                 ActionRescale(),
                 ClipAction(),
+                Delay(action_steps=(0, 2), observation_steps=(0, 1), hold_probability=0.2),
                 ClipReward(-5.0, 0.0),
                 EpisodeStats(),
                 ObservationNorm(),

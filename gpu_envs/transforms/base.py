@@ -9,7 +9,10 @@ every TensorDict crossing one layer of a :class:`~gpu_envs.transforms.Transforme
   TransformedEnv adds the batch dims for its ``env.*_spec``;
 * ``inv(td)`` on the way down: rewrite ``"action"`` before the env steps;
 * ``step(td)`` on the way up: rewrite or add ``("next", ...)`` entries after a step;
-* ``root(td)`` on every root TensorDict (the input of the next step); must be pure;
+* ``root(td)`` on every root TensorDict (the input of the next step); calling it again must
+  give the same result (it may finish, once, what ``step`` began: ``History`` restarts the
+  windows of the rows that ended from their reset observations there, since only the root
+  holds them);
 * ``reset(td, mask)`` after a reset of the rows where ``mask`` ``[N, 1]`` is True;
 * ``reseed(seed)`` when the env's generator was seeded again (``env.reset(seed=...)``):
   transforms that draw random numbers (``Delay``) restart their streams from it.
@@ -122,7 +125,13 @@ class Transform:
         return td
 
     def root(self, td: TensorDictBase) -> TensorDictBase:
-        """Rewrite a root TensorDict (observations the policy acts on). Must have no side effect."""
+        """Rewrite a root TensorDict (observations the policy acts on).
+
+        Idempotent: a second call gives the same. After ``step_and_maybe_reset`` it is called
+        with the root whose ended rows were just reset (the only place their reset
+        observations appear), so a transform with per-row queues restarts those rows here,
+        marked in ``step``, and clears the mark.
+        """
         return td
 
     def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:

@@ -56,7 +56,7 @@ from tensordict import TensorDictBase
 from gpu_envs.builtin.counter_rng import CounterRNG
 from gpu_envs.contract.errors import InvalidArgumentError, SpecError
 from gpu_envs.transforms.base import EnvSpecs, Transform
-from gpu_envs.transforms.keys import Key, as_keys, next_key
+from gpu_envs.transforms.keys import Key, as_keys, read, write
 from gpu_envs.utils.arguments import as_int, as_number
 
 __all__ = ["Delay"]
@@ -87,19 +87,14 @@ class _Queue:
     """The last ``depth + 1`` values of one entry per row: ``[depth + 1, N, *shape]``, newest last (time-major).
 
     A read takes each row's value ``d`` pushes back through a flat index ``row + (depth - d) N``,
-    kept per row (:meth:`index_of`) and changed only where a delay is drawn.
+    which :class:`Delay` keeps per row and changes only where a delay is drawn.
     """
 
     def __init__(self, n: int, depth: int, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> None:
         self.n, self.depth = n, depth
         self.values = torch.zeros(depth + 1, n, *shape, dtype=dtype, device=device)
         self._flat = self.values.view((depth + 1) * n, *shape)
-        self._rows = torch.arange(n, dtype=torch.int64, device=device)
         self.row_view = (1, n) + (1,) * len(shape)  # a [N] mask against the values
-
-    def index_of(self, delay: torch.Tensor) -> torch.Tensor:
-        """The flat read index of each row's value ``delay`` (``[N]``) pushes back."""
-        return torch.add(self._rows, self.depth - delay, alpha=self.n)
 
     def push(self, value: torch.Tensor) -> None:
         self.values.copy_(torch.cat([self.values[1:], value.unsqueeze(0)]))
@@ -186,21 +181,24 @@ class Delay(Transform):
                 if leaf.dtype is None:
                     raise SpecError(f"Delay key {key!r} is not one tensor (its spec is {leaf!r}); delay its leaves.")
                 self._observations.append(_Queue(n, self.observation_steps[1], leaf.shape, leaf.dtype, dev))
-        self.action_delay = torch.full((n,), self.action_steps[0], dtype=torch.int64, device=dev)
-        self.observation_delay = torch.full((n,), self.observation_steps[0], dtype=torch.int64, device=dev)
-        self._action_index = self._action.index_of(self.action_delay) if self._action is not None else None
-        first = self._observations[0] if self._observations else None
-        # (every key's queue has the same depth and rows: one index serves them all)
-        self._observation_index = (
-            first.index_of(self.observation_delay) if first is not None else torch.zeros_like(self.observation_delay)
-        )
+        # both delays of every row, [N, 2] (action, observation), and the flat read index of each
+        # (row + (depth - delay) * N into its queue): updated together where a row's episode starts
+        (a_lo, a_hi), (o_lo, o_hi) = self.action_steps, self.observation_steps
+        self._delays = torch.tensor([[a_lo, o_lo]], dtype=torch.int64, device=dev).repeat(n, 1)
+        self.action_delay, self.observation_delay = self._delays[:, 0], self._delays[:, 1]  # views
+        self._lows = torch.tensor([a_lo, o_lo], dtype=torch.int64, device=dev)
+        self._spans = torch.tensor([a_hi - a_lo + 1, o_hi - o_lo + 1], dtype=torch.int64, device=dev)
+        self._shifts = torch.tensor([16, 0], dtype=torch.int64, device=dev)  # 16 bits of a draw per delay
+        self._depths = torch.tensor([a_hi, o_hi], dtype=torch.int64, device=dev)
+        self._rows = torch.arange(n, dtype=torch.int64, device=dev).unsqueeze(1)
+        self._index = torch.add(self._rows, self._depths - self._delays, alpha=n)
+        self._action_index, self._observation_index = self._index[:, 0], self._index[:, 1]
+        self._draws_delays = a_hi > a_lo or o_hi > o_lo
         self._restart = torch.zeros(n, 1, dtype=torch.bool, device=dev)  # ended last step: restart at the root
         self._first = torch.zeros(n, dtype=torch.bool, device=dev)  # the episode's next step is its first
         self._episode_draws = torch.zeros(n, dtype=torch.int64, device=dev)  # LCG states (module docstring)
         self._hold_draws = torch.zeros(n, dtype=torch.int64, device=dev)
         self.reseed(specs.seed)
-        (a_lo, a_hi), (o_lo, o_hi) = self.action_steps, self.observation_steps
-        self._spans = (a_hi - a_lo + 1, o_hi - o_lo + 1)
         self._threshold = int(self.hold_probability * 2**16)  # hold where a 16-bit draw is below it
         self.row_state = tuple(self.live_state())
         return specs
@@ -215,9 +213,9 @@ class Delay(Transform):
     # ------------------------------------------------------------- data hooks
     def inv(self, td: TensorDictBase) -> TensorDictBase:
         queue = self._action
-        if queue is None or self._action_index is None:
+        if queue is None:
             return td
-        action = td.get("action")
+        action = read(td, "action")
         first = self._first
         if self.initial_action == "first":  # the episode's first action stands in for the ones before it
             queue.fill(first, action)
@@ -228,46 +226,34 @@ class Delay(Transform):
             applied = torch.where(hold.view(self._action_view), self._applied, applied)
             self._applied.copy_(applied)
         first.zero_()
-        td.set("action", applied)
+        write(td, "action", applied)
         return td
 
     def step(self, td: TensorDictBase) -> TensorDictBase:
         for key, queue in zip(self.keys, self._observations, strict=False):
-            queue.push(td.get(next_key(key)))
-            td.set(next_key(key), queue.read(self._observation_index))
-        self._restart.copy_(td.get(("next", "done")).view(self.num_envs, 1))
+            queue.push(read(td, key, nxt=True))
+            write(td, key, queue.read(self._observation_index), nxt=True)
+        self._restart.copy_(read(td, "done", nxt=True))
         return td
 
     def root(self, td: TensorDictBase) -> TensorDictBase:
         # rows that ended (or were reset) start their new episode here: their queues restart and
         # their delays are drawn, once (the flag is cleared), so another root() gives the same values
         rows = self._restart.view(-1)
-        a_span, o_span = self._spans
-        if a_span > 1 or o_span > 1:
+        if self._draws_delays:
             draws = self._episode_draws
             draws.copy_(torch.where(rows, _advance(draws.clone()), draws))
-            if a_span > 1 and self._action is not None:
-                drawn = (((draws >> 16) * a_span) >> 16).add_(self.action_steps[0])
-                self._set_delay(rows, drawn, self.action_delay, self._action, self._action_index)
-            if o_span > 1 and self._observations:
-                drawn = (((draws & 0xFFFF) * o_span) >> 16).add_(self.observation_steps[0])
-                self._set_delay(rows, drawn, self.observation_delay, self._observations[0], self._observation_index)
+            drawn = ((draws.unsqueeze(1) >> self._shifts).bitwise_and_(0xFFFF) * self._spans >> 16).add_(self._lows)
+            self._delays.copy_(torch.where(self._restart, drawn, self._delays))
+            self._index.copy_(torch.add(self._rows, self._depths - self._delays, alpha=self.num_envs))
         if self._action is not None:
             self._action.clear(rows)  # no action of the ended episode is applied in the next one
             self._first.logical_or_(rows)
         for key, queue in zip(self.keys, self._observations, strict=False):
-            queue.fill(rows, td.get(key))
-            td.set(key, queue.read(self._observation_index))
+            queue.fill(rows, read(td, key))
+            write(td, key, queue.read(self._observation_index))
         self._restart.zero_()
         return td
-
-    @staticmethod
-    def _set_delay(
-        rows: torch.Tensor, drawn: torch.Tensor, delay: torch.Tensor, queue: _Queue, index: torch.Tensor | None
-    ) -> None:
-        delay.copy_(torch.where(rows, drawn, delay))
-        if index is not None:
-            index.copy_(queue.index_of(delay))
 
     def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
         self._restart.logical_or_(mask.view(self.num_envs, 1))
@@ -276,22 +262,19 @@ class Delay(Transform):
     # ----------------------------------------------------------------- state
     def live_state(self) -> dict[str, torch.Tensor]:
         state = {
-            "action_delay": self.action_delay,
-            "observation_delay": self.observation_delay,
+            "delays": self._delays,
+            "index": self._index,
             "restart": self._restart,
             "first": self._first,
             "episode_draws": self._episode_draws,
             "hold_draws": self._hold_draws,
         }
-        if self._action is not None and self._action_index is not None:
+        if self._action is not None:
             state["action_queue"] = self._action.values.transpose(0, 1)  # [N, depth + 1, ...] views
-            state["action_index"] = self._action_index
         if self._applied is not None:
             state["applied"] = self._applied
         for i, queue in enumerate(self._observations):
             state[f"observation_queue_{i}"] = queue.values.transpose(0, 1)
-        if self._observations:
-            state["observation_index"] = self._observation_index
         return state
 
     def __repr__(self) -> str:

@@ -55,7 +55,7 @@ from tensordict import TensorDictBase
 from gpu_envs.contract.errors import SpecError
 from gpu_envs.contract.specs import Box, Composite
 from gpu_envs.transforms.base import EnvSpecs, Transform
-from gpu_envs.transforms.keys import Key, as_keys, next_key
+from gpu_envs.transforms.keys import Key, as_keys, read, write
 from gpu_envs.utils.arguments import as_int
 
 __all__ = ["History"]
@@ -110,12 +110,11 @@ class History(Transform):
 
     # ------------------------------------------------------------- data hooks
     def step(self, td: TensorDictBase) -> TensorDictBase:
-        done = td.get(("next", "done")).view(self.num_envs, 1)
         for key, window in zip(self.keys, self._windows, strict=True):
-            nxt = torch.cat([window[1:], td.get(next_key(key)).unsqueeze(0)])  # a new tensor: the output
+            nxt = torch.cat([window[1:], read(td, key, nxt=True).unsqueeze(0)])  # a new tensor: the output
             window.copy_(nxt)
-            td.set(next_key(key), nxt.transpose(0, 1))
-        self._restart.copy_(done)
+            write(td, key, nxt.transpose(0, 1), nxt=True)
+        self._restart.copy_(read(td, "done", nxt=True))
         return td
 
     def root(self, td: TensorDictBase) -> TensorDictBase:
@@ -123,9 +122,9 @@ class History(Transform):
         # is cleared), so calling root again gives the same windows
         restart = self._restart
         for key, window, view in zip(self.keys, self._windows, self._views, strict=True):
-            now = torch.where(restart.view(view), td.get(key).unsqueeze(0), window)  # a new tensor: the output
+            now = torch.where(restart.view(view), read(td, key).unsqueeze(0), window)  # a new tensor: the output
             window.copy_(now)
-            td.set(key, now.transpose(0, 1))
+            write(td, key, now.transpose(0, 1))
         restart.zero_()
         return td
 

@@ -35,6 +35,7 @@ from tensordict import TensorDictBase
 from gpu_envs.contract.errors import SpecError
 from gpu_envs.contract.specs import Binary, Composite
 from gpu_envs.transforms.base import EnvSpecs, Transform
+from gpu_envs.transforms.keys import read, write
 
 __all__ = ["InitTracker"]
 
@@ -69,12 +70,12 @@ class InitTracker(Transform):
         return specs.replace(observation_spec=obs_spec)
 
     def step(self, td: TensorDictBase) -> TensorDictBase:
-        self._init.copy_(td.get(("next", "done")).view(self.num_envs, 1))
-        td.set(("next", self.key), self._never)
+        self._init.copy_(read(td, "done", nxt=True))
+        write(td, self.key, self._never, nxt=True)
         return td
 
     def root(self, td: TensorDictBase) -> TensorDictBase:
-        td.set(self.key, self._init.clone())
+        write(td, self.key, self._init.clone())
         return td
 
     def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:

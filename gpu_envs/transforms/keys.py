@@ -1,4 +1,5 @@
-"""Observation keys as transforms take them: a string, a tuple of strings (a nested entry), or a list of them.
+"""Observation keys as transforms take them (a string, a tuple of strings for a nested entry, or a list of
+them), and the cheapest reads and writes of one entry of a step's TensorDict.
 
 Example::
 
@@ -11,11 +12,15 @@ Example::
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
+
+import torch
+from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError
+from gpu_envs.utils.tensordicts import get_entry, set_entry
 
-__all__ = ["Key", "as_keys", "is_key", "next_key"]
+__all__ = ["Key", "as_keys", "is_key", "next_key", "read", "write"]
 
 Key = str | tuple[str, ...]
 
@@ -43,3 +48,22 @@ def as_keys(keys: object, owner: str) -> list[Key]:
     if len(set(items)) != len(items):
         raise InvalidArgumentError(f"{owner} keys {keys!r} name a key twice; list each key once.")
     return cast(list[Key], items)
+
+
+def read(td: TensorDictBase, key: Key, *, nxt: bool = False) -> Any:
+    """``td[key]`` (``td["next", key]`` with ``nxt``), through :mod:`gpu_envs.utils.tensordicts`'s fast path for str keys.
+
+    A per-step transform reads and writes a few entries of every step: tensordict's
+    general ``get``/``set`` (key parsing, validation) cost more than the tensor ops there.
+    """
+    if isinstance(key, str):
+        return get_entry(get_entry(td, "next"), key) if nxt else get_entry(td, key)
+    return td.get(next_key(key) if nxt else key)
+
+
+def write(td: TensorDictBase, key: Key, value: torch.Tensor, *, nxt: bool = False) -> None:
+    """``td[key] = value`` (``td["next", key]`` with ``nxt``) for a tensor of ``td``'s batch size and device."""
+    if isinstance(key, str):
+        set_entry(get_entry(td, "next") if nxt else td, key, value)
+    else:
+        td.set(next_key(key) if nxt else key, value)

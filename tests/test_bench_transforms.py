@@ -1,0 +1,28 @@
+"""benchmarks/bench_transforms.py: every contender steps its own env and each row names every transform's overhead."""
+
+from __future__ import annotations
+
+from benchmarks import bench_transforms as bench
+
+
+def test_the_eager_table_has_a_row_per_env_and_size_with_every_overhead():
+    result = bench.run(quick=True, sizes=(8,), steps=3, rounds=1, compiled=False)
+    assert [(r["env"], r["num_envs"]) for r in result["rows"]] == [("CartPole-v1", 8), ("Pendulum-v1", 8)]
+    for row in result["rows"]:
+        assert row["raw_us"] > 0
+        for name in ("empty", "history", "delay", "init_tracker", "all_three"):
+            assert row[f"{name}_overhead"].endswith("%"), name
+        assert row["history_vs_empty"].endswith("%") and row["delay_vs_empty"].endswith("%")
+    assert result["compiled"]["rows"] == []
+
+
+def test_each_contender_runs_the_transforms_it_names():
+    steps = bench.contenders("Pendulum-v1", 4)
+    for name in ("raw", "empty", "history", "delay", "init_tracker", "all_three"):
+        root = steps[name]()
+        if name in ("history", "all_three"):
+            assert root["observation"].shape == (4, 4, 3), name
+        if name in ("init_tracker", "all_three"):
+            assert "is_init" in root, name
+        if name in ("raw", "empty", "delay"):
+            assert root["observation"].shape == (4, 3), name

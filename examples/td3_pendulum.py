@@ -6,9 +6,14 @@ n-step targets stop at terminations and bootstrap through Pendulum's 200-step ti
 from the true final observation: ``target = reward + discount * min(Q1, Q2)(next)``.
 Everything stays on ``--device`` (the buffer never waits for it).
 
+With ``--history K`` the policy sees the last K observations (``History``) and with
+``--action-delay LO HI`` each env applies its actions 0..2 steps late, the delay drawn per
+episode (``Delay``): the sim-to-real transforms, in training and in evaluation alike.
+
 Run::
 
     python examples/td3_pendulum.py                      # 64 envs, 192k env steps, ~1 min of one CPU thread
+    python examples/td3_pendulum.py --history 3 --action-delay 0 2
     python examples/td3_pendulum.py --device cuda --num-envs 1024 --batch-size 8192
 """
 
@@ -23,6 +28,7 @@ from torch import nn
 import gpu_envs
 from gpu_envs.replay import ReplayBuffer
 from gpu_envs.rollout import collect
+from gpu_envs.transforms import Delay, History, TransformedEnv
 
 MAX_TORQUE = 2.0
 
@@ -34,24 +40,35 @@ def mlp(n_in: int, n_out: int, hidden: int = 128) -> nn.Sequential:
 
 
 class Actor(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, obs_dim: int = 3) -> None:
         super().__init__()
-        self.net = mlp(3, 1)
+        self.net = mlp(obs_dim, 1)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return MAX_TORQUE * torch.tanh(self.net(obs))
+        return MAX_TORQUE * torch.tanh(self.net(obs.flatten(1)))  # a History window [B, K, 3] as [B, 3K]
 
 
 class Critics(nn.Module):
     """Two Q functions (TD3's clipped double Q)."""
 
-    def __init__(self) -> None:
+    def __init__(self, obs_dim: int = 3) -> None:
         super().__init__()
-        self.q1, self.q2 = mlp(4, 1), mlp(4, 1)
+        self.q1, self.q2 = mlp(obs_dim + 1, 1), mlp(obs_dim + 1, 1)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.cat([obs, action / MAX_TORQUE], dim=-1)
+        x = torch.cat([obs.flatten(1), action / MAX_TORQUE], dim=-1)
         return self.q1(x), self.q2(x)
+
+
+def make_env(num_envs: int, device: str, seed: int, history: int = 1, action_delay: tuple[int, int] | None = None):
+    """Built-in Pendulum, through ``Delay`` and ``History`` where asked (the same in training and evaluation)."""
+    env = gpu_envs.make("Pendulum-v1", num_envs=num_envs, device=device, seed=seed)
+    transforms = []
+    if action_delay is not None and action_delay != (0, 0):
+        transforms.append(Delay(action_steps=action_delay))
+    if history > 1:
+        transforms.append(History(length=history))
+    return TransformedEnv(env, *transforms) if transforms else env
 
 
 def critic_target(nxt, actor_target: Actor, critics_target: Critics) -> torch.Tensor:
@@ -62,20 +79,22 @@ def critic_target(nxt, actor_target: Actor, critics_target: Critics) -> torch.Te
     return nxt["reward"] + nxt["discount"] * torch.min(*critics_target(nxt["observation"], next_action))
 
 
-def evaluate(actor: Actor, num_envs: int, device: str, seed: int) -> float:
+def evaluate(actor: Actor, num_envs: int, device: str, seed: int, **env_options) -> float:
     """Mean 200-step return of the deterministic policy over ``num_envs`` fresh episodes."""
-    env = gpu_envs.make("Pendulum-v1", num_envs=num_envs, device=device, seed=seed)
+    env = make_env(num_envs, device, seed, **env_options)
     with torch.no_grad():
         traj = collect(env, lambda td: td.set("action", actor(td["observation"])), steps=200)
     return traj["next", "reward"].sum(dim=1).mean().item()
 
 
 def train(num_envs: int = 64, iterations: int = 3000, updates: int = 2, batch_size: int = 256, n_step: int = 3,
-          gamma: float = 0.99, lr: float = 1e-3, device: str = "cpu", seed: int = 0, log_every: int = 250) -> dict:  # fmt: skip
+          gamma: float = 0.99, lr: float = 1e-3, device: str = "cpu", seed: int = 0, log_every: int = 250,
+          history: int = 1, action_delay: tuple[int, int] | None = None) -> dict:  # fmt: skip
     """Train TD3; returns ``{"curve": [(env steps, evaluation return)], "final": evaluation return}``."""
     torch.manual_seed(seed)
-    env = gpu_envs.make("Pendulum-v1", num_envs=num_envs, device=device, seed=seed)
-    actor, critics = Actor().to(device), Critics().to(device)
+    options = {"history": history, "action_delay": action_delay}
+    env = make_env(num_envs, device, seed, **options)
+    actor, critics = Actor(3 * history).to(device), Critics(3 * history).to(device)
     actor_target, critics_target = copy.deepcopy(actor), copy.deepcopy(critics)
     actor_opt = torch.optim.Adam(actor.parameters(), lr=lr)
     critic_opt = torch.optim.Adam(critics.parameters(), lr=lr)
@@ -113,8 +132,8 @@ def train(num_envs: int = 64, iterations: int = 3000, updates: int = 2, batch_si
                         for p, p_target in zip(net.parameters(), target_net.parameters(), strict=True):
                             p_target.lerp_(p, 0.005)
         if log_every and (it + 1) % log_every == 0:
-            curve.append(((it + 1) * num_envs, evaluate(actor, 16, device, seed + it)))
-    return {"curve": curve, "final": evaluate(actor, 64, device, seed + 10**6)}
+            curve.append(((it + 1) * num_envs, evaluate(actor, 16, device, seed + it, **options)))
+    return {"curve": curve, "final": evaluate(actor, 64, device, seed + 10**6, **options)}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -126,9 +145,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--n-step", type=int, default=3)
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--history", type=int, default=1, help="the policy sees the last K observations (History)")
+    p.add_argument("--action-delay", type=int, nargs=2, default=None, metavar=("LO", "HI"),
+                   help="each env applies actions LO..HI steps late, drawn per episode (Delay)")  # fmt: skip
     args = p.parse_args(argv)
+    delay = None if args.action_delay is None else tuple(args.action_delay)
     result = train(args.num_envs, args.iterations, args.updates, args.batch_size, args.n_step,
-                   device=args.device, seed=args.seed)  # fmt: skip
+                   device=args.device, seed=args.seed, history=args.history, action_delay=delay)  # fmt: skip
     for steps, ret in result["curve"]:
         print(f"{steps:>8} env steps: mean return {ret:8.1f}")
     print(f"final mean return over 64 episodes: {result['final']:.1f} (random policy: about -1200; solved: above -200)")

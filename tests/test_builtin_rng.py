@@ -126,7 +126,7 @@ def test_state_dict_is_live_in_place_state_and_restores_the_future(cls):
     env = cls(num_envs=16, seed=1, max_episode_steps=9)
     env.reset()
     state = env.live_state()
-    assert set(state) == {"state", "elapsed_steps", "rng_key", "rng_counter"}
+    assert set(state) == {"state", "elapsed_steps", "rng_key", "rng_counter", "params"}
     actions = [torch.randint(0, 2, (16,)) if cls is CartPoleEnv else torch.rand(16, 1) * 4 - 2 for _ in range(30)]
     snapshot = {name: value.clone() for name, value in state.items()}
     first = [env.step(a) for a in actions]

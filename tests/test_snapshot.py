@@ -46,7 +46,7 @@ def test_builtin_snapshot_holds_the_random_streams():
     env = gpu_envs.make("CartPole-v1", num_envs=3, seed=0)
     env.reset(seed=0)
     state = env.get_state([2, 0])
-    assert set(state["backend"].keys()) == {"state", "elapsed_steps", "rng_key", "rng_counter"}
+    assert set(state["backend"].keys()) == {"state", "elapsed_steps", "rng_key", "rng_counter", "params"}
     assert state.batch_size == (2,) and state["root", "observation"].shape == (2, 4)
     inner = env.backend.env
     assert torch.equal(state["backend", "rng_key"], inner.live_state()["rng_key"][[2, 0]])

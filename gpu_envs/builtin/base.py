@@ -42,6 +42,7 @@ import gymnasium
 import torch
 
 from gpu_envs.builtin.counter_rng import CounterRNG
+from gpu_envs.builtin.params import RowParams
 from gpu_envs.contract.errors import ActionError, ClosedEnvError, InvalidArgumentError, ResetMaskError, ResetNeededError
 from gpu_envs.contract.keys import OBSERVATION
 from gpu_envs.contract.raw_step import NO_INFO, RawStep
@@ -94,6 +95,9 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
     supports_reset_mask = True
     state_size: ClassVar[int]
     default_max_episode_steps: ClassVar[int]  # gymnasium's TimeLimit of the env
+    # the physical constants set_params can change per row, named as gymnasium's env names its attributes,
+    # with gymnasium's values (gpu_envs.builtin.params)
+    param_defaults: ClassVar[dict[str, float]] = {}
 
     def __init__(
         self,
@@ -126,6 +130,9 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         self._elapsed_col = self._elapsed.unsqueeze(1)
         self._one_step = torch.ones((), dtype=torch.int64, device=self.device)
         self._limit = torch.tensor(self.max_episode_steps, dtype=torch.int64, device=self.device)
+        self._params = RowParams(self.param_defaults, self.num_envs, self.device)
+        # False until set_params: the step then reads every row's own constants (the pure-torch physics)
+        self.randomized = False
         self._build()
 
     def _build(self) -> None:
@@ -199,8 +206,9 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
     def live_state(self) -> dict[str, torch.Tensor]:
         """Every tensor a step reads and writes, live (not copies), by name.
 
-        ``state`` ``[N, state_size]`` float32, ``elapsed_steps`` ``[N]`` int64, and the
-        random generator's ``rng_key`` ``[N, 2]`` and ``rng_counter`` ``[N]`` (int64).
+        ``state`` ``[N, state_size]`` float32, ``elapsed_steps`` ``[N]`` int64, the
+        random generator's ``rng_key`` ``[N, 2]`` and ``rng_counter`` ``[N]`` (int64), and the
+        per-row physical constants ``params`` ``[N, P]`` float32 (:meth:`set_params`).
         These tensors are never re-bound, so the dict stays valid for the env's life;
         ``.clone()`` the values to keep a snapshot.
         """
@@ -209,7 +217,30 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
             "elapsed_steps": self._elapsed,
             "rng_key": self._rng.key,
             "rng_counter": self._rng.counter,
+            "params": self._params.values,
         }
+
+    # ------------------------------------------------------------- parameters
+    @property
+    def params(self) -> dict[str, torch.Tensor]:
+        """Copies of every row's physical constants, ``{name: [N] float32}`` (gymnasium's names and values by default)."""
+        return self._params.as_dict()
+
+    def set_params(self, rows: Any = None, **values: Any) -> None:
+        """Give ``rows`` their own physical constants (domain randomization): see :mod:`gpu_envs.builtin.params`.
+
+        ``env.set_params(rows=[0, 3], masspole=0.2)`` or, without a sync,
+        ``env.set_params(rows=mask, masspole=values)`` (a bool ``[N]`` mask and ``[N]`` values).
+        From the first call on, the env steps with the pure-torch physics reading every row's
+        constants (not the native CPU kernel); the values take effect from the next step and are
+        part of :meth:`live_state` and of snapshots.
+        """
+        self._params.set(rows, **values)
+        self.randomized = True
+        self._params_changed()
+
+    def _params_changed(self) -> None:
+        """Subclasses: recompute the per-row step constants from ``self._params`` (in place)."""
 
     def load_live_state(self, state: dict[str, torch.Tensor]) -> None:
         """Copy a :meth:`live_state` (this env's or a snapshot of it) into the env, in place.
@@ -217,6 +248,8 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         The env is then ready to step from exactly that state (same future draws too).
         """
         copy_into(self.live_state(), state, type(self).__name__)
+        if self.randomized:
+            self._params_changed()
         # a CUDA graph replay wrote the generator's tensors without bumping their versions
         # (it hands them back here): caches of draws must not trust them
         self._rng.invalidate()
@@ -276,6 +309,10 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         for name, target in mine.items():
             target.index_copy_(0, rows, state[name].to(self.device))
         self._rng.invalidate()  # pooled draws were computed from the old counters and keys
+        if not self.randomized and not self._params.at_defaults():
+            self.randomized = True  # a snapshot of rows with their own constants (one sync: not the hot path)
+        if self.randomized:
+            self._params_changed()
 
     def _assign(self, target: torch.Tensor, value: Any, name: str) -> None:
         value = torch.as_tensor(value, dtype=target.dtype, device=self.device)

@@ -107,6 +107,7 @@ class CartPoleEnv(BatchedTorchEnv):
     x_threshold = 2.4
     reset_low = -0.05
     reset_high = 0.05
+    param_defaults = {"gravity": 9.8, "masscart": 1.0, "masspole": 0.1, "length": 0.5, "force_mag": 10.0}
 
     def _build(self) -> None:
         """Spaces and step constants (after the base set up the state and the generator)."""
@@ -150,6 +151,9 @@ class CartPoleEnv(BatchedTorchEnv):
         )
         self._bounds = bounds.expand(n, 4).contiguous()
         self._reward_shape = ((n,), (n, 1))  # [N], or [N, 1] in the TensorDict layout
+        # per-row step constants (set_params): force_neg, force_step, k_pml, den_const, den_cos2, and tau per column
+        self._row_consts = torch.zeros(n, 5, dtype=f32, device=dev)
+        self._row_tau = self._tau.clone()
         self._native_setup()
 
     def _native_setup(self) -> None:
@@ -194,6 +198,31 @@ class CartPoleEnv(BatchedTorchEnv):
         pointers = (self._elapsed.data_ptr(), self._rng.key.data_ptr(), self._rng.counter.data_ptr())
         self._native_reset_setup(lib, (*pointers, lows, scales, highs, int(b.needs_clamp)))
         self._native = lib.cartpole_step
+
+    def _params_changed(self) -> None:
+        """The step constants of :meth:`_build`, per row, from ``self._params`` (in place: graphs keep reading them)."""
+        p = self._params
+        g, mc, mp, length, force = (p.column(k) for k in ("gravity", "masscart", "masspole", "length", "force_mag"))
+        tm = mc + mp
+        tm_g = tm * g
+        consts = torch.stack(
+            (-force / tm_g, 2 * force / tm_g, mp * length / tm_g, length * 4.0 / 3.0 / g, -length * mp / tm / g), 1
+        )
+        self._row_consts.copy_(consts)
+        self._row_tau[:, 1].copy_(self.tau * g)
+
+    def _row_dynamics(self, action: torch.Tensor) -> torch.Tensor:
+        """The next state of every row with its own constants (:meth:`set_params`): gymnasium's Euler step."""
+        s = self._state
+        _, x_dot, theta, theta_dot = self._state_columns()
+        force_neg, force_step, k_pml, den_const, den_cos2 = self._row_consts.unbind(1)
+        cos = torch.cos(theta)
+        sin = torch.sin(theta)
+        temp = force_neg + action * force_step
+        temp = temp + k_pml * theta_dot * theta_dot * sin
+        theta_acc = (sin - cos * temp) / (den_const + den_cos2 * cos * cos)
+        x_acc = temp - k_pml * theta_acc * cos
+        return torch.addcmul(s, torch.stack((x_dot, x_acc, theta_dot, theta_acc), 1), self._row_tau)
 
     render_fps = 50  # gymnasium's, for videos of render_observations
 
@@ -248,6 +277,7 @@ class CartPoleEnv(BatchedTorchEnv):
             self._raise_not_ready()
         if (
             self._native is not None
+            and not self.randomized
             and action.dtype == torch.int64
             and action.is_contiguous()
             and action.device.type == "cpu"
@@ -255,20 +285,23 @@ class CartPoleEnv(BatchedTorchEnv):
         ):
             return self._native_advance(action, columns)
         s = self._state
-        _, x_dot, theta, theta_dot = self._state_columns()
-        cos = torch.cos(theta)
-        sin = torch.sin(theta)
-        # Everything below is divided by g (folded into the constants):
-        # temp/g = (force + polemass_length * theta_dot^2 * sin) / (total_mass * g)
-        temp = torch.add(self._force_neg, action, alpha=self._force_step)
-        temp = torch.addcmul(temp, theta_dot * theta_dot, sin, value=self._k_pml)
-        # thetaacc = (g sin - cos temp) / (length (4/3 - masspole cos^2 / total_mass))
-        theta_acc = torch.addcmul(sin, cos, temp, value=-1.0)
-        theta_acc = theta_acc / torch.addcmul(self._den_const, cos, cos, value=self._den_cos2)
-        # xacc/g = temp/g - polemass_length * thetaacc * cos / (total_mass * g)
-        x_acc = torch.addcmul(temp, theta_acc, cos, value=-self._k_pml)
-        # euler: state += tau * (x_dot, xacc, theta_dot, thetaacc)  (tau * g on xacc)
-        new = torch.addcmul(s, torch.stack((x_dot, x_acc, theta_dot, theta_acc), 1), self._tau)
+        if self.randomized:
+            new = self._row_dynamics(action)
+        else:
+            _, x_dot, theta, theta_dot = self._state_columns()
+            cos = torch.cos(theta)
+            sin = torch.sin(theta)
+            # Everything below is divided by g (folded into the constants):
+            # temp/g = (force + polemass_length * theta_dot^2 * sin) / (total_mass * g)
+            temp = torch.add(self._force_neg, action, alpha=self._force_step)
+            temp = torch.addcmul(temp, theta_dot * theta_dot, sin, value=self._k_pml)
+            # thetaacc = (g sin - cos temp) / (length (4/3 - masspole cos^2 / total_mass))
+            theta_acc = torch.addcmul(sin, cos, temp, value=-1.0)
+            theta_acc = theta_acc / torch.addcmul(self._den_const, cos, cos, value=self._den_cos2)
+            # xacc/g = temp/g - polemass_length * thetaacc * cos / (total_mass * g)
+            x_acc = torch.addcmul(temp, theta_acc, cos, value=-self._k_pml)
+            # euler: state += tau * (x_dot, xacc, theta_dot, thetaacc)  (tau * g on xacc)
+            new = torch.addcmul(s, torch.stack((x_dot, x_acc, theta_dot, theta_acc), 1), self._tau)
 
         # (row views: a flag fixed at construction, and whether this is traced; not a data branch)
         row_views = self._row_views and not torch.compiler.is_compiling()

@@ -95,6 +95,7 @@ class PendulumEnv(BatchedTorchEnv):
     l = 1.0  # noqa: E741 (gymnasium's name)
     default_x_init = math.pi
     default_y_init = 1.0
+    param_defaults = {"m": 1.0, "l": 1.0, "g": 10.0, "max_torque": 2.0}
 
     def _build(self) -> None:
         """Spaces and step constants (after the base set up the state and the generator)."""
@@ -112,6 +113,8 @@ class PendulumEnv(BatchedTorchEnv):
         self._k_sin = 3 * self.g / (2 * self.l) * self.dt
         self._k_u = 3.0 / (self.m * self.l**2) * self.dt
         self._zero = torch.zeros((), dtype=f32, device=dev)
+        # per-row step constants (set_params): k_sin, k_u, max_torque
+        self._row_consts = torch.zeros(self.num_envs, 3, dtype=f32, device=dev)
         self._native_setup()
 
     def _native_setup(self) -> None:
@@ -151,6 +154,13 @@ class PendulumEnv(BatchedTorchEnv):
         self._native_angles = torch.empty(2 * n, dtype=torch.float32)
         self._native = lib.pendulum_step
         self._native_obs = lib.pendulum_obs
+
+    def _params_changed(self) -> None:
+        """The step constants of :meth:`_build`, per row, from ``self._params`` (in place: graphs keep reading them)."""
+        p = self._params
+        m, length, g, max_torque = (p.column(k) for k in ("m", "l", "g", "max_torque"))
+        consts = torch.stack((3 * g / (2 * length) * self.dt, 3.0 / (m * length * length) * self.dt, max_torque), 1)
+        self._row_consts.copy_(consts)
 
     render_fps = 30  # gymnasium's, for videos of render_observations
 
@@ -203,6 +213,7 @@ class PendulumEnv(BatchedTorchEnv):
             self._raise_not_ready()
         if (
             self._native is not None
+            and not self.randomized
             and action.dtype == torch.float32
             and action.is_contiguous()
             and action.device.type == "cpu"
@@ -214,7 +225,11 @@ class PendulumEnv(BatchedTorchEnv):
         u = action.reshape(self.num_envs)
         if u.dtype != torch.float32:  # a dtype check, not a data read
             u = u.to(torch.float32)
-        u = u.clamp(-self.max_torque, self.max_torque)
+        if self.randomized:
+            k_sin, k_u, max_torque = self._row_consts.unbind(1)
+            u = torch.minimum(torch.maximum(u, -max_torque), max_torque)
+        else:
+            u = u.clamp(-self.max_torque, self.max_torque)
         # reward = -(angle_normalize(th)^2 + .1 thdot^2 + .001 u^2), pre-step state.
         # atan2(sin, cos) is angle_normalize up to the sign at exactly +-pi (same square),
         # and far more precise in float32 than ((th + pi) % 2pi) - pi once |th| grows.
@@ -224,8 +239,11 @@ class PendulumEnv(BatchedTorchEnv):
         reward = torch.addcmul(reward, thdot, thdot, value=-0.1)
         reward = torch.addcmul(reward, u, u, value=-0.001)
         # thdot' = clip(thdot + (3 g / (2 l) sin th + 3 / (m l^2) u) dt) ; th' = th + thdot' dt
-        new_thdot = torch.add(thdot, sin, alpha=self._k_sin)
-        new_thdot = torch.add(new_thdot, u, alpha=self._k_u).clamp_(-self.max_speed, self.max_speed)
+        if self.randomized:
+            new_thdot = (thdot + sin * k_sin + u * k_u).clamp_(-self.max_speed, self.max_speed)
+        else:
+            new_thdot = torch.add(thdot, sin, alpha=self._k_sin)
+            new_thdot = torch.add(new_thdot, u, alpha=self._k_u).clamp_(-self.max_speed, self.max_speed)
         new_th = torch.add(th, new_thdot, alpha=self.dt)
 
         elapsed, truncated = self._count_step(columns)  # nothing terminates: done is truncated

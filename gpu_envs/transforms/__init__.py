@@ -7,7 +7,8 @@
 * :class:`History` turns observation keys into windows of their last K values (oldest
   first, reset-aware, the final window ending in the true final observation);
   :class:`Delay` gives each row its own action and observation latency in steps, drawn per
-  episode (sim-to-real); :class:`InitTracker` marks each episode's first root with ``"is_init"`` (recurrent policies).
+  episode, and :class:`Randomize` draws each row's physical constants per episode (sim-to-real);
+  :class:`InitTracker` marks each episode's first root with ``"is_init"`` (recurrent policies).
 * :class:`EvalRows` makes K rows of the training batch evaluate the policy
   deterministically, with their own episode statistics (one simulator per process).
 * :class:`RecordEpisodes` films whole episodes of chosen rows as mp4 videos (final frame
@@ -40,6 +41,7 @@ from gpu_envs.transforms.eval_rows import EvalRows
 from gpu_envs.transforms.history import History
 from gpu_envs.transforms.init_tracker import InitTracker
 from gpu_envs.transforms.observation_norm import ObservationNorm
+from gpu_envs.transforms.randomize import Randomize
 from gpu_envs.transforms.record import RecordEpisodes
 from gpu_envs.transforms.reward import ClipReward, RewardScale, ScalarizeReward
 from gpu_envs.transforms.transformed_env import TransformedEnv
@@ -56,6 +58,7 @@ __all__ = [
     "History",
     "InitTracker",
     "ObservationNorm",
+    "Randomize",
     "RecordEpisodes",
     "RewardScale",
     "ScalarizeReward",

@@ -141,6 +141,13 @@ class Transform:
         """
         return self.root(td)
 
+    def attach(self, env: Any) -> None:
+        """Meet the env below (before :meth:`setup`); nothing by default.
+
+        For the few transforms that drive the simulator itself (``Randomize`` calls its
+        ``set_params``): they look up what they need here, and refuse an env without it.
+        """
+
     def reseed(self, seed: int) -> None:
         """The env was seeded with ``seed`` (its generator's ``initial_seed()``); nothing to do by default.
 

@@ -24,7 +24,7 @@ end) clears its queues and draws its next delays; the other rows go on. The draw
 two 32-bit streams per row (a linear congruential step per draw, its top 16 bits used: one
 stream advanced once per episode for the delays, one per step for the holds), whose starts
 are hashed from the env's seed (``EnvSpecs.seed``, and again at ``env.reset(seed=...)``) and
-the row's index (:class:`~gpu_envs.builtin.counter_rng.CounterRNG`): the same in every run
+the row's index (:mod:`gpu_envs.transforms.streams`): the same in every run
 with that seed, and never touching the env's own generator. Queues are time-major shift
 registers (``[depth + 1, N, *shape]``: a push is one contiguous copy, a read one
 ``index_select`` at each row's delay); every update is in place (no host sync, the same ops
@@ -53,18 +53,15 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.builtin.counter_rng import CounterRNG
 from gpu_envs.contract.errors import InvalidArgumentError, SpecError
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.keys import Key, as_keys, read, write
+from gpu_envs.transforms.streams import next_state_, seeded_states, top16
 from gpu_envs.utils.arguments import as_int, as_number
 
 __all__ = ["Delay"]
 
-_SALT = 0x5DE1A7  # keys Delay's streams apart from the env's own (same seed)
-# a 32-bit linear congruential step (Numerical Recipes' constants): x -> (A x + C) mod 2^32, exact
-# in int64 (A < 2^31); its top 16 bits are the draw
-_LCG_A, _LCG_C, _MASK32 = 1664525, 1013904223, 0xFFFFFFFF
+_SALT = 0x5DE1A7  # keys Delay's streams apart from the other transforms' (same seed)
 
 
 def _steps(value: Any, name: str) -> tuple[int, int]:
@@ -109,11 +106,6 @@ class _Queue:
     def clear(self, rows: torch.Tensor) -> None:
         """Every slot of ``rows`` (bool ``[N]``) set to zero."""
         self.values.masked_fill_(rows.view(self.row_view), 0)
-
-
-def _advance(state: torch.Tensor) -> torch.Tensor:
-    """The next state of a 32-bit LCG (in place); its top 16 bits are a draw in ``[0, 2^16)``."""
-    return state.mul_(_LCG_A).add_(_LCG_C).bitwise_and_(_MASK32)
 
 
 class Delay(Transform):
@@ -205,8 +197,7 @@ class Delay(Transform):
 
     def reseed(self, seed: int | None) -> None:
         """Restart both streams of every row from ``seed`` (hashed with the row's index)."""
-        key = (0 if seed is None else int(seed)) ^ _SALT
-        starts = CounterRNG(self.num_envs, 2, self.device, key).bits()
+        starts = seeded_states(self.num_envs, 2, self.device, seed, _SALT)
         self._episode_draws.copy_(starts[:, 0])
         self._hold_draws.copy_(starts[:, 1])
 
@@ -222,7 +213,7 @@ class Delay(Transform):
         queue.push(action)
         applied = queue.read(self._action_index)
         if self._applied is not None:  # the actuator keeps its last action, never at an episode's first step
-            hold = (_advance(self._hold_draws) >> 16 < self._threshold) & ~first
+            hold = (top16(next_state_(self._hold_draws)) < self._threshold) & ~first
             applied = torch.where(hold.view(self._action_view), self._applied, applied)
             self._applied.copy_(applied)
         first.zero_()
@@ -242,7 +233,7 @@ class Delay(Transform):
         rows = self._restart.view(-1)
         if self._draws_delays:
             draws = self._episode_draws
-            draws.copy_(torch.where(rows, _advance(draws.clone()), draws))
+            draws.copy_(torch.where(rows, next_state_(draws.clone()), draws))
             drawn = ((draws.unsqueeze(1) >> self._shifts).bitwise_and_(0xFFFF) * self._spans >> 16).add_(self._lows)
             self._delays.copy_(torch.where(self._restart, drawn, self._delays))
             self._index.copy_(torch.add(self._rows, self._depths - self._delays, alpha=self.num_envs))

@@ -88,6 +88,8 @@ class TransformedEnv(BatchedSpecs):
             seed=env_seed(env),
         )
         for t in self.transforms:
+            t.attach(env)
+        for t in self.transforms:
             specs = t.setup(specs)
         health = getattr(env, "check_health", None)
         for t in self.transforms:

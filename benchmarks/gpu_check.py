@@ -252,16 +252,17 @@ def check_graph_equals_eager(plan: Plan, budget: Budget) -> tuple[bool, str]:
         return gpu_envs.make("CartPole-v1", num_envs=plan.graph_envs, device=device, seed=0)
 
     def sim_to_real():  # the per-row queues and streams of the sim-to-real transforms, replayed
-        from gpu_envs.transforms import Delay, History, InitTracker, TransformedEnv
+        from gpu_envs.transforms import Delay, History, InitTracker, Randomize, TransformedEnv
 
         delay = Delay(action_steps=(0, 3), observation_steps=(0, 2), hold_probability=0.2)
-        return TransformedEnv(cartpole(), InitTracker(), delay, History(length=4))
+        randomize = Randomize({"masspole": (0.05, 0.5), "length": (0.3, 1.0)})
+        return TransformedEnv(cartpole(), InitTracker(), randomize, delay, History(length=4))
 
     ok_count, msg_count = _equal(runs(counting, count_policy, False), runs(counting, count_policy, True))
     ok_cart, msg_cart = _equal(runs(cartpole, None, False), runs(cartpole, None, True))
     ok_s2r, msg_s2r = _equal(runs(sim_to_real, None, False), runs(sim_to_real, None, True))
     what = "emulated graphs (CPU)" if plan.smoke else "CUDA graphs"
-    detail = f"{what}: counting env {msg_count}; CartPole {msg_cart}; CartPole + InitTracker, Delay, History {msg_s2r}"
+    detail = f"{what}: counting env {msg_count}; CartPole {msg_cart}; CartPole + InitTracker, Randomize, Delay, History {msg_s2r}"
     return ok_count and ok_cart and ok_s2r, detail
 
 

@@ -386,6 +386,7 @@ def shipped_transform_envs():
         History,
         InitTracker,
         ObservationNorm,
+        Randomize,
         RewardScale,
     )
 
@@ -402,6 +403,7 @@ def shipped_transform_envs():
                 ActionRescale(),
                 ClipAction(),
                 Delay(action_steps=(0, 2), observation_steps=(0, 1), hold_probability=0.2),
+                Randomize({"m": (0.5, 2.0), "g": (9.0, 11.0)}),
                 ClipReward(-5.0, 0.0),
                 EpisodeStats(),
                 ObservationNorm(),

@@ -8,12 +8,14 @@ Everything stays on ``--device`` (the buffer never waits for it).
 
 With ``--history K`` the policy sees the last K observations (``History``) and with
 ``--action-delay LO HI`` each env applies its actions 0..2 steps late, the delay drawn per
-episode (``Delay``): the sim-to-real transforms, in training and in evaluation alike.
+episode (``Delay``); ``--randomize`` gives each env its own pendulum mass and length, drawn
+again each episode within +-20% (``Randomize``): the sim-to-real transforms, in training and
+in evaluation alike.
 
 Run::
 
     python examples/td3_pendulum.py                      # 64 envs, 192k env steps, ~1 min of one CPU thread
-    python examples/td3_pendulum.py --history 3 --action-delay 0 2
+    python examples/td3_pendulum.py --history 3 --action-delay 0 2 --randomize
     python examples/td3_pendulum.py --device cuda --num-envs 1024 --batch-size 8192
 """
 
@@ -28,7 +30,7 @@ from torch import nn
 import gpu_envs
 from gpu_envs.replay import ReplayBuffer
 from gpu_envs.rollout import collect
-from gpu_envs.transforms import Delay, History, TransformedEnv
+from gpu_envs.transforms import Delay, History, Randomize, TransformedEnv
 
 MAX_TORQUE = 2.0
 
@@ -60,10 +62,14 @@ class Critics(nn.Module):
         return self.q1(x), self.q2(x)
 
 
-def make_env(num_envs: int, device: str, seed: int, history: int = 1, action_delay: tuple[int, int] | None = None):
-    """Built-in Pendulum, through ``Delay`` and ``History`` where asked (the same in training and evaluation)."""
+RANDOMIZED = {"m": (0.8, 1.2), "l": (0.8, 1.2)}  # gymnasium's 1.0 +- 20%
+
+
+def make_env(num_envs: int, device: str, seed: int, history: int = 1, action_delay: tuple[int, int] | None = None,
+             randomize: bool = False):  # fmt: skip
+    """Built-in Pendulum, through ``Randomize``, ``Delay`` and ``History`` where asked (training and evaluation)."""
     env = gpu_envs.make("Pendulum-v1", num_envs=num_envs, device=device, seed=seed)
-    transforms = []
+    transforms: list = [Randomize(RANDOMIZED)] if randomize else []
     if action_delay is not None and action_delay != (0, 0):
         transforms.append(Delay(action_steps=action_delay))
     if history > 1:
@@ -89,10 +95,10 @@ def evaluate(actor: Actor, num_envs: int, device: str, seed: int, **env_options)
 
 def train(num_envs: int = 64, iterations: int = 3000, updates: int = 2, batch_size: int = 256, n_step: int = 3,
           gamma: float = 0.99, lr: float = 1e-3, device: str = "cpu", seed: int = 0, log_every: int = 250,
-          history: int = 1, action_delay: tuple[int, int] | None = None) -> dict:  # fmt: skip
+          history: int = 1, action_delay: tuple[int, int] | None = None, randomize: bool = False) -> dict:  # fmt: skip
     """Train TD3; returns ``{"curve": [(env steps, evaluation return)], "final": evaluation return}``."""
     torch.manual_seed(seed)
-    options = {"history": history, "action_delay": action_delay}
+    options = {"history": history, "action_delay": action_delay, "randomize": randomize}
     env = make_env(num_envs, device, seed, **options)
     actor, critics = Actor(3 * history).to(device), Critics(3 * history).to(device)
     actor_target, critics_target = copy.deepcopy(actor), copy.deepcopy(critics)
@@ -148,10 +154,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--history", type=int, default=1, help="the policy sees the last K observations (History)")
     p.add_argument("--action-delay", type=int, nargs=2, default=None, metavar=("LO", "HI"),
                    help="each env applies actions LO..HI steps late, drawn per episode (Delay)")  # fmt: skip
+    p.add_argument("--randomize", action="store_true", help="each env's mass and length drawn per episode (Randomize)")
     args = p.parse_args(argv)
     delay = None if args.action_delay is None else tuple(args.action_delay)
     result = train(args.num_envs, args.iterations, args.updates, args.batch_size, args.n_step,
-                   device=args.device, seed=args.seed, history=args.history, action_delay=delay)  # fmt: skip
+                   device=args.device, seed=args.seed, history=args.history, action_delay=delay,
+                   randomize=args.randomize)  # fmt: skip
     for steps, ret in result["curve"]:
         print(f"{steps:>8} env steps: mean return {ret:8.1f}")
     print(f"final mean return over 64 episodes: {result['final']:.1f} (random policy: about -1200; solved: above -200)")

@@ -60,10 +60,12 @@ def test_td3_with_the_replay_buffer_solves_pendulum(one_thread):
 
 
 @pytest.mark.slow
-def test_td3_solves_pendulum_through_history_and_a_random_action_delay(one_thread):
-    """The sim-to-real transforms in training: each env applies actions 0..2 steps late (drawn per episode, Delay)
-    and the policy sees its last 3 observations (History); evaluation runs through the same transforms."""
-    result = load_example("td3_pendulum").train(iterations=1600, log_every=400, history=3, action_delay=(0, 2))
+def test_td3_solves_pendulum_through_history_a_random_action_delay_and_randomized_physics(one_thread):
+    """The sim-to-real transforms in training: each env applies actions 0..2 steps late (drawn per episode, Delay),
+    has its own mass and length (+-20%, drawn per episode, Randomize) and the policy sees its last 3 observations
+    (History); evaluation runs through the same transforms."""
+    td3 = load_example("td3_pendulum")
+    result = td3.train(iterations=1600, log_every=400, history=3, action_delay=(0, 2), randomize=True)
     first = result["curve"][0][1]  # after 25.6k env steps, mostly of the random warm-up and early learning
     assert first < -700, result
     assert result["final"] > -400 and result["final"] > first + 500, result

@@ -9,6 +9,9 @@
   :class:`Delay` gives each row its own action and observation latency in steps, drawn per
   episode, and :class:`Randomize` draws each row's physical constants per episode (sim-to-real);
   :class:`InitTracker` marks each episode's first root with ``"is_init"`` (recurrent policies).
+* Image transforms on the device (:mod:`gpu_envs.transforms.image`, channels last or first):
+  :class:`Permute`, :class:`ToFloat`, :class:`Grayscale`, :class:`Resize`, :class:`CenterCrop`,
+  :class:`RandomCrop` (per-row offsets every step), :class:`Normalize`.
 * :class:`EvalRows` makes K rows of the training batch evaluate the policy
   deterministically, with their own episode statistics (one simulator per process).
 * :class:`RecordEpisodes` films whole episodes of chosen rows as mp4 videos (final frame
@@ -39,6 +42,7 @@ from gpu_envs.transforms.delay import Delay
 from gpu_envs.transforms.episode_stats import EpisodeStats, EpisodeSummary, completed_episodes
 from gpu_envs.transforms.eval_rows import EvalRows
 from gpu_envs.transforms.history import History
+from gpu_envs.transforms.image import CenterCrop, Grayscale, Normalize, Permute, RandomCrop, Resize, ToFloat
 from gpu_envs.transforms.init_tracker import InitTracker
 from gpu_envs.transforms.observation_norm import ObservationNorm
 from gpu_envs.transforms.randomize import Randomize
@@ -48,6 +52,7 @@ from gpu_envs.transforms.transformed_env import TransformedEnv
 
 __all__ = [
     "ActionRescale",
+    "CenterCrop",
     "ClipAction",
     "ClipReward",
     "Delay",
@@ -55,13 +60,19 @@ __all__ = [
     "EpisodeStats",
     "EpisodeSummary",
     "EvalRows",
+    "Grayscale",
     "History",
     "InitTracker",
+    "Normalize",
     "ObservationNorm",
+    "Permute",
+    "RandomCrop",
     "Randomize",
     "RecordEpisodes",
+    "Resize",
     "RewardScale",
     "ScalarizeReward",
+    "ToFloat",
     "Transform",
     "TransformedEnv",
     "completed_episodes",

@@ -34,38 +34,41 @@ import jax
 import jax.numpy as jnp
 
 
-def reference(env, actions: np.ndarray, seed: int, episode_length: int) -> dict[str, np.ndarray]:
+def reference(
+    env, actions: np.ndarray, seed: int, episode_length: int, rows: list[int] | None = None, jit: bool = True
+) -> dict[str, np.ndarray]:
     """N unbatched envs stepped one by one (``actions`` ``[N, T, A]``), reset by hand at the end of an episode.
 
     Returns ``[N, T, ...]`` arrays: ``observation``, ``next_observation`` (the TRUE final
     observation where an episode ended), ``root`` (the next step's input), ``reward``,
-    ``terminated``, ``truncated``.
+    ``terminated``, ``truncated``. ``rows`` picks the rows (their indices give their key
+    chains; default all); ``jit=False`` for an env whose methods are jitted already.
     """
-    reset, step = jax.jit(env.reset), jax.jit(env.step)
+    reset, step = (jax.jit(env.reset), jax.jit(env.step)) if jit else (env.reset, env.step)
     n, steps = actions.shape[:2]
     out: dict[str, list] = {
         k: [] for k in ("observation", "next_observation", "root", "reward", "terminated", "truncated")
     }
-    for i in range(n):
-        rows: dict[str, list] = {k: [] for k in out}
+    for i in range(n) if rows is None else rows:
+        row: dict[str, list] = {k: [] for k in out}
         key = jax.random.fold_in(jax.random.PRNGKey(seed), i)
         key, sub = jax.random.split(key)
         state, elapsed = reset(sub), 0
         for t in range(steps):
-            rows["observation"].append(np.asarray(state.obs))
+            row["observation"].append(np.asarray(state.obs))
             state = step(state, jnp.asarray(actions[i, t], jnp.float32))
             elapsed += 1
             terminated = bool(state.done != 0)
             truncated = elapsed >= episode_length and not terminated
-            rows["next_observation"].append(np.asarray(state.obs))
-            rows["reward"].append(float(state.reward))
-            rows["terminated"].append(terminated)
-            rows["truncated"].append(truncated)
+            row["next_observation"].append(np.asarray(state.obs))
+            row["reward"].append(float(state.reward))
+            row["terminated"].append(terminated)
+            row["truncated"].append(truncated)
             if terminated or truncated:
                 key, sub = jax.random.split(key)
                 state, elapsed = reset(sub), 0
-            rows["root"].append(np.asarray(state.obs))
-        for k, v in rows.items():
+            row["root"].append(np.asarray(state.obs))
+        for k, v in row.items():
             out[k].append(np.stack(v))
     return {k: np.stack(v) for k, v in out.items()}
 

@@ -10,6 +10,7 @@ observation before it.
 from __future__ import annotations
 
 import brax.envs
+import jax
 import numpy as np
 import pytest
 from brax.envs.wrappers import training
@@ -95,8 +96,8 @@ def test_brax_training_wrappers_are_peeled_and_replaced(raw):
     assert (core.num_envs, core.episode_length, type(core.env).__name__) == (5, 9, "InvertedPendulum")
     with pytest.raises(NotAnEnvError, match="sits above a VmapWrapper"):
         make_brax_core(training.EvalWrapper(brax.envs.create("inverted_pendulum", batch_size=2)))
-    with pytest.raises(NotAnEnvError, match="domain-randomisation"):
-        make_brax_core(training.wrap(raw, randomization_fn=lambda sys: (sys, None)))
+    with pytest.raises(NotAnEnvError, match="batch sizes"):  # a randomization_fn that batched nothing
+        make_brax_core(training.wrap(raw, randomization_fn=lambda sys: (sys, jax.tree.map(lambda _: None, sys))))
 
 
 def test_brax_gym_wrappers_are_refused_with_the_fix(raw):

@@ -12,8 +12,12 @@ The output of their own training wrappers (``brax.envs.create(..., batch_size=N)
 gpu_envs peels ``AutoResetWrapper`` / ``BraxAutoResetWrapper`` (replaced by its own),
 ``EpisodeWrapper`` (its ``episode_length`` and ``action_repeat`` are kept) and
 ``VmapWrapper`` (its ``batch_size`` is ``num_envs``) and runs the env inside. Domain
-randomisation wrappers and unknown wrappers above the batching are refused (their logic
-would be skipped); Brax's gym wrappers (``GymWrapper``, ``VectorGymWrapper``, the torch and
+randomization (``training.wrap(env, randomization_fn=fn)``, Playground's
+``wrap_for_brax_training(env, randomization_fn=fn)``) runs too: row ``i`` steps with model
+``i`` of the wrapper's batched models, swapped in by the wrapper's own ``v_env_fn``, and
+``num_envs`` is their batch size; the models stay with their rows (a snapshot restores a
+row's state, not its model). Playground's ``MadronaWrapper`` and unknown wrappers above the
+batching are refused (their logic would be skipped); Brax's gym wrappers (``GymWrapper``, ``VectorGymWrapper``, the torch and
 dm_env ones) and Playground's ``RSLRLBraxWrapper`` are refused with the call to make
 instead: they drive the env one host call at a time and drop the final observation.
 
@@ -68,11 +72,13 @@ _AUTO_RESET = {
 }
 _EPISODE = {("brax.envs.wrappers.training", "EpisodeWrapper")}
 _VMAP = {("brax.envs.wrappers.training", "VmapWrapper")}
+# domain randomization: each row runs its own model; gpu_envs runs them through the wrapper's own
+# model swap (v_env_fn) and reads the batched models where the wrapper keeps them (randomized_models)
 _RANDOMIZATION = {
-    ("brax.envs.wrappers.training", "DomainRandomizationVmapWrapper"),
-    ("mujoco_playground._src.wrapper", "BraxDomainRandomizationVmapWrapper"),
-    ("mujoco_playground._src.wrapper", "MadronaWrapper"),
+    ("brax.envs.wrappers.training", "DomainRandomizationVmapWrapper"): "_sys_v",
+    ("mujoco_playground._src.wrapper", "BraxDomainRandomizationVmapWrapper"): "_mjx_model_v",
 }
+_MADRONA = {("mujoco_playground._src.wrapper", "MadronaWrapper")}
 # (class, what to build instead): objects of these libraries gpu_envs refuses with the fix
 _REFUSED = {
     ("brax.envs.wrappers.gym", "GymWrapper"): "Brax's gym.Env",
@@ -129,13 +135,13 @@ def _peel(env: Any) -> tuple[Any, dict]:
     while hasattr(chain[-1], "env") and is_brax_family(chain[-1].env):
         chain.append(chain[-1].env)
     names = [_classes(e) for e in chain]
-    if any(n & _RANDOMIZATION for n in names):
+    if any(n & _MADRONA for n in names):
         raise NotAnEnvError(
-            f"{type(env).__name__} contains a domain-randomisation wrapper: each row runs its own model, which gpu_envs "
-            "does not rebuild. Wrap the unbatched env (gpu_envs.wrap(env, num_envs=N)); domain randomisation is not "
-            "supported by the Brax/Playground path yet."
+            f"{type(env).__name__} contains Playground's MadronaWrapper (batch rendering with per-row models), which "
+            "gpu_envs does not run. Wrap the env without it: gpu_envs.wrap(env, num_envs=N)."
         )
-    batched = any(n & _VMAP for n in names)
+    randomizing = [i for i, n in enumerate(names) if n & set(_RANDOMIZATION)]
+    batched = any(n & (_VMAP | set(_RANDOMIZATION)) for n in names)
     found: dict = {}
     depth = 0
     for i, classes in enumerate(names[:-1]):
@@ -149,6 +155,11 @@ def _peel(env: Any) -> tuple[Any, dict]:
             size = getattr(chain[i], "batch_size", None)
             if size is not None:
                 found["num_envs"] = int(size)
+        elif i in randomizing:
+            batched = False  # below: the unbatched env, one model per row
+            models, axes = randomized_models(chain[i])
+            found["randomization"] = (chain[i].v_env_fn, models, axes)
+            found["num_envs"] = rows_of(models, axes)
         elif batched:
             raise NotAnEnvError(
                 f"{type(chain[i]).__name__} wraps a batched env (it sits above a VmapWrapper), so gpu_envs cannot run it "
@@ -159,6 +170,41 @@ def _peel(env: Any) -> tuple[Any, dict]:
             break  # a wrapper of the unbatched env that gpu_envs does not replace: part of the env
         depth = i + 1
     return chain[depth], found
+
+
+def randomized_models(wrapper: Any) -> tuple[Any, Any]:
+    """``(batched models, in_axes)`` of a domain-randomization wrapper (Brax 0.14 / Playground 0.2 keep them private).
+
+    The one place gpu_envs reads those private attributes: ``_sys_v`` (Brax) or ``_mjx_model_v``
+    (Playground), and ``_in_axes``; a version that renamed them is refused with the fix.
+    """
+    name = next(_RANDOMIZATION[c] for c in _classes(wrapper) if c in _RANDOMIZATION)
+    models, axes = getattr(wrapper, name, None), getattr(wrapper, "_in_axes", None)
+    if models is None or axes is None or not callable(getattr(wrapper, "v_env_fn", None)):
+        raise NotAnEnvError(
+            f"{type(wrapper).__name__} does not keep its models where Brax 0.14 / Playground 0.2 do ({name}, _in_axes, "
+            "v_env_fn), so gpu_envs cannot run its rows. Install those versions, or wrap the unbatched env."
+        )
+    return models, axes
+
+
+def rows_of(models: Any, axes: Any) -> int:
+    """The number of rows of batched ``models``: the size of every randomized leaf's batch axis (they must agree)."""
+    import jax  # called only for a randomization wrapper, whose env imported JAX already
+
+    sizes: set[int] = set()
+    jax.tree.map(
+        lambda axis, leaf: None if axis is None else sizes.add(int(leaf.shape[axis])),
+        axes,
+        models,
+        is_leaf=lambda x: x is None,
+    )
+    if len(sizes) != 1:
+        raise NotAnEnvError(
+            f"the randomization wrapper's models give {sorted(sizes) or 'no'} batch sizes; randomization_fn must return "
+            "models batched along one number of rows (and in_axes marking their batch axes)."
+        )
+    return sizes.pop()
 
 
 def _config_value(env: Any, name: str) -> Any:
@@ -198,7 +244,7 @@ def make_brax_core(
         reset_batch = as_int(reset_batch, "reset_batch", minimum=1)
     from gpu_envs.backends.jax.brax_core import BraxCore
 
-    return BraxCore(inner, num_envs, episode_length, action_repeat, reset_batch)
+    return BraxCore(inner, num_envs, episode_length, action_repeat, reset_batch, found.get("randomization"))
 
 
 # ----------------------------------------------------------------------- ids

@@ -32,6 +32,11 @@ The state pytree is cast to the reset state's dtypes after every call (Brax retu
 weak-typed Python floats from some steps), so both branches of the ``cond`` and every
 call of the jitted step see one signature: no recompilation, no silent promotion.
 
+Domain randomization (``randomization``: a wrapper's ``v_env_fn``, its batched models and their
+``in_axes``): row ``i`` resets and steps inside ``v_env_fn(model_i)`` -- the wrapper's own swap
+of the env's model, vmapped with the models as Brax's ``DomainRandomizationVmapWrapper``
+does -- and a gathered reset takes the gathered rows' models.
+
 Example::
 
     core = BraxCore(brax.envs.get_environment("inverted_pendulum"), num_envs=8, episode_length=1000)
@@ -53,6 +58,16 @@ from gpu_envs.backends.jax.cores import Out, select
 from gpu_envs.contract.errors import ObservationError
 
 __all__ = ["BraxCore", "default_reset_batch", "split_rows"]
+
+
+def _take(models: Any, axes: Any, rows: jax.Array) -> Any:
+    """The ``rows`` of batched ``models`` along each leaf's batch axis (``in_axes``; None: shared, kept whole)."""
+    return jax.tree.map(
+        lambda axis, leaf: leaf if axis is None else jnp.take(leaf, rows, axis=axis),
+        axes,
+        models,
+        is_leaf=lambda x: x is None,
+    )
 
 
 def split_rows(keys: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -109,6 +124,7 @@ class BraxCore:
         episode_length: int | None,
         action_repeat: int = 1,
         reset_batch: int | None = None,
+        randomization: tuple[Any, Any, Any] | None = None,
     ) -> None:
         self.env = env
         self.num_envs = int(num_envs)
@@ -129,16 +145,34 @@ class BraxCore:
                 f"({jax.tree.structure(stepped)} vs {jax.tree.structure(state)}); gpu_envs selects reset states into "
                 "stepped ones leaf by leaf, so the env must keep one State layout (the same info and metrics keys)."
             )
-        self._reset = jax.vmap(env.reset)
-        self._step = jax.vmap(self._repeat_step)
+        self._randomization = randomization
+        if randomization is None:
+            self._reset_rows = jax.vmap(env.reset)
+            self._step = jax.vmap(self._repeat_step)
+        else:
+            swap, models, axes = randomization
+
+            def reset_row(model: Any, key: jax.Array) -> Any:
+                with swap(model) as row_env:
+                    return row_env.reset(key)
+
+            def step_row(model: Any, state: Any, action: jax.Array) -> Any:
+                with swap(model) as row_env:
+                    return self._repeat_step(state, action, row_env.step)
+
+            reset_v = jax.vmap(reset_row, in_axes=(axes, 0))
+            step_v = jax.vmap(step_row, in_axes=(axes, 0, 0))
+            self._reset_models = lambda keys, rows: reset_v(models if rows is None else _take(models, axes, rows), keys)
+            self._step = lambda state, action: step_v(models, state, action)
 
     # --------------------------------------------------------------- one row
     def _conform(self, state: Any) -> Any:
         return jax.tree.map(lambda x, like: jnp.asarray(x, like.dtype), state, self._like)
 
-    def _repeat_step(self, state: Any, action: jax.Array) -> Any:
+    def _repeat_step(self, state: Any, action: jax.Array, env_step: Any = None) -> Any:
         """``action_repeat`` env steps of one row (summed reward), stopping at an episode end."""
-        state = self._conform(self.env.step(state, action))
+        env_step = self.env.step if env_step is None else env_step
+        state = self._conform(env_step(state, action))
         if self.action_repeat == 1:
             return state
         total = state.reward
@@ -146,7 +180,7 @@ class BraxCore:
         def one(carry: tuple, _: Any) -> tuple:
             state, total = carry
             ended = state.done != 0
-            nxt = self._conform(self.env.step(state, action))
+            nxt = self._conform(env_step(state, action))
             state = jax.tree.map(lambda old, new: jnp.where(ended, old, new), state, nxt)
             return (state, total + jnp.where(ended, 0, nxt.reward)), None
 
@@ -154,9 +188,12 @@ class BraxCore:
         return state.replace(reward=total)
 
     # ------------------------------------------------------------- the batch
-    def _fresh(self, keys: jax.Array) -> tuple[jax.Array, Any]:
+    def _fresh(self, keys: jax.Array, rows: jax.Array | None = None) -> tuple[jax.Array, Any]:
+        """New keys and reset states of every row, or of the gathered ``rows`` (their models, when randomized)."""
         keys, sub = split_rows(keys)
-        return keys, self._conform(self._reset(sub))
+        if self._randomization is None:
+            return keys, self._conform(self._reset_rows(sub))
+        return keys, self._conform(self._reset_models(sub, rows))
 
     def init(self, keys: jax.Array) -> tuple[tuple, Any]:
         keys, state = self._fresh(keys)
@@ -187,7 +224,8 @@ class BraxCore:
             # the ended rows (at most reset_batch of them) gathered, reset, scattered back;
             # padding indices equal N and are dropped by the scatter
             rows = jnp.nonzero(done, size=self.reset_batch, fill_value=self.num_envs)[0]
-            new_keys, fresh = self._fresh(keys[jnp.minimum(rows, self.num_envs - 1)])
+            gathered = jnp.minimum(rows, self.num_envs - 1)
+            new_keys, fresh = self._fresh(keys[gathered], gathered)
             put = lambda whole, part: whole.at[rows].set(part, mode="drop")  # noqa: E731
             return put(keys, new_keys), jax.tree.map(put, stepped, fresh)
 

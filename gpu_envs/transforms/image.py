@@ -201,7 +201,8 @@ class ToFloat(ImageTransform):
         return min(low, high), max(low, high)
 
     def _apply(self, x: torch.Tensor) -> torch.Tensor:  # elementwise: no layout to move
-        return x.to(torch.float32) * self.scale
+        # (an integer tensor times a Python float is float32: one pass, no separate cast)
+        return x * self.scale if not x.dtype.is_floating_point else x.to(torch.float32) * self.scale
 
 
 class Grayscale(ImageTransform):
@@ -213,7 +214,9 @@ class Grayscale(ImageTransform):
         return 1, h, w, dtype
 
     def _map(self, x: torch.Tensor) -> torch.Tensor:
-        r, g, b = x.to(torch.float32).unbind(1)
+        float32 = x if not x.dtype.is_floating_point or x.dtype == torch.float32 else x.to(torch.float32)
+        r, g, b = float32.unbind(1)
+        # (integer channels times Python floats are float32: no separate cast pass)
         return _round_to(0.2989 * r + 0.587 * g + 0.114 * b, x.dtype).unsqueeze(1)
 
 

@@ -343,6 +343,9 @@ FOREIGN_PRIVATE = {
     ("gpu_envs.backends.isaaclab", "_is_closed"): ("_closed",),
     ("gpu_envs.backends.jax.brax", "_config"): ("_config_value",),
     ("gpu_envs.backends.jax.brax", "_envs"): ("_brax_names",),
+    # Brax's and Playground's domain-randomization wrappers keep their batched models private
+    # (_sys_v / _mjx_model_v, named in brax._RANDOMIZATION, and _in_axes): read in one function
+    ("gpu_envs.backends.jax.brax", "_in_axes"): ("randomized_models",),
     # a SummaryWriter of torch.utils.tensorboard, recognised by its writer method
     ("gpu_envs.transforms.record", "_get_file_writer"): ("_board",),
     # benchmarks: torch._dynamo's counters; ManiSkillVectorEnv's inner env, to time its own calls

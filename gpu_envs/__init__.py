@@ -5,6 +5,7 @@ Two entry points pick the backend for you::
     import gpu_envs
     env = gpu_envs.make("CartPole-v1", num_envs=4096)         # built-in torch env
     env = gpu_envs.wrap(my_vector_env)                         # any supported env object
+    env = gpu_envs.wrap(MyTask(num_envs=4096))                 # a gpu_envs.SimulatorEnv on any engine
     td = env.reset(seed=0)
     traj = env.rollout(steps=64)                               # TensorDict [N, T]
 
@@ -13,6 +14,7 @@ This module only re-exports; ``docs/ARCHITECTURE.md`` maps where everything live
 
 from __future__ import annotations
 
+from gpu_envs.builtin.simulator import SimulatorEnv
 from gpu_envs.contract.errors import (
     ActionError,
     AutoresetModeError,
@@ -68,6 +70,7 @@ __all__ = [
     "ResetMaskError",
     "ResetNeededError",
     "RolloutError",
+    "SimulatorEnv",
     "SnapshotError",
     "SpecError",
     "StaleInputError",

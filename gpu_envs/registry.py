@@ -45,7 +45,8 @@ MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "maniskill", "gymnasiu
 # minigrid envs before gymnasium (they are gymnasium envs with a vector reward / a text mission);
 # EnvPool pools before gymnasium too (gymnasium VectorEnvs that reset on the next step), ManiSkill's
 # envs before torch and gymnasium (its vector env has the torch protocol's shape, its bare env gymnasium's).
-# mjlab's RL envs are recognised by their class (like Isaac Lab's), before torch.
+# mjlab's RL envs are recognised by their class (like Isaac Lab's), before torch; rsl_rl-style VecEnvs
+# (legged_gym, Genesis tasks) by their interface, before torch too (they have no gymnasium spaces).
 # "foreign" first of all: envs that have a backend's shape but an auto-reset none handles (PufferLib's
 # vector envs, pre-0.26 gym vector envs), refused with the fix before a backend claims them by their shape.
 WRAP_ORDER = (
@@ -57,6 +58,7 @@ WRAP_ORDER = (
     "maniskill",
     "sb3",
     "legacy_gym",
+    "rsl_rl_vec",
     "torch",
     "mo_gymnasium",
     "minigrid",
@@ -83,6 +85,7 @@ _MODULES = {
     "envpool": "gpu_envs.backends.envpool",
     "maniskill": "gpu_envs.backends.maniskill",
     "mjlab": "gpu_envs.backends.mjlab",
+    "rsl_rl_vec": "gpu_envs.backends.rsl_rl_vec",  # wrap only: rsl_rl-style VecEnvs, by their interface
     "foreign": "gpu_envs.backends.foreign",  # wrap only: recognises and refuses (see the module)
     "ray": "gpu_envs.backends.ray",  # by name only: make(id, backend="ray"), gpu_envs.wrap_ray
 }

@@ -8,7 +8,8 @@
 #   4. the real Brax / MuJoCo Playground and ManiSkill3 tiers, each in its cached venv
 #      (scripts/simulator_venv.sh brax | maniskill: built once, ~15 min each on 2 loaded cores,
 #      in the background while the main suite runs),
-#   5. the real mjlab tier (tests/mjlab/: Go1 and cartpole on MuJoCo Warp, rsl_rl training of cartpole and Go1;
+#   5. the real mjlab tier (tests/mjlab/: Go1 and cartpole on MuJoCo Warp, rsl_rl training of cartpole and Go1,
+#      and examples/mujoco_warp_cartpole.py, a SimulatorEnv on MuJoCo Warp itself;
 #      its venv is built once by scripts/simulator_venv.sh mjlab, ~7 min, 2.3 GB; the first run on
 #      a machine also compiles Warp's CPU kernels into ~/.cache/warp, ~35 s idle),
 #   6. the tensordict tier: the TensorDict-heavy tests against the NEWEST tensordict release a fresh

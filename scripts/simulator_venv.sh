@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) or reuse the cached venv of a heavy simulator's test tier.
 #
-# Heavy simulators (mjlab on MuJoCo Warp, Brax / MuJoCo Playground, ManiSkill3) make
+# Heavy simulators (mjlab on MuJoCo Warp, Brax / MuJoCo Playground, ManiSkill3, Newton) make
 # venvs of several GB with pinned dependency trees of their own, so each lives OUTSIDE
 # the clone, in a cache folder keyed by its pinned versions, and is reused across runs:
 #
@@ -103,6 +103,24 @@ spec_maniskill() {
         pytest==9.2.0
     )
     PACKAGES=(mani-skill gymnasium tensordict pytest)
+}
+
+spec_newton() {
+    # Newton (the physics of Isaac Lab 3) alone: newton 1.8.0 needs only Warp; its optional
+    # extras (viewers, importers, USD) stay out. Warp compiles its CPU kernels into
+    # ~/.cache/warp on first use (~3 min idle), which later runs reuse.
+    LABEL=newton-1.8.0
+    PY_VERSION=3.11
+    PINS=(
+        torch==2.13.0
+        newton==1.8.0
+        warp-lang==1.19.0
+        tensordict==0.14.3
+        gymnasium==1.4.0
+        numpy==2.4.6
+        pytest==9.2.0
+    )
+    PACKAGES=(newton warp-lang gymnasium tensordict pytest)
 }
 
 post_install_maniskill() {

@@ -12,7 +12,9 @@
 #      and examples/mujoco_warp_cartpole.py, a SimulatorEnv on MuJoCo Warp itself;
 #      its venv is built once by scripts/simulator_venv.sh mjlab, ~7 min, 2.3 GB; the first run on
 #      a machine also compiles Warp's CPU kernels into ~/.cache/warp, ~35 s idle),
-#   6. the tensordict tier: the TensorDict-heavy tests against the NEWEST tensordict release a fresh
+#   6. the Newton tier (tests/newton/: examples/newton_pendulum.py, a SimulatorEnv on Newton 1.8.0, against
+#      Newton stepped by hand; its venv is built once by scripts/simulator_venv.sh newton, ~1 GB),
+#   7. the tensordict tier: the TensorDict-heavy tests against the NEWEST tensordict release a fresh
 #      install resolves (scripts/tensordict_newest.sh; the main suite runs CI's pinned one).
 # Extra arguments go to the main suite's pytest.
 set -euo pipefail
@@ -27,7 +29,7 @@ logs="$(mktemp -d)"
 (
     bash scripts/isaaclab_venv.sh > "$logs/isaaclab.out" 2> "$logs/isaaclab.err"
     touch "$logs/isaaclab.done"
-    for sim in brax maniskill mjlab; do
+    for sim in brax maniskill mjlab newton; do
         bash scripts/simulator_venv.sh "$sim" > "$logs/$sim.out" 2> "$logs/$sim.err"
         touch "$logs/$sim.done"
     done
@@ -79,6 +81,8 @@ maniskill_venv="$(venv_of maniskill)" || no_venv maniskill
 [ -z "$maniskill_venv" ] || run_tier maniskill env GPU_ENVS_REQUIRE_MANISKILL=1 PYTHONPATH="$root" "$maniskill_venv/bin/python" -m pytest -m "slow or not slow" tests/maniskill
 mjlab_venv="$(venv_of mjlab)" || no_venv mjlab
 [ -z "$mjlab_venv" ] || run_tier mjlab env GPU_ENVS_REQUIRE_MJLAB=1 PYTHONPATH="$root" "$mjlab_venv/bin/python" -m pytest -m "slow or not slow" tests/mjlab
+newton_venv="$(venv_of newton)" || no_venv newton
+[ -z "$newton_venv" ] || run_tier newton env GPU_ENVS_REQUIRE_NEWTON=1 PYTHONPATH="$root" "$newton_venv/bin/python" -m pytest -m "slow or not slow" tests/newton
 
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "scripts/test.sh: ${#failed[@]} tier(s) failed:" >&2

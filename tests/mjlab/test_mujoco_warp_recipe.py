@@ -84,3 +84,11 @@ def test_check_env_passes_and_the_example_learns(recipe):
     assert result["check_env"]
     ends = result["ends"]
     assert ends[-1] < 0.5 * ends[0], ends  # the poles stay up: fewer ends per row than the random start
+
+
+def test_the_recipe_benchmark_times_the_engine_the_env_and_gpu_envs():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import bench_engine_recipes
+
+    (row,) = bench_engine_recipes.run("mujoco_warp", sizes=(8,), steps=2, rounds=1)["rows"]
+    assert row["raw_us"] > 0 and row["base_us"] > 0 and row["gpu_envs_us"] > 0

@@ -96,3 +96,11 @@ def test_check_env_passes_and_the_controller_swings_up(recipe):
     result = recipe.main(num_envs=16)
     assert result["check_env"]
     assert result["controlled"] > result["random"] + 2.0, result
+
+
+def test_the_recipe_benchmark_times_the_engine_the_env_and_gpu_envs():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import bench_engine_recipes
+
+    (row,) = bench_engine_recipes.run("newton", sizes=(8,), steps=2, rounds=1)["rows"]
+    assert row["raw_us"] > 0 and row["base_us"] > 0 and row["gpu_envs_us"] > 0

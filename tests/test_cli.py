@@ -39,6 +39,9 @@ def test_list_prints_builtin_ids():
     out = run("list")
     assert out.returncode == 0, out.stderr
     assert "torch" in out.stdout and "CartPole-v1" in out.stdout and "Pendulum-v1" in out.stdout
+    # the engines a SimulatorEnv runs on, with their recipes, and rsl_rl-style VecEnvs
+    assert "SimulatorEnv" in out.stdout and "examples/newton_pendulum.py" in out.stdout
+    assert "MuJoCo Warp (not installed)" in out.stdout and "rsl_rl-style VecEnvs" in out.stdout
 
 
 @pytest.mark.slow

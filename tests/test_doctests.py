@@ -126,6 +126,7 @@ SKETCHES = {
     "gpu_envs.backends.ray.cluster",
     "gpu_envs.backends.ray.plugin",
     "gpu_envs.backends.reuse",
+    "gpu_envs.backends.rsl_rl_vec",  # a legged_gym / Genesis task of the user's (tests/test_inbound_rsl_rl_vec.py runs a fake)
     "gpu_envs.backends.sb3",
     "gpu_envs.backends.torch_envs",
     "gpu_envs.builtin",

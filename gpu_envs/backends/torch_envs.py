@@ -92,7 +92,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping
 from types import MethodType
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -165,14 +165,14 @@ def raw_step_of(env: Any) -> Callable[[torch.Tensor], RawStep] | None:
     if owner is not None and stepper is not None and mro.index(stepper) < mro.index(owner):
         return None  # step overridden below the class that wrote the raw step
     if name == "raw_step":
-        return method
+        return cast("Callable[[torch.Tensor], RawStep]", method)
     warnings.warn(
         f"{type(env).__name__}.step_transition is the old name of the torch protocol's fast path: name it raw_step "
         "and return a gpu_envs.contract.raw_step.RawStep; the old name goes away in the next release.",
         DeprecationWarning,
         stacklevel=3,
     )
-    return lambda action: RawStep(*method(action))
+    return lambda action: RawStep(*cast("tuple[Any, ...]", method(action)))
 
 
 def final_obs_in(info: Mapping | None) -> tuple[str, Any, Any]:
@@ -273,9 +273,9 @@ class TorchVectorBackend(Backend):
         return f"torch({type(self.env).__name__})"
 
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
-        foreign = self.framework not in (None, "torch")
-        if mask is not None and foreign:
-            mask = from_torch(mask, self.framework)
+        framework = self.framework
+        if mask is not None and framework is not None and framework != "torch":
+            mask = from_torch(mask, framework)
         options = None if mask is None else {"reset_mask": mask}
         obs, _info = self.env.reset(seed=seed, options=options)
         if self.framework is None:
@@ -335,7 +335,10 @@ class TorchVectorBackend(Backend):
 
     def _step_foreign(self, action: torch.Tensor) -> RawStep:
         """A step of an env that speaks CuPy/JAX/Warp/numpy arrays, through DLPack."""
-        out = self.env.step(from_torch(action, self.framework))
+        framework = self.framework
+        if framework is None:  # chosen only once the first reset told the framework
+            raise BackendError(f"{self.describe()} stepped before its first reset told its array framework.")
+        out = self.env.step(from_torch(action, framework))
         try:
             obs, reward, terminated, truncated, info = out
         except (TypeError, ValueError):
@@ -344,8 +347,9 @@ class TorchVectorBackend(Backend):
         info = {} if final is None else {key: self._tensors(final)}
         if final_mask is not None:
             info["_" + key] = to_torch(final_mask, self.device)
-        tensors = (to_torch(x, self.device) for x in (reward, terminated, truncated))
-        return self._fields(self._tensors(obs), *tensors, info)
+        obs = self._tensors(obs)
+        reward, terminated, truncated = (to_torch(x, self.device) for x in (reward, terminated, truncated))
+        return self._fields(obs, reward, terminated, truncated, info)
 
     def _step_deciding(self, action: torch.Tensor) -> RawStep:
         """One of the first steps (reuse detection): copies handed out; the plain way once decided."""
@@ -397,7 +401,7 @@ class TorchVectorBackend(Backend):
     # ------------------------------------------------------- reused output buffers
     def _watch_reset(self, obs: ObsDict) -> ObsDict:
         """While deciding (first calls): remember the env's outputs, hand out copies."""
-        if self._reuse.reused("reset", list(obs.values())):
+        if self._watching().reused("reset", list(obs.values())):
             self._copy_from_now_on()
         out = {key: _copy(value) for key, value in obs.items()}
         self._decided()
@@ -406,7 +410,7 @@ class TorchVectorBackend(Backend):
     def _watch_step(self, raw: RawStep) -> RawStep:
         obs, reward, terminated, truncated, done, final_obs, final_mask, info = raw
         tensors = [*obs.values(), *(final_obs or {}).values(), reward, terminated, truncated, done, final_mask]
-        if self._reuse.reused("step", tensors):
+        if self._watching().reused("step", tensors):
             self._copy_from_now_on()
         # copies, the done mask kept as the same tensor where it stands for "the ended rows"
         done_copy = _copy(done)
@@ -423,12 +427,19 @@ class TorchVectorBackend(Backend):
         self._decided()
         return out
 
+    def _watching(self) -> ReuseDetector:
+        """The reuse detector of the first calls (only called while one decides)."""
+        reuse = self._reuse
+        if reuse is None:
+            raise BackendError(f"{self.describe()} is no longer watching its outputs for reuse: nothing to decide.")
+        return reuse
+
     def _copy_from_now_on(self) -> None:
         self.copy_buffers = True
         self._raw_step = None  # raw_step hands out the env's own tensors: take the copying step
 
     def _decided(self) -> None:
-        if self.copy_buffers or not self._reuse.deciding:
+        if self.copy_buffers or not self._watching().deciding:
             self._reuse = None
 
     def _tensors(self, obs: Any) -> Any:
@@ -465,7 +476,7 @@ class TorchVectorBackend(Backend):
         if names is not None:
             state = {name: getattr(env, name, None) for name in names}
         elif _live_state_methods(env) is not None:
-            state = _live_state_methods(env)[0]()
+            state = cast("tuple[Callable[[], Any], Callable[[Any], None]]", _live_state_methods(env))[0]()
         else:
             raise RolloutError(
                 f"{type(env).__name__} does not say which tensors hold its per-step state, so a CUDA graph cannot "
@@ -478,7 +489,7 @@ class TorchVectorBackend(Backend):
                     f"{type(env).__name__} state {name!r} is a {type(value).__name__}, not a torch tensor; a CUDA graph "
                     "replays device tensors only. Keep the per-step state in tensors on the env's device."
                 )
-        return prefixed("env", state)
+        return prefixed("env", cast("dict[str, torch.Tensor]", state))  # every value checked above
 
     def load_live_state(self, state: dict[str, torch.Tensor]) -> None:
         """Give the env these values: through its ``load_live_state``, or by re-binding its
@@ -552,7 +563,7 @@ def _live_state_methods(env: Any) -> tuple[Callable[[], Any], Callable[[Any], No
                     DeprecationWarning,
                     stacklevel=3,
                 )
-            return reader, loader
+            return cast("Callable[[], Any]", reader), cast("Callable[[Any], None]", loader)
     return None
 
 

@@ -56,8 +56,8 @@ Example::
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -92,26 +92,32 @@ def health_mode(value: Any) -> str:
 class _ActionCheck:
     """An action spec's value check: integer ranges (Discrete, MultiDiscrete, integer Binary) or finite floats."""
 
-    def __init__(self, spec: Spec, device: torch.device) -> None:
+    def __init__(self, spec: Spec | None, device: torch.device) -> None:
         self.spec = spec
         self.low: torch.Tensor | None = None
         self.high: torch.Tensor | None = None
-        self.finite = isinstance(spec, Box) and spec.dtype.is_floating_point  # (spec None: nothing checked)
+        self.finite = isinstance(spec, Box) and cast(torch.dtype, spec.dtype).is_floating_point  # a Box has a dtype
+        bounds: tuple[torch.Tensor, torch.Tensor] | None = None  # (spec None: nothing checked)
         if isinstance(spec, Discrete):
-            self.low = torch.tensor(spec.start, device=device)
-            self.high = torch.tensor(spec.start + spec.n - 1, device=device)
+            bounds = torch.tensor(spec.start, device=device), torch.tensor(spec.start + spec.n - 1, device=device)
             self.valid = f"{spec.start}..{spec.start + spec.n - 1}"
         elif isinstance(spec, MultiDiscrete):
-            self.low = spec.start.to(device)
-            self.high = (spec.start + spec.nvec - 1).to(device)
-            self.valid = f"low {self.low.tolist()} .. high {self.high.tolist()} per element"
+            bounds = spec.start.to(device), (spec.start + spec.nvec - 1).to(device)
+            self.valid = f"low {bounds[0].tolist()} .. high {bounds[1].tolist()} per element"
         elif isinstance(spec, Binary) and spec.dtype != torch.bool:
-            self.low, self.high = torch.tensor(0, device=device), torch.tensor(1, device=device)
+            bounds = torch.tensor(0, device=device), torch.tensor(1, device=device)
             self.valid = "0..1"
-        self.active = self.low is not None or self.finite
-        if self.low is not None:  # the host's copy of the bounds (the CPU scan's first look)
-            self.low_np, self.high_np = self.low.cpu().numpy().reshape(-1), self.high.cpu().numpy().reshape(-1)
+        self.active = bounds is not None or self.finite
+        if bounds is not None:  # and the host's copy of the bounds (the CPU scan's first look)
+            self.low, self.high = bounds
+            self.low_np, self.high_np = bounds[0].cpu().numpy().reshape(-1), bounds[1].cpu().numpy().reshape(-1)
             self.width = max(1, int(self.low_np.size))
+
+    def bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(low, high)`` of an integer-range check (``active`` and not ``finite``)."""
+        if self.low is None or self.high is None:
+            raise InvalidArgumentError(f"the action spec {self.spec!r} has no integer range to check actions against.")
+        return self.low, self.high
 
 
 class HealthMonitor:
@@ -145,7 +151,7 @@ class HealthMonitor:
         self._scans: list[tuple] = []
         self._host_steps = 0
         # collect mode, hand-written loops: the steps not scanned yet, and how many are scanned together
-        self._pending: list[tuple] = []
+        self._pending: list[list[Any]] = []
         self._pending_keys: list = []
         self.defer_steps = 0  # decided by the first kept step's size (_defer_steps)
         self._collecting = 0
@@ -173,7 +179,7 @@ class HealthMonitor:
             return
         if len(self._pending) >= self.defer_steps > 0:  # a full batch: scanned before this step is kept
             self.flush()
-        step = [root_obs, action, next_obs, reward, missing, None]
+        step: list[Any] = [root_obs, action, next_obs, reward, missing, None]
         if not self.defer_steps:
             self.defer_steps = _defer_steps(step, self.device)
         self._pending.append(step)
@@ -245,7 +251,8 @@ class HealthMonitor:
             if check.finite:
                 found.append((_ACTION_NAN, *_first(a, ~torch.isfinite(a))))
             else:
-                found.append((_ACTION_RANGE, *_first(a, (a < check.low.reshape(-1)) | (a > check.high.reshape(-1)))))
+                low, high = check.bounds()
+                found.append((_ACTION_RANGE, *_first(a, (a < low.reshape(-1)) | (a > high.reshape(-1)))))
         r = reward.reshape(rows, -1)
         found.append((_REWARD_NAN, *_first(r, ~torch.isfinite(r))))
         keep = ~missing.reshape(rows, 1)
@@ -278,10 +285,12 @@ class HealthMonitor:
                 total = a.sum(1)
                 entries.append((_ACTION_NAN, torch.isfinite(total), total))
             elif a.shape[1] == 1:
+                low, high = check.bounds()
                 a = a.view(n)
-                entries.append((_ACTION_RANGE, (a >= check.low) & (a <= check.high), a))
+                entries.append((_ACTION_RANGE, (a >= low) & (a <= high), a))
             else:
-                bad, value = _first(a, (a < check.low.reshape(-1)) | (a > check.high.reshape(-1)))
+                low, high = check.bounds()
+                bad, value = _first(a, (a < low.reshape(-1)) | (a > high.reshape(-1)))
                 entries.append((_ACTION_RANGE, ~bad, value))
         r = reward.view(n) if reward.shape[-1] == 1 else reward.reshape(n, -1).sum(1)
         entries.append((_REWARD_NAN, torch.isfinite(r), r))
@@ -335,7 +344,8 @@ class HealthMonitor:
             else:
                 low, high = torch.aminmax(a.reshape(n, t) if a.shape[2] == 1 else a, dim=1)  # [N, k] or [N]
                 low, high = low.reshape(n, -1), high.reshape(n, -1)
-                over, under = high > check.high.reshape(-1), low < check.low.reshape(-1)
+                valid_low, valid_high = check.bounds()
+                over, under = high > valid_high.reshape(-1), low < valid_low.reshape(-1)
                 bad, value = _first(torch.where(over, high, low), over | under)
                 found.append((_ACTION_RANGE, bad, value))
         reward = _row_sum(nxt.get("reward"))
@@ -557,7 +567,7 @@ _DEFAULT_DEFER_BYTES = 1 << 26
 _MAX_DEFER_STEPS = 128
 
 
-def _defer_steps(step: tuple, device: torch.device) -> int:
+def _defer_steps(step: Sequence[Any], device: torch.device) -> int:
     """How many hand-written steps are scanned together: as many as fit the device's budget, at most 128."""
     size = 0
     for part in step:

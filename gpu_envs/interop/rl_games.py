@@ -53,14 +53,14 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import gymnasium
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from gpu_envs.contract.errors import InvalidArgumentError
+from gpu_envs.contract.errors import InvalidArgumentError, ResetNeededError
 from gpu_envs.contract.specs import Box, Composite, Discrete
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
 from gpu_envs.interop.conversions import require_env, reshaped_action_tensor, simulator_of
@@ -152,9 +152,12 @@ class RlGamesVecEnv(rl_games_vecenv.IVecEnv):
         """One step of every env: ``(observations, rewards (N,), dones (N,), infos)``."""
         if self._root is None:
             self.reset()
+        current = self._root
+        if current is None:  # reset() above sets it
+            raise ResetNeededError("step() needs the observations of a reset: call vec_env.reset() first.")
         if self._clip_actions is not None:
             actions = actions.clamp(-self._clip_actions, self._clip_actions)
-        td = self._root.set("action", reshaped_action_tensor(actions, self.env.action_spec, self.device))
+        td = current.set("action", reshaped_action_tensor(actions, self.env.action_spec, self.device))
         td, root = self.env.step_and_maybe_reset(td)
         self._root = root
         nxt = td.get("next")
@@ -278,7 +281,7 @@ class RlGamesVecEnv(rl_games_vecenv.IVecEnv):
                     "to_rl_games(env, obs_groups={'obs': [...], 'states': [...]})."
                 )
         if len(specs) == 1:
-            space = specs[0].to_gym()
+            space = cast(gymnasium.spaces.Box, specs[0].to_gym())  # a Box spec (checked above): a gymnasium Box
         else:
             size = sum(int(np.prod(s.shape)) for s in specs)
             space = gymnasium.spaces.Box(-np.inf, np.inf, (size,), np.float32)
@@ -290,12 +293,13 @@ class RlGamesVecEnv(rl_games_vecenv.IVecEnv):
     def _action_space(self, spec: Any) -> gymnasium.Space:
         if isinstance(spec, Discrete):
             return spec.to_gym()
-        if not isinstance(spec, Box) or not spec.dtype.is_floating_point or len(spec.shape) != 1:
+        # (a Box spec always has a dtype)
+        if not isinstance(spec, Box) or not cast(torch.dtype, spec.dtype).is_floating_point or len(spec.shape) != 1:
             raise InvalidArgumentError(
                 f"rl_games trains a Box (float, one axis) or Discrete action; this env's is {spec!r}. "
                 "Use another library for it (gpu_envs.interop.to_torchrl, to_skrl)."
             )
-        space = spec.to_gym()
+        space = cast(gymnasium.spaces.Box, spec.to_gym())  # a Box spec: a gymnasium Box
         if self._clip_actions is not None:
             c = self._clip_actions
             return gymnasium.spaces.Box(-c, c, space.shape, space.dtype)
@@ -333,7 +337,10 @@ class _RlGamesBootstrap:
         values = agent.get_values(final).reshape(shaped.shape)
         if central is not None:
             central.rnn_states = kept
-        exact = vec.exact_time_outs.to(shaped.device).reshape(-1, *([1] * (shaped.dim() - 1)))
+        exact_time_outs = vec.exact_time_outs
+        if exact_time_outs is None:  # set by the step that set final_observations
+            raise InvalidArgumentError("the bootstrap found final observations without their time-out rows.")
+        exact = exact_time_outs.to(shaped.device).reshape(-1, *([1] * (shaped.dim() - 1)))
         vec.final_observations = None
         return shaped + torch.where(exact, agent.gamma * values, torch.zeros_like(values))
 

@@ -113,7 +113,8 @@ class ReplayBuffer:
         steps = 1 if dims == 1 else data.batch_size[1]
         if steps == 0:  # an [N, 0] trajectory: nothing to store (and no first step to continue from)
             return
-        values = {key: data.get(key) for key in self._layout.leaves}
+        layout = self._allocated()[0]
+        values = {key: data.get(key) for key in layout.leaves}
         if dims == 1:
             values = {key: value.unsqueeze(1) for key, value in values.items()}
         terminated, truncated = values.pop((NEXT, "terminated")), values.pop((NEXT, "truncated"))
@@ -149,24 +150,26 @@ class ReplayBuffer:
         """
         if self._written == 0:
             return
-        last = (self._cursor - 1) % self.steps_per_env
-        n = self.num_envs
+        layout, n, horizon, flags, _, _ = self._allocated()
+        last = (self._cursor - 1) % horizon
         differs = None
-        for key in self._layout.observation_keys:
+        for key in layout.observation_keys:
             first = values[key][:, 0].to(self.device).reshape(n, -1)
             arrived = self._storage[(NEXT, *key)][:, last].reshape(n, -1)
             mismatch = (first != arrived).any(dim=1)
             differs = mismatch if differs is None else differs | mismatch
-        ends = self._flags[:, last, ENDS]
+        if differs is None:  # Layout.of refuses a transition without observation keys
+            raise InvalidArgumentError("the buffer's layout has no observation key to compare across extends.")
+        ends = flags[:, last, ENDS]
         ends.copy_(ends | differs.to(torch.uint8))
 
     def _write(self, values: dict[Key, torch.Tensor], flags: torch.Tensor, steps: int) -> None:
-        horizon = self.steps_per_env
+        _, _, horizon, flags_storage, _, _ = self._allocated()
         skip = max(steps - horizon, 0)  # more steps than the ring holds: the oldest ones never land
         start = (self._cursor + skip) % horizon
         count = steps - skip
         first = min(count, horizon - start)
-        targets = [self._storage[key] for key in values] + [self._flags]
+        targets = [self._storage[key] for key in values] + [flags_storage]
         sources = [*values.values(), flags]
         parts = [(start, skip, first)] + ([(0, skip + first, count - first)] if first < count else [])  # wraps
         for at, begin, length in parts:
@@ -193,7 +196,8 @@ class ReplayBuffer:
                 f"generator must be a torch.Generator (or None), got {generator!r}: for a seeded draw pass "
                 f"torch.Generator(device={str(self.device)!r}).manual_seed(seed)."
             )
-        if generator is not None and generator.device.type != self.device.type:
+        device = self._allocated()[5]
+        if generator is not None and generator.device.type != device.type:
             raise InvalidArgumentError(
                 f"the generator lives on {generator.device}, the buffer on {self.device}: build it with "
                 f"torch.Generator(device={str(self.device)!r})."
@@ -222,7 +226,8 @@ class ReplayBuffer:
         """
         n_step, gamma = self._window_arguments(n_step, gamma)
         self._require_data()
-        env, position = self._index(env, "env", self.num_envs), self._index(position, "position", self._filled)
+        num_envs = self._allocated()[1]
+        env, position = self._index(env, "env", num_envs), self._index(position, "position", self._filled)
         if env.shape != position.shape:
             raise InvalidArgumentError(
                 f"env and position must have the same shape [B] (one pair per transition), got "
@@ -256,7 +261,8 @@ class ReplayBuffer:
         return value.to(self.device, torch.int64)
 
     def _gather(self, env: torch.Tensor, position: torch.Tensor, n_step: int, gamma: float) -> TensorDict:
-        horizon, filled = self.steps_per_env, self._filled
+        _, _, horizon, _, flag_words, _ = self._allocated()
+        filled = self._filled
         offsets, powers = self._table(n_step, gamma)
         oldest = (self._cursor - filled) % horizon
         slot = (position + oldest) % horizon  # [B]
@@ -273,12 +279,12 @@ class ReplayBuffer:
                 if n_step <= horizon
                 else (env.unsqueeze(1) * horizon + ahead % horizon)
             )
-            window = self._flag_words.index_select(0, rows.view(-1)).view(torch.uint8).view(*rows.shape, 4)
+            window = flag_words.index_select(0, rows.view(-1)).view(torch.uint8).view(*rows.shape, 4)
             goes_on = (window[:, :-1, ENDS] == 0) & (position.unsqueeze(1) + offsets[1:] < filled)
             summed, taken = window_targets(self._take(reward, rows.view(-1)).view(*rows.shape, -1), goes_on, powers)
             summed = summed.view(-1, *self._storage[(NEXT, REWARD)].shape[2:])
             last = rows.gather(1, (taken - 1).unsqueeze(1)).squeeze(1)
-        last_flags = self._flag_words.index_select(0, last).view(torch.uint8).view(-1, 4).bool()
+        last_flags = flag_words.index_select(0, last).view(torch.uint8).view(-1, 4).bool()
         terminated = last_flags[:, TERMINATED : TERMINATED + 1]
         discount = discount_table(powers, taken, terminated).to(summed.dtype)
         root: dict = {}
@@ -313,6 +319,21 @@ class ReplayBuffer:
     def _require_data(self) -> None:
         if len(self) == 0:
             raise InvalidArgumentError("the buffer is empty: extend it with transitions before sampling.")
+
+    def _allocated(self) -> tuple[Layout, int, int, torch.Tensor, torch.Tensor, torch.device]:
+        """``(layout, N, H, flags, flag words, device)``, set by the first :meth:`extend`."""
+        layout, num_envs, horizon = self._layout, self.num_envs, self.steps_per_env
+        flags, flag_words, device = self._flags, self._flag_words, self.device
+        if (
+            layout is None
+            or num_envs is None
+            or horizon is None
+            or flags is None
+            or flag_words is None
+            or device is None
+        ):
+            raise InvalidArgumentError("the buffer is empty: extend it with transitions before sampling.")
+        return layout, num_envs, horizon, flags, flag_words, device
 
     def _table(self, n_step: int, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         """``(arange(n), gamma ** arange(n + 1))`` on the device, made once per ``(n, gamma)``."""

@@ -27,7 +27,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import gymnasium
 import numpy as np
@@ -135,8 +135,9 @@ class ActionCodec:
                 f"one_hot_actions=True needs a Discrete action space, got {space!r}. Drop one_hot_actions."
             )
         if self.one_hot:
-            self.spec: Spec = OneHot(int(space.n), device=device, start=int(space.start))
-            self._start = int(space.start)
+            discrete = cast(gymnasium.spaces.Discrete, space)  # one_hot: a Discrete space (above)
+            self.spec: Spec = OneHot(int(discrete.n), device=device, start=int(discrete.start))
+            self._start = int(discrete.start)
             host_shape, host_dtype = (num_envs,), torch.int64
         else:
             self.spec = spec_from_gym(space, device=device)
@@ -161,7 +162,7 @@ class ActionCodec:
                 action = action + self._start
         if self._host is not None:
             self._host.copy_(action.detach())  # blocking: gymnasium reads the values right away
-            return self._host_np
+            return cast(np.ndarray, self._host_np)  # made with _host
         try:
             return action.numpy()  # shares the tensor's memory; gymnasium only reads it
         except RuntimeError:  # requires grad

@@ -56,7 +56,7 @@ from __future__ import annotations
 import importlib.util
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -245,9 +245,12 @@ class EnvPoolBackend(Backend):
         self.info_spec = Composite(
             {key: _leaf_spec(shape, dtype, self.device) for _, key, shape, dtype in self._info}, device=self.device
         )
-        obs_fields = {
-            k: (shape, self.observation_spec[k].dtype) for shape, k in zip(self._obs_shapes, self._keys, strict=True)
-        }
+        obs_fields: dict[Any, tuple[tuple[int, ...], torch.dtype]] = {}
+        for shape, k in zip(self._obs_shapes, self._keys, strict=True):
+            leaf_dtype = self.observation_spec[k].dtype
+            if leaf_dtype is None:  # a leaf spec always has one (only a Composite has none)
+                raise UnsupportedSpaceError(f"EnvPool task {self._task}: observation {k!r} has no single dtype.")
+            obs_fields[k] = (shape, leaf_dtype)
         info_fields = {key: ((n, *shape), torch_dtype(dtype)) for _, key, shape, dtype in self._info}
         self._layout = StepLayout(obs_fields, n, info=info_fields)
         self._stage_dtypes = [np.dtype(numpy_dtype(dtype)) for _, dtype in self._layout.fields]
@@ -329,8 +332,21 @@ class EnvPoolBackend(Backend):
     def _leaves(self, obs: Any) -> list[np.ndarray]:
         if len(self._keys) == 1 and self._keys[0] == "observation" and not isinstance(obs, dict):
             return [obs]
-        flat = flatten_obs(obs)
+        flat = cast("dict[Any, np.ndarray]", flatten_obs(obs))  # EnvPool's leaves are numpy arrays
         return [flat[k] for k in self._keys]
+
+    def _live_pool(self) -> Any:
+        """The pool to reset: built (made env) or given (wrapped one); None only after a failed rebuild."""
+        if self._pool is None:
+            raise BackendError(f"{self.describe()} has no pool (its rebuild failed); reset every row to build one.")
+        return self._pool
+
+    def _publish_root(self, root: list[np.ndarray]) -> ObsDict:
+        """The root observations on the device: every leaf is an array, so no key is skipped."""
+        obs = {k: t for k, t in zip(self._keys, self._reset_stage.publish(root), strict=True) if t is not None}
+        if len(obs) != len(self._keys):
+            raise BackendError(f"{self.describe()}: reset gave no observation for some of {self._keys}.")
+        return obs
 
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
         self.check_usable()
@@ -342,19 +358,19 @@ class EnvPoolBackend(Backend):
                 )
             ids = np.flatnonzero(mask.detach().to("cpu", torch.bool).numpy().reshape(self.num_envs)).astype(np.int32)
             if ids.size == 0:
-                return dict(zip(self._keys, self._reset_stage.publish(self._root), strict=True))
-            obs, info = self._call("reset", self._pool.reset, ids)
+                return self._publish_root(self._root)
+            obs, info = self._call("reset", self._live_pool().reset, ids)
             root = [leaf.copy() for leaf in self._root]
             rows = np.asarray(info["env_id"], dtype=np.int64)
             for dst, src in zip(root, self._leaves(obs), strict=True):
                 dst[rows] = src
         else:
             self._reseed(seed)
-            obs, info = self._call("reset", self._pool.reset)
+            obs, info = self._call("reset", self._live_pool().reset)
             root = self._ordered(self._leaves(obs), info)
         self._used = True
         self._root = root
-        return dict(zip(self._keys, self._reset_stage.publish(root), strict=True))
+        return self._publish_root(root)
 
     def _ordered(self, leaves: list[np.ndarray], info: dict) -> list[np.ndarray]:
         """``leaves`` in env order (a sync pool returns them so; checked, and sorted if not)."""

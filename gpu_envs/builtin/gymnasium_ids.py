@@ -23,15 +23,18 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from gpu_envs.contract.errors import ActionError
+from gpu_envs.contract.errors import ActionError, UnsupportedSpaceError
 from gpu_envs.utils.arrays import any_to_torch
+
+if TYPE_CHECKING:
+    from gpu_envs.builtin.base import BatchedTorchEnv
 
 __all__ = ["GymnasiumActions"]
 
@@ -43,6 +46,8 @@ class GymnasiumActions(gymnasium.vector.VectorActionWrapper):
     or a tensor elsewhere, is copied once to the env's device. Every other attribute
     (``device``, ``state``, ``autoreset_mode``, ...) is the env's.
     """
+
+    env: BatchedTorchEnv
 
     def actions(self, actions: Any) -> torch.Tensor:
         device = self.env.device
@@ -59,11 +64,13 @@ class GymnasiumActions(gymnasium.vector.VectorActionWrapper):
     # ----------------------------------------------------------------- checks
     @property
     def _np_dtype(self) -> np.dtype:
-        return self.env.action_space.dtype
+        return cast(np.dtype, self.env.action_space.dtype)  # the built-in envs' spaces all have one
 
     def _check_meta(self, shape: tuple, floating: bool, other: bool) -> None:
-        space = self.env.single_action_space
-        want = tuple(self.env.action_space.shape)
+        space, batched = self.env.single_action_space, self.env.action_space
+        if space.shape is None or batched.shape is None:
+            raise UnsupportedSpaceError(f"{self._name()}: the action space {space!r} has no shape to check actions by.")
+        want = tuple(batched.shape)
         if shape != want:
             raise ActionError(
                 f"{self._name()}: the actions have shape {shape}; this env takes {want}: one action of shape "

@@ -28,11 +28,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 
 from gpu_envs.cli.common import EXIT_INTERRUPTED, Subcommands, add_env_arguments, check_output_path, make_env
+
+if TYPE_CHECKING:
+    from gpu_envs.transforms import RecordEpisodes
 
 CHUNK = 32  # steps per advance() call: one progress update per chunk
 
@@ -185,20 +188,20 @@ def _needs_pixels(env: Any) -> bool:
     return getattr(backend, "name", None) == "gymnasium" and not drawn and "pixels" not in env.single_observation_spec
 
 
-def _recorder(args: argparse.Namespace, env: Any) -> object | None:
+def _recorder(args: argparse.Namespace, env: Any) -> RecordEpisodes | None:
     """The RecordEpisodes of ``--record`` (rank 0 only, under torchrun)."""
     if args.record is None or getattr(env, "rank", 0) != 0:
         return None
     from gpu_envs.transforms import RecordEpisodes
 
-    render = {"render": "pixels"} if "pixels" in env.single_observation_spec else {}
+    render: dict[str, Any] = {"render": "pixels"} if "pixels" in env.single_observation_spec else {}
     if args.record_every is None:
         return RecordEpisodes.for_env(env, args.record, rows=[0], max_videos=1, **render)
     path = args.record[: -len(".mp4")] + "-episode{episode}.mp4"
     return RecordEpisodes.for_env(env, path, rows=[0], every=args.record_every, **render)
 
 
-def _report_videos(videos: list, args: argparse.Namespace, file: object) -> None:
+def _report_videos(videos: list, args: argparse.Namespace, file: TextIO) -> None:
     if videos:
         shown = ", ".join(str(v) for v in videos[:5]) + (f" (+{len(videos) - 5} more)" if len(videos) > 5 else "")
         print(f"recorded {len(videos)} episode(s) of env 0: {shown}", file=file)

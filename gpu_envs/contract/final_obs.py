@@ -45,7 +45,7 @@ import enum
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -167,7 +167,7 @@ class _KeyPlan:
             self.flat = len(shape) == 1  # [N, k] views as [N, 1] rows (and back) in one step
         elif len(shape) == 1:  # [N, k]: the [N, 1] mask broadcasts as it is (no view, no row test)
             self.fill = self._fill_rows_of_one_dim
-            self.where = torch.where
+            self.where = cast("Callable[..., torch.Tensor]", torch.where)  # (mask, a, b), as the method
 
     def rows(self, x: torch.Tensor) -> torch.Tensor | None:
         """``x`` ``[N, *shape]`` as ``[N, 1]`` whole-row elements, or None if it cannot be viewed so.
@@ -198,7 +198,7 @@ class _KeyPlan:
         """``torch.where`` of two ``[N, *shape]`` observations under a ``[N, 1]`` row mask."""
         rows_a = self.rows(a)
         rows_b = None if rows_a is None else self.rows(b)
-        if rows_b is not None:
+        if rows_a is not None and rows_b is not None:  # rows_b is None whenever rows_a is
             return self.unrows(torch.where(mask, rows_a, rows_b))
         return torch.where(mask.view(self.mask_shape), a, b)
 
@@ -232,9 +232,12 @@ class FinalObsRule:
         self.none_missing = torch.zeros(num_envs, 1, dtype=torch.bool, device=device)
         for key in self.keys:
             leaf = observation_spec[key]
-            value = _default_placeholder(leaf.dtype) if missing_obs_value is None else missing_obs_value
-            check_placeholder(value, leaf.dtype, key)
-            self._plans[key] = _KeyPlan(leaf.shape, leaf.dtype, leaf.device, num_envs, value)
+            dtype, leaf_device = leaf.dtype, leaf.device
+            if dtype is None or leaf_device is None:
+                raise InvalidArgumentError(f"observation {key!r} has no single dtype and device; give it a leaf spec.")
+            value = _default_placeholder(dtype) if missing_obs_value is None else missing_obs_value
+            check_placeholder(value, dtype, key)
+            self._plans[key] = _KeyPlan(leaf.shape, dtype, leaf_device, num_envs, value)
         self._fills = [(key, plan.fill) for key, plan in self._plans.items()]
         self._wheres = [(key, plan.where) for key, plan in self._plans.items()]
         # one observation key (most envs): no comprehension over keys on the way
@@ -263,9 +266,9 @@ class FinalObsRule:
         ``where`` per key, as the general case would compute it, without its extra ops.
         """
         if final_obs is None:  # nothing to swap in: placeholders on every ended row
-            lone = self._lone
-            if lone is not None:
-                return {lone: self._lone_fill(done, obs[lone])}, done
+            lone, lone_fill = self._lone, self._lone_fill  # both None, or both set
+            if lone is not None and lone_fill is not None:
+                return {lone: lone_fill(done, obs[lone])}, done
             return {k: fill(done, obs[k]) for k, fill in self._fills}, done
         if final_mask is None:  # valid on every row: it is the next observation
             return final_obs, self.none_missing

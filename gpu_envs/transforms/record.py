@@ -52,10 +52,10 @@ import queue
 import re
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -171,7 +171,7 @@ class RecordEpisodes(Transform):
             height, width = (None, None) if size is None else size
 
             def render(obs: TensorDictBase) -> torch.Tensor:
-                return hook(obs.get(lone) if lone is not None else obs, height, width)
+                return cast("torch.Tensor", hook(obs.get(lone) if lone is not None else obs, height, width))
 
             kwargs["render"] = render
             fps = getattr(raw, "render_fps", None) or getattr(raw, "metadata", {}).get("render_fps")
@@ -242,7 +242,7 @@ class RecordEpisodes(Transform):
             return td
         nxt = td.get("next")
         index = self._index
-        obs = torch.cat([td.select(*self._obs_keys)[index], nxt.select(*self._obs_keys)[index]])
+        obs = cast(TensorDictBase, torch.cat([td.select(*self._obs_keys)[index], nxt.select(*self._obs_keys)[index]]))
         missing = nxt.get("final_obs_missing", None)
         data = {
             "frames": self._render(obs, 2 * len(self.rows)),
@@ -265,7 +265,7 @@ class RecordEpisodes(Transform):
         if then:
             pick = lambda rows: torch.tensor([self.rows[j] for j in rows], dtype=torch.long)  # noqa: E731
             parts = [td.select(*self._obs_keys)[pick(first)]] if first else []
-            obs = torch.cat([*parts, nxt.select(*self._obs_keys)[pick(then)]])
+            obs = cast(TensorDictBase, torch.cat([*parts, nxt.select(*self._obs_keys)[pick(then)]]))
             frames = self._render(obs, len(first) + len(then)).numpy()
             roots = {j: frames[i] for i, j in enumerate(first)}
             nexts = {j: frames[len(first) + i] for i, j in enumerate(then)}
@@ -310,7 +310,7 @@ class RecordEpisodes(Transform):
         self._next_slot = (slot + 1) % RING_SLOTS
         cuda = self.device.type == "cuda"
         for name, value in data.items():
-            self._ring[name][slot].copy_(value, non_blocking=cuda)
+            cast("dict[str, torch.Tensor]", self._ring)[name][slot].copy_(value, non_blocking=cuda)  # allocated above
         event = None
         if cuda:  # recorded on the env device's stream, where the copies were queued
             event = torch.cuda.Event()
@@ -376,6 +376,8 @@ class RecordEpisodes(Transform):
         row.starting = False
         if not record:
             return
+        if first is None:  # every filmed row's first frame is rendered (roots holds it)
+            raise BackendError(f"RecordEpisodes has no first frame for row {row.index}'s filmed episode {row.episode}.")
         path = Path(self.template.format(row=row.index, episode=row.episode))
         row.video = self._writer.begin(path, f"episodes/row{row.index}", row.episode)
         self._started += 1
@@ -478,7 +480,7 @@ def _rows(rows: Any) -> tuple[int, ...]:
     if hasattr(rows, "__index__") and not isinstance(rows, bool) and not hasattr(rows, "__len__"):
         rows = (as_int(rows, "rows"),)  # one row (numpy integers count)
     try:
-        values = tuple(rows)
+        values = tuple(cast("Iterable[Any]", rows))  # a non-iterable is refused below
     except TypeError:
         values = None
     if not values or any(isinstance(r, bool) or not isinstance(r, (int, np.integer)) for r in values):

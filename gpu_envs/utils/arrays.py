@@ -289,11 +289,15 @@ class HostStaging:
                 np.copyto(view, value, casting="same_kind")
         # on the CPU (the forced packed path of the tests) a clone stands for the transfer's copy
         host = self.host
+        if host is None:
+            raise InvalidArgumentError(
+                "HostStaging.packed was set after construction; pass packed=True to HostStaging."
+            )
         packed = host.clone() if self.device.type == "cpu" else host.to(self.device, non_blocking=True)
         if self._event is not None:
             self._event.record()
         typed: dict[torch.dtype, torch.Tensor] = {}
-        out: list[torch.Tensor | None] = []
+        out = []
         for value, (dtype, start, end, shape) in zip(values, self._slices, strict=True):
             if value is None:
                 out.append(None)
@@ -401,7 +405,7 @@ def _to_jax(tensor: torch.Tensor) -> Any:
     import jax
     import jax.dlpack
 
-    if not jax.config.jax_enable_x64 and tensor.dtype in _NARROW:
+    if not jax.config.jax_enable_x64 and tensor.dtype in _NARROW:  # pyright: ignore[reportAttributeAccessIssue]  # jax's Config stub omits its flags
         tensor = tensor.to(_NARROW[tensor.dtype])
     if tensor.requires_grad:
         tensor = tensor.detach()
@@ -429,7 +433,7 @@ def jax_argument(tensor: torch.Tensor) -> Any:
         return _to_jax(tensor)
     import jax
 
-    if not jax.config.jax_enable_x64 and tensor.dtype in _NARROW:
+    if not jax.config.jax_enable_x64 and tensor.dtype in _NARROW:  # pyright: ignore[reportAttributeAccessIssue]  # jax's Config stub omits its flags
         tensor = tensor.to(_NARROW[tensor.dtype])
     return tensor.detach().numpy()
 
@@ -438,7 +442,7 @@ def jax_dtype_for(dtype: torch.dtype) -> torch.dtype:
     """The torch dtype a tensor of ``dtype`` has once handed to JAX (64-bit narrowed without x64)."""
     import jax
 
-    return dtype if jax.config.jax_enable_x64 else _NARROW.get(dtype, dtype)
+    return dtype if jax.config.jax_enable_x64 else _NARROW.get(dtype, dtype)  # pyright: ignore[reportAttributeAccessIssue]  # jax's Config stub omits its flags
 
 
 def is_zero_copy(foreign: Any, tensor: torch.Tensor) -> bool:

@@ -86,7 +86,7 @@ and die with their parent, even when stuck in ``step``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -112,6 +112,7 @@ from gpu_envs.contract.errors import (
     InvalidArgumentError,
     NotAnEnvError,
     SnapshotError,
+    UnsupportedSpaceError,
 )
 from gpu_envs.contract.final_obs import FinalObsKind, final_obs_numpy
 from gpu_envs.contract.keys import ObsDict
@@ -219,15 +220,19 @@ class GymnasiumBackend(Backend):
             raise InvalidArgumentError(
                 f"info_spec must be a gpu_envs.contract.specs.Composite of the info entries to keep, got {type(info_spec).__name__}."
             )
-        self.info_spec = InfoSpec({}, device=self.device) if info_spec is None else info_spec.to(self.device)
+        self.info_spec = (
+            InfoSpec({}, device=self.device) if info_spec is None else cast(Composite, info_spec.to(self.device))
+        )
         reserved = set(self._keys) | set(_NEXT_KEYS)
         self._info = InfoReader(
             self.info_spec, reserved, n, declared=info_spec is not None, expected=episode_statistics(env)
         )
-        self._obs_fields = [
-            ((n, *shape), self.observation_spec[key].dtype)
-            for key, shape in zip(self._keys, self._layout.shapes, strict=True)
-        ]
+        self._obs_fields: list[tuple[tuple[int, ...], torch.dtype]] = []
+        for key, shape in zip(self._keys, self._layout.shapes, strict=True):
+            leaf_dtype = self.observation_spec[key].dtype
+            if leaf_dtype is None:  # a leaf spec always has one (only a Composite has none)
+                raise UnsupportedSpaceError(f"observation {key!r} of {type(env).__name__} has no single dtype.")
+            self._obs_fields.append(((n, *shape), leaf_dtype))
         self._reset_stage = HostStaging(self._obs_fields, self.device, self.staging_packed)
         self._stage: HostStaging | None = None  # built at the first step, once the info fields are known
         self._step_layout: StepLayout | None = None
@@ -242,13 +247,13 @@ class GymnasiumBackend(Backend):
         # a call that did not finish (an exception, Ctrl-C, a timeout): the sub-envs may be half-stepped,
         # and only a full reset helps
         self._guard = CallGuard("this gymnasium env")
-        claim_simulator(innermost(base.envs[0]) if single else innermost(env), self)
+        claim_simulator(innermost(cast(gym.vector.SyncVectorEnv, base).envs[0]) if single else innermost(env), self)
         # last: it takes over the AsyncVectorEnv's reset/step/close (timeouts, recovery)
         self._calls = None if self._async is None else AsyncCalls(self._async, step_timeout, self.describe)
 
     def describe(self) -> str:
         base = self.env.unwrapped
-        inner = type(base.envs[0].unwrapped).__name__ if self._single else type(base).__name__
+        inner = type(cast(gym.vector.SyncVectorEnv, base).envs[0].unwrapped if self._single else base).__name__
         kind = "single env" if self._single else self.mode.name
         return f"{self.name}({inner}, {kind})"
 
@@ -318,8 +323,12 @@ class GymnasiumBackend(Backend):
         else:
             obs, _info = self._call("reset", self.env.reset, seed=seed, options=options)
         self._guard.finish()
-        self._last_obs = dict(zip(self._keys, self._reset_stage.publish(self._layout.read(obs)), strict=True))
-        return self._last_obs
+        tensors = zip(self._keys, self._reset_stage.publish(self._layout.read(obs)), strict=True)
+        last_obs = {k: t for k, t in tensors if t is not None}  # every leaf is an array: none is skipped
+        if len(last_obs) != len(self._keys):
+            raise BackendError(f"{self.describe()}: reset gave no observation for some of {self._keys}.")
+        self._last_obs = last_obs
+        return last_obs
 
     # ------------------------------------------------------------------- step
     def step(self, action: torch.Tensor) -> RawStep:

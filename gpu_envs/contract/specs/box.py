@@ -41,6 +41,9 @@ class Box(Spec):
         tensor(0, dtype=torch.uint8)
     """
 
+    dtype: torch.dtype  # always set (never None, unlike a Composite's)
+    device: torch.device
+
     def __init__(
         self,
         low: Any,

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium
 import numpy as np
@@ -118,7 +118,7 @@ class MultiDiscrete(Spec):
                 f"{tuple(nv.shape)}; pass a scalar start or one entry per nvec entry."
             ) from None
         if nv.numel():
-            _check_int_range(self.dtype, st.min().item(), (st + nv - 1).max().item(), "MultiDiscrete")
+            _check_int_range(self.dtype, int(st.min().item()), int((st + nv - 1).max().item()), "MultiDiscrete")
         self.event_shape = nv.shape
         self._nvec, self._start = nv.to(self.device), st.to(self.device)
         self._nvec_f = self._nvec.to(torch.float64)
@@ -183,7 +183,8 @@ class Binary(Spec):
     """
 
     def __init__(self, n: int | Sequence[int], dtype: Any = torch.bool, device: DeviceLike = "cpu") -> None:
-        dims = (n,) if isinstance(n, (int, np.integer)) and not isinstance(n, bool) else n
+        # a bool or non-iterable n is refused just below
+        dims = (n,) if isinstance(n, (int, np.integer)) and not isinstance(n, bool) else cast("Sequence[int]", n)
         try:
             ok = all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in dims)
         except TypeError:
@@ -215,7 +216,7 @@ class Binary(Spec):
     def _gym_space(self) -> gymnasium.spaces.Space:
         """``MultiBinary(n)`` for integer dtypes, ``Box(0, 1, shape, bool)`` for bool."""
         if self.dtype == torch.bool:
-            return gymnasium.spaces.Box(0, 1, shape=tuple(self.event_shape), dtype=np.bool_)
+            return gymnasium.spaces.Box(0, 1, shape=tuple(self.event_shape), dtype=np.bool_)  # pyright: ignore[reportCallIssue, reportArgumentType]  # gymnasium's stubs omit the bool Box it supports
         return gymnasium.spaces.MultiBinary(self.n if isinstance(self.n, int) else list(self.n))
 
     def __eq__(self, other: object) -> bool:

@@ -93,9 +93,10 @@ def check_env(env: Any, steps: int = 300, seed: int = 0, name: str | None = None
     """
     require_env_api(env, "check_env")
     steps = as_int(steps, "steps", minimum=1)
-    seed = as_seed(seed)
-    if seed is None:
+    checked_seed = as_seed(seed)
+    if checked_seed is None:
         raise InvalidArgumentError("check_env needs a seed (an int >= 0): it compares two seeded rollouts.")
+    seed = checked_seed
     if seed + 1 + math.ceil(_RESET_SAMPLES / env.num_envs) > MAX_SEED:
         raise InvalidArgumentError(
             f"check_env seed={seed} is too close to the largest seed {MAX_SEED}: it also uses the next few."
@@ -107,7 +108,7 @@ def check_env(env: Any, steps: int = 300, seed: int = 0, name: str | None = None
     title = f"check{f' {name}' if name else ''}: {where}{env.num_envs} envs on {env.device}, {steps} steps, seed {seed}"
     monitor = getattr(env, "health_monitor", None)
     # the checks below inspect every value and report; the env's own health checks would raise first
-    with monitor.paused() if hasattr(monitor, "paused") else contextlib.nullcontext():
+    with monitor.paused() if monitor is not None and hasattr(monitor, "paused") else contextlib.nullcontext():
         return _run_checks(env, steps, seed, title)
 
 

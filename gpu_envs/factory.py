@@ -178,7 +178,7 @@ def check_kwargs(plugin: Any, call: str, target: Any, kwargs: dict[str, Any]) ->
     ``call`` is ``"make"`` or ``"wrap"``; a plugin may list what it accepts with
     ``make_kwargs(env_id)`` / ``wrap_kwargs(obj)`` (None: open-ended, e.g. env kwargs).
     """
-    lister = plugin_hook(plugin, f"{call}_kwargs")
+    lister: Callable[[Any], list[str] | None] | None = plugin_hook(plugin, f"{call}_kwargs")  # OptionalPluginHooks
     accepted = lister(target) if callable(lister) else None
     if accepted is None:
         return
@@ -303,7 +303,7 @@ def make(
     check_kwargs(plugin, "make", env_id, backend_kwargs)
     if shard is not None and shard.is_distributed:
         backend_kwargs = _shard_kwargs(plugin, backend_kwargs, shard.env_index_offset(num_envs))
-    per_env = plugin_hook(plugin, "min_bytes_per_env")
+    per_env: Callable[[str], int] | None = plugin_hook(plugin, "min_bytes_per_env")  # OptionalPluginHooks
     what = f"make({env_id!r}, num_envs={num_envs}, backend={plugin.name!r})"
     need = num_envs * (per_env(env_id) if callable(per_env) else MIN_BYTES_PER_ENV)
     ensure_fits(need, device, what, "Use fewer envs (num_envs), or a device with more memory.")

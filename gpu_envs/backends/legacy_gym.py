@@ -39,7 +39,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import gymnasium
 import numpy as np
@@ -64,15 +64,19 @@ def gymnasium_space(space: Any) -> gymnasium.spaces.Space:
     """
     if isinstance(space, gymnasium.spaces.Space):
         return space
-    import gym
+    import gym.spaces
 
     spaces = gym.spaces
     if isinstance(space, spaces.Box):
-        return gymnasium.spaces.Box(space.low, space.high, space.shape, space.dtype)
+        dtype = space.dtype  # gym's Box always has one (its __init__ refuses None)
+        if dtype is None:
+            raise UnsupportedSpaceError(f"gym Box {space!r} has no dtype.")
+        return gymnasium.spaces.Box(space.low, space.high, space.shape, dtype)
     if isinstance(space, spaces.Discrete):
         return gymnasium.spaces.Discrete(int(space.n), start=int(space.start))
     if isinstance(space, spaces.MultiDiscrete):
-        return gymnasium.spaces.MultiDiscrete(space.nvec, dtype=space.dtype)
+        # gym's MultiDiscrete keeps an integer np.dtype (typed as any Space's, which may be None)
+        return gymnasium.spaces.MultiDiscrete(space.nvec, dtype=cast("np.dtype[np.integer]", space.dtype))
     if isinstance(space, spaces.MultiBinary):
         return gymnasium.spaces.MultiBinary(space.n)
     if isinstance(space, spaces.Dict):
@@ -222,7 +226,7 @@ class LegacyGymPlugin(InboundPlugin):
     def detect(self, obj: Any) -> bool:
         if not from_package(obj, self.package):  # gym's own classes, not gymnasium's
             return False
-        import gym
+        import gym.vector
 
         return isinstance(obj, (gym.Env, gym.vector.VectorEnv))
 
@@ -233,7 +237,7 @@ class LegacyGymPlugin(InboundPlugin):
                 f"{type(obj).__module__}.{type(obj).__name__}."
             )
         check_options(kwargs, _OPTIONS, "wrap(gym env)", self.name)
-        import gym
+        import gym.vector
 
         shim = GymVectorEnvShim(obj) if isinstance(obj, gym.vector.VectorEnv) else GymEnvShim(obj)
         return LegacyGymBackend(shim, device, **kwargs)

@@ -124,9 +124,10 @@ class MissionBytes(gym.ObservationWrapper):
         super().__init__(env)
         _check_mode(mode, length)
         self.mode, self.length = mode, length
-        self.keys = mission_keys(env.observation_space)
-        if self.keys:
-            self.observation_space = _encoded_space(env.observation_space, self.keys, mode, length)
+        space = env.observation_space
+        self.keys = mission_keys(space)
+        if self.keys and isinstance(space, gym.spaces.Dict):  # (mission keys are found in Dict spaces only)
+            self.observation_space = _encoded_space(space, self.keys, mode, length)
 
     def observation(self, observation: Any) -> Any:
         return _encode_obs(observation, self.keys, self.mode, self.length, batched=False) if self.keys else observation
@@ -139,8 +140,13 @@ class VectorMissionBytes(gym.vector.VectorWrapper):
         super().__init__(env)
         _check_mode(mode, length)
         self.mode, self.length = mode, length
-        self.keys = mission_keys(env.single_observation_space)
-        self.single_observation_space = _encoded_space(env.single_observation_space, self.keys, mode, length)
+        space = env.single_observation_space
+        if not isinstance(space, gym.spaces.Dict):
+            raise NotAnEnvError(
+                f"VectorMissionBytes wraps vector envs with a Dict observation space (minigrid's), got {space!r}."
+            )
+        self.keys = mission_keys(space)
+        self.single_observation_space = _encoded_space(space, self.keys, mode, length)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
 
     def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[Any, dict]:

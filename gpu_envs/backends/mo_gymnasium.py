@@ -52,7 +52,7 @@ Example::
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -179,9 +179,12 @@ class MOSameStepVectorEnv(gym.vector.SyncVectorEnv):
         obs, reward, terminated, truncated, info = venv.step(np.zeros(4, np.int64))  # reward [4, 2]
     """
 
+    gpu_envs_simulator: gym.vector.SyncVectorEnv  # set by over() only: the env it stands for
+
     def __init__(self, env_fns: Any, copy: bool = False) -> None:
         super().__init__(env_fns, copy=copy, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        self.reward_space = self.envs[0].unwrapped.reward_space
+        base: Any = self.envs[0].unwrapped  # an MO env: reward_space is mo-gymnasium's, not in gym.Env's type
+        self.reward_space = base.reward_space
         self._rewards = np.zeros((self.num_envs, *self.reward_space.shape), dtype=np.float32)
 
     @classmethod
@@ -234,10 +237,10 @@ class MOGymnasiumPlugin(InboundPlugin):
                 "argument gymnasium passes)."
             )
         _mo_vector()  # a clear error if mo-gymnasium cannot be imported
-        import mo_gymnasium
+        from mo_gymnasium.utils import make  # what mo_gymnasium.make is (re-exported without __all__)
 
         options = {k: kwargs.pop(k) for k in _OPTIONS if k in kwargs}
-        fns = [functools.partial(mo_gymnasium.make, env_id, **kwargs)] * num_envs
+        fns = [functools.partial(make, env_id, **kwargs)] * num_envs
         try:
             venv = MOSameStepVectorEnv(fns, copy=False)
         except TypeError as err:
@@ -272,7 +275,7 @@ class MOGymnasiumPlugin(InboundPlugin):
                     "MOAsyncVectorEnv), or use gpu_envs.make(id, num_envs=n) for a mo-gymnasium id."
                 )
             if type(obj) is vector.MOSyncVectorEnv:  # exactly it, no wrapper: its sub-envs stepped SAME_STEP
-                obj = MOSameStepVectorEnv.over(obj)
+                obj = MOSameStepVectorEnv.over(cast(gym.vector.SyncVectorEnv, obj))  # MOSyncVectorEnv subclasses it
             return MOGymnasiumBackend(obj, device, space, **kwargs)
         check_options(kwargs, _OPTIONS, "wrap(MO Env)", self.name)
         venv = MOSameStepVectorEnv([functools.partial(_itself, obj)], copy=False)

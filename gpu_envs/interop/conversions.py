@@ -30,7 +30,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium
 import numpy as np
@@ -106,7 +106,8 @@ class ObservationLayout:
 
     def _node(self, spec: Composite, prefix: tuple[str, ...], leaf: Callable[[Key], Any]) -> Any:
         items = {}
-        for name, child in spec.items():
+        # the top-level keys of a Composite (items() without include_nested) are str
+        for name, child in cast("list[tuple[str, Spec]]", spec.items()):
             path = (*prefix, name)
             if isinstance(child, Composite):
                 items[name] = self._node(child, path, leaf)
@@ -133,7 +134,7 @@ def host_view(tensor: torch.Tensor) -> np.ndarray:
 
 def leaf(td: Any, key: Key) -> Any:
     """``td``'s entry at ``key`` (a str or a nested tuple key), None if absent; the cheapest lookup for a str."""
-    return get_entry(td, key) if key.__class__ is str else td.get(key, None)
+    return get_entry(td, key) if type(key) is str else td.get(key, None)
 
 
 def action_tensor(actions: Any, spec: Spec, device: torch.device) -> torch.Tensor:
@@ -153,6 +154,10 @@ def action_tensor(actions: Any, spec: Spec, device: torch.device) -> torch.Tenso
             "as its action_space says)."
         )
     dtype = spec.dtype
+    if dtype is None:
+        raise ActionError(
+            f"this env's action spec {spec!r} has no single dtype (a Composite): its actions are not one tensor."
+        )
     if tensor.dtype != dtype and tensor.dtype.is_floating_point == dtype.is_floating_point:
         tensor = tensor.to(dtype)
     if not same_device(tensor.device, device):
@@ -224,18 +229,19 @@ class HostActions:
         self.single: Spec = env.single_action_spec
         self.device = torch.device(env.device)
         self.shape = tuple(self.spec.shape)
-        self.dtype: torch.dtype = self.spec.dtype
+        dtype = self.spec.dtype
+        self.dtype: torch.dtype | None = dtype  # None for a Composite action spec
         # a spec without one numpy dtype (a Composite, bfloat16) is passed to action_tensor unchecked
-        self._checked = isinstance(self.dtype, torch.dtype) and self.dtype in _NUMPY_TORCH_DTYPES
+        self._checked = isinstance(dtype, torch.dtype) and dtype in _NUMPY_TORCH_DTYPES
         self._fast_dtype: np.dtype | None = None  # no array takes the fast path of __call__
-        if not self._checked:
+        if not self._checked or dtype is None:  # (dtype is None only where it is not checked)
             return
-        self.np_dtype = numpy_dtype(self.dtype)
-        self._integer = not self.dtype.is_floating_point
+        self.np_dtype = numpy_dtype(dtype)
+        self._integer = not dtype.is_floating_point
         self._on_cpu = self.device.type == "cpu"
         self._low: Any = None  # integer bounds (scalars, or arrays of the per-env shape), when the spec has them
         self._high: Any = None
-        self._finite = isinstance(self.single, Box) and self.dtype.is_floating_point
+        self._finite = isinstance(self.single, Box) and dtype.is_floating_point
         single = self.single
         if isinstance(single, Discrete):
             self._low, self._high = single.start, single.start + single.n - 1

@@ -103,7 +103,7 @@ def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
     else:
         text = str(mode).replace("_", "").lower()
         found = next((m for m in AutoresetMode if text in (m.value.lower(), m.name.replace("_", "").lower())), None)
-    if found not in MODES.values():
+    if found is None or found not in MODES.values():
         raise AutoresetModeError(
             f"autoreset_mode={mode!r} is not available: choose 'next_step' (gymnasium's default) or 'same_step'. "
             "gpu_envs envs reset ended rows themselves, so there is no DISABLED mode."

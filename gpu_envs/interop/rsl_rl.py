@@ -52,7 +52,7 @@ Example::
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -297,21 +297,22 @@ class _RslRlBootstrap:
 
     def __call__(self, obs: TensorDict, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
         alg, vec = self.alg, self.vec
-        if vec.final_observations is None:  # a step of another env, or none yet: nothing to add
+        final, exact = vec.final_observations, vec.exact_time_outs  # set together by vec.step (exact first)
+        if final is None or exact is None:  # a step of another env, or none yet: nothing to add
             return self.original(obs, rewards, dones, extras)
         device = rewards.device
         critic = alg.critic
         hidden = critic.get_hidden_state()
-        values = critic(vec.final_observations.to(device)).detach().reshape(rewards.shape)
+        values = critic(final.to(device)).detach().reshape(rewards.shape)
         critic.reset(hidden_state=hidden)
-        bonus = torch.where(vec.exact_time_outs.to(device), alg.gamma * values, torch.zeros_like(values))
+        bonus = torch.where(exact.to(device), alg.gamma * values, torch.zeros_like(values))
         vec.final_observations = None
         return self.original(obs, rewards + bonus, dones, extras)
 
 
 def _group_names(spec: Composite) -> dict[str, str]:
     """rsl_rl group name -> env key: a lone ``"observation"`` becomes ``"policy"``, groups stay as they are."""
-    keys = list(spec.keys())
+    keys = cast("list[str]", spec.keys())  # top-level keys (no include_nested) are str
     if keys == ["observation"]:
         return {DEFAULT_GROUP: "observation"}
     return {key: key for key in keys}

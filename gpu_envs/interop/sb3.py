@@ -32,7 +32,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -291,7 +291,8 @@ class SB3VecEnv(vec_env.VecEnv):
         """Each env's ``rgb_array`` frame (``render()``): the sub-envs' renders, or the built-in envs' drawing of the
         current observations."""
         sim = simulator_of(self.env)
-        draw = getattr(sim, "render_observations", None)
+        # the built-in envs' render_observations(obs) -> a uint8 tensor of frames
+        draw: Callable[[Any], Any] | None = getattr(sim, "render_observations", None)
         if callable(draw) and self._root is not None:
             frames = draw(leaf(self._root, "observation"))
             return list(frames.cpu().numpy())

@@ -62,7 +62,7 @@ import gymnasium
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gpu_envs.contract.errors import InvalidArgumentError
+from gpu_envs.contract.errors import InvalidArgumentError, ResetNeededError
 from gpu_envs.contract.specs import Composite
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
 from gpu_envs.interop.conversions import require_env, reshaped_action_tensor, simulator_of
@@ -135,17 +135,26 @@ class SkrlEnv(skrl_wrappers.Wrapper):
     def reset(self) -> tuple[torch.Tensor, dict[str, Any]]:
         """Reset every env on the first call; later calls return the current observations."""
         if self._root is None:
-            self._read(self.env.reset())
-        return self._observations, {}
+            return self._read(self.env.reset()), {}
+        observations = self._observations
+        if observations is None:  # _read sets both: only a failed first read leaves a root without them
+            raise ResetNeededError(
+                "the skrl adapter has no observations (reading its first reset failed): build a new one with to_skrl."
+            )
+        return observations, {}
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any]:
         """Step every env; returns the next observations (post-reset where an episode ended) and ``[N, 1]`` signals."""
-        if self._root is None:
+        current = self._root
+        if current is None:
             self.reset()
+            current = self._root
+            if current is None:  # reset reads a root, or raises
+                raise ResetNeededError("the skrl adapter has no current root after reset().")
         actions = reshaped_action_tensor(actions, self.env.action_spec, self.device)
-        td = self._root.set("action", actions)
+        td = current.set("action", actions)
         td, root = self.env.step_and_maybe_reset(td)
-        self._read(root)
+        observations = self._read(root)
         nxt = td.get("next")
         if self._bootstrap:
             self._read_final(nxt, root)
@@ -155,7 +164,7 @@ class SkrlEnv(skrl_wrappers.Wrapper):
             infos["log"] = log
         n = self._n
         reward, terminated, truncated = (nxt.get(key).view(n, 1) for key in ("reward", "terminated", "truncated"))
-        return self._observations, reward, terminated, truncated, infos
+        return observations, reward, terminated, truncated, infos
 
     def state(self) -> torch.Tensor | None:
         """The ``"critic"`` group, flattened ``[N, size]``, for envs that have one; else None."""
@@ -207,7 +216,7 @@ class SkrlEnv(skrl_wrappers.Wrapper):
         """The true next observations (and states) of this step, flattened as skrl reads them."""
         final = TensorDict({key: final_observation(nxt, root, key) for key in self._leaves()}, batch_size=[self._n])
         self.final_observations = self._flat(self._observation_space, self._obs_key, final)
-        if self._state_key is not None:
+        if self._state_space is not None:  # (set with _state_key, by _observation_layout)
             self.final_states = self._flat(self._state_space, self._state_key, final)
 
     def _leaves(self) -> list[Any]:
@@ -216,11 +225,13 @@ class SkrlEnv(skrl_wrappers.Wrapper):
             keys.append(self._state_key)
         return list(dict.fromkeys(keys))
 
-    def _read(self, root: TensorDictBase) -> None:
+    def _read(self, root: TensorDictBase) -> torch.Tensor:
+        """Read ``root``'s observations (and states); returns the observations."""
         self._root = root
-        self._observations = self._flat(self._observation_space, self._obs_key, root)
-        if self._state_key is not None:
+        observations = self._observations = self._flat(self._observation_space, self._obs_key, root)
+        if self._state_space is not None:  # (set with _state_key, by _observation_layout)
             self._states = self._flat(self._state_space, self._state_key, root)
+        return observations
 
     @staticmethod
     def _flat(space: gymnasium.Space, key: Any, root: TensorDictBase) -> torch.Tensor:

@@ -48,13 +48,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError
-from gpu_envs.contract.specs import Box
+from gpu_envs.contract.specs import Box, Composite
 from gpu_envs.contract.specs.env_specs import require_scalar_reward
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.utils.arguments import as_bool
@@ -157,7 +157,8 @@ class EpisodeStats(Transform):
         self._synced = torch.zeros(3, dtype=torch.float64, device=dev)
         if not self.emit:
             return specs
-        info = specs.info_spec.to(dev)
+        # Spec.to keeps the class: a Composite's copy is a Composite
+        info = cast(Composite, specs.info_spec.to(dev))
         info["episode_return"] = Box(-math.inf, math.inf, (1,), torch.float32, device=dev)
         info["episode_length"] = Box(0, math.inf, (1,), torch.int64, device=dev)
         return specs.replace(info_spec=info)

@@ -34,13 +34,13 @@ and next to the raw rewards (as ``EpisodeStats``) for raw returns.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import ActionError, InvalidArgumentError
-from gpu_envs.contract.specs import Binary
+from gpu_envs.contract.specs import Binary, Composite
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.episode_stats import EpisodeStats, EpisodeSummary, row_mask
 
@@ -81,7 +81,8 @@ class EvalRows(Transform):
         self._mask = mask.to(dev).view(n, 1)
         self._action_rank = len(specs.action_spec.shape)
         self.stats.setup(specs)
-        info = specs.info_spec.to(dev)
+        # Spec.to keeps the class: a Composite's copy is a Composite
+        info = cast(Composite, specs.info_spec.to(dev))
         info["eval_row"] = Binary(1, device=dev)
         return specs.replace(info_spec=info)
 

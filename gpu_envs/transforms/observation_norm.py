@@ -45,12 +45,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError, SpecError
-from gpu_envs.contract.specs import Box
+from gpu_envs.contract.specs import Box, Composite
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.utils.arguments import as_bool, as_number
 
@@ -127,16 +128,17 @@ class ObservationNorm(Transform):
         frozen: bool = False,
     ) -> None:
         super().__init__()
-        if isinstance(keys, (str, tuple)):
-            keys = [keys]
-        if keys is not None:
-            keys = list(keys) if isinstance(keys, (list, set, frozenset)) else keys
-            if not isinstance(keys, list) or not keys or not all(_is_key(k) for k in keys):
+        given: Any = keys  # checked below: one key, a list of keys, or None
+        if isinstance(given, (str, tuple)):
+            given = [given]
+        if given is not None:
+            given = list(given) if isinstance(given, (list, set, frozenset)) else given
+            if not isinstance(given, list) or not given or not all(_is_key(k) for k in given):
                 raise InvalidArgumentError(
                     f"ObservationNorm keys must be an observation key (a string, or a tuple of strings for nested "
-                    f"entries), a list of them, or None (every float key); got {keys!r}."
+                    f"entries), a list of them, or None (every float key); got {given!r}."
                 )
-        self._requested = None if keys is None else keys
+        self._requested: list[Key] | None = None if given is None else given
         self.eps = as_number(eps, "ObservationNorm eps", minimum=0.0, strict_minimum=True, allow_inf=False)
         self.clip = None if clip is None else as_number(clip, "ObservationNorm clip", minimum=0.0, strict_minimum=True)
         self.frozen = as_bool(frozen, "ObservationNorm frozen")
@@ -159,7 +161,8 @@ class ObservationNorm(Transform):
                     raise SpecError(
                         f"ObservationNorm key {key!r} is not an observation key; available: {list(leaves)}."
                     )
-                if not leaves[key].dtype.is_floating_point:
+                dtype = leaves[key].dtype
+                if dtype is None or not dtype.is_floating_point:
                     raise SpecError(
                         f"ObservationNorm key {key!r} has dtype {leaves[key].dtype}; only floating-point "
                         "observations can be normalised."
@@ -169,7 +172,7 @@ class ObservationNorm(Transform):
         f64 = {"dtype": torch.float64, "device": dev}
         self._count, self._mean, self._m2, self._loc, self._scale, self._view = {}, {}, {}, {}, {}, {}
         self._synced: dict[Key, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-        obs_spec = specs.observation_spec.to(dev)
+        obs_spec = cast(Composite, specs.observation_spec.to(dev))  # Spec.to keeps the class (a Composite)
         bound = math.inf if self.clip is None else self.clip
         for key in self.keys:
             leaf = leaves[key]

@@ -151,7 +151,8 @@ def gif_bytes(frames: Any, fps: float) -> bytes:
 
 def add_gif_summary(writer: Any, tag: str, frames: Any, step: int, fps: float) -> None:
     """Add ``frames`` to a ``torch.utils.tensorboard.SummaryWriter`` as an animated image under ``tag``."""
-    from tensorboard.compat.proto.summary_pb2 import Summary
+    # protobuf builds Summary at import time: the checker cannot see it in the generated module
+    from tensorboard.compat.proto.summary_pb2 import Summary  # pyright: ignore[reportAttributeAccessIssue]
 
     data = to_frames(frames)
     image = Summary.Image(

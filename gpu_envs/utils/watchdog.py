@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
+from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.utils.arguments import optional_seconds
 
 __all__ = ["Watchdog", "watchdog"]
@@ -105,22 +106,25 @@ class Watchdog:
         return self.file if self.file is not None else sys.stderr
 
     def _run(self) -> None:
-        tick = min(1.0, self.seconds / 4)
+        seconds = self.seconds
+        if seconds is None:  # (Watchdog(None)): no limit to watch
+            raise InvalidArgumentError("Watchdog needs seconds (a number > 0) to watch calls, got None.")
+        tick = min(1.0, seconds / 4)
         while not self._stop.wait(tick):
             # backstop for a GIL that is never released: a C-level timer, pushed further each tick
             with contextlib.suppress(Exception):
-                faulthandler.dump_traceback_later(self.seconds + 2 * tick, file=self._out(), exit=False)
+                faulthandler.dump_traceback_later(seconds + 2 * tick, file=self._out(), exit=False)
             call, since = self._call, self._since
             if call is None or since == self._dumped_since:
                 continue
             running = time.monotonic() - since
-            if running > self.seconds:
+            if running > seconds:
                 self._dumped_since = since
                 self.dumps += 1
                 out = self._out()
                 out.write(
                     f"\ngpu_envs watchdog: {call} has been running for {running:.1f} s "
-                    f"(watchdog_s={self.seconds:g}); it may be hung. Stacks of every thread:\n"
+                    f"(watchdog_s={seconds:g}); it may be hung. Stacks of every thread:\n"
                 )
                 out.flush()
                 faulthandler.dump_traceback(file=out, all_threads=True)

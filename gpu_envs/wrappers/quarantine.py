@@ -48,14 +48,14 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gpu_envs.contract.errors import BackendError, InvalidArgumentError
+from gpu_envs.contract.errors import BackendError, InvalidArgumentError, SpecError
 from gpu_envs.contract.keys import NEXT, QUARANTINED
-from gpu_envs.contract.specs import Binary
+from gpu_envs.contract.specs import Binary, Composite
 from gpu_envs.core.snapshot import row_indices
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.transformed_env import TransformedEnv
@@ -90,9 +90,12 @@ class QuarantineMarks(Transform):
         self.float_keys = [
             key
             for key, spec in specs.observation_spec.items(include_nested=True, leaves_only=True)
-            if spec.dtype.is_floating_point
+            if spec.dtype is not None and spec.dtype.is_floating_point  # (a leaf always has a dtype)
         ]
-        self.reward_is_float = specs.reward_spec.dtype.is_floating_point
+        reward_dtype = specs.reward_spec.dtype
+        if reward_dtype is None:
+            raise SpecError(f"Quarantine needs a single-tensor reward, got the reward spec {specs.reward_spec!r}.")
+        self.reward_is_float = reward_dtype.is_floating_point
         obs = specs.observation_spec.zero((n,))
         action = specs.action_spec.zero((n,))
         if not isinstance(action, torch.Tensor):
@@ -113,7 +116,8 @@ class QuarantineMarks(Transform):
         # rows whose fresh observation was not finite: their next transition is quarantined
         self.pending = torch.zeros(n, 1, dtype=torch.bool, device=dev)
         self.at_reset = torch.zeros(n, dtype=torch.bool, device=dev)  # the last record is of a reset
-        info = specs.info_spec.to(dev)
+        # Spec.to keeps the class: a Composite's copy is a Composite
+        info = cast(Composite, specs.info_spec.to(dev))
         info["quarantined"] = Binary(1, device=dev)
         return specs.replace(info_spec=info)
 
@@ -243,7 +247,7 @@ class Quarantine(TransformedEnv):
             raise_after = as_int(raise_after, "raise_after (or None)", minimum=1)
         backend = getattr(env, "backend", None)
         capabilities = getattr(backend, "capabilities", None)
-        if capabilities is not None and not capabilities.partial_reset:
+        if backend is not None and capabilities is not None and not capabilities.partial_reset:
             raise InvalidArgumentError(
                 f"Quarantine resets single rows, and the {backend.describe()} backend cannot reset a subset of its "
                 "envs. Use a backend that accepts a reset mask (built-in, torch with supports_reset_mask, gymnasium, "
@@ -289,7 +293,7 @@ class Quarantine(TransformedEnv):
         mask = None if td is None else td.get("_reset", None)
         if mask is None:
             self.check()  # a full reset: the host waits anyway
-        elif self._served is not None and _bool_mask_of(mask, self.num_envs):
+        elif td is not None and self._served is not None and _bool_mask_of(mask, self.num_envs):  # (td holds mask)
             td = td.clone(recurse=False)  # (a bad mask goes down unchanged, for the env's own error)
             td.set("_reset", mask.reshape(self.num_envs, 1).to(self.device) & ~self._served)
         root = super().reset(seed=seed, td=td)

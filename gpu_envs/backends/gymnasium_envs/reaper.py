@@ -32,6 +32,8 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+from collections.abc import Sequence
+from typing import IO, cast
 
 __all__ = ["Reaper", "start_reaper"]
 
@@ -72,9 +74,11 @@ class Reaper:
         process, self.process = self.process, None
         if process is None:
             return
+        # start_reaper opens the process with stdin=PIPE: its stdin is that pipe, never None
+        stdin = cast(IO[bytes], process.stdin)
         with contextlib.suppress(OSError, ValueError):
-            process.stdin.write(b"release")
-            process.stdin.close()
+            stdin.write(b"release")
+            stdin.close()
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -86,11 +90,15 @@ class Reaper:
         return None if self.process is None else self.process.pid
 
 
-def start_reaper(pids: list[int]) -> Reaper | None:
-    """A :class:`Reaper` killing ``pids`` when this process dies, or None where it cannot (not Linux, no ``/proc``)."""
+def start_reaper(pids: Sequence[int | None]) -> Reaper | None:
+    """A :class:`Reaper` killing ``pids`` when this process dies, or None where it cannot (not Linux, no ``/proc``,
+    a process not started: a None pid)."""
     if not sys.platform.startswith("linux"):
         return None
-    wanted = [(pid, start_time(pid)) for pid in pids]
+    known = [pid for pid in pids if pid is not None]
+    if len(known) != len(pids):  # a process without a pid has no /proc entry to watch
+        return None
+    wanted = [(pid, start_time(pid)) for pid in known]
     if not wanted or any(start is None for _, start in wanted):
         return None
     try:

@@ -144,8 +144,10 @@ def shutdown_async(env: gym.vector.AsyncVectorEnv) -> None:
     for process in env.processes:
         if process.is_alive():
             process.terminate()
-            with contextlib.suppress(OSError, TypeError):
-                os.kill(process.pid, signal.SIGCONT)
+            pid = process.pid  # None only for a process never started (nothing to continue)
+            if pid is not None:
+                with contextlib.suppress(OSError, TypeError):
+                    os.kill(pid, signal.SIGCONT)
     deadline = time.monotonic() + 5
     for process in env.processes:
         process.join(timeout=max(deadline - time.monotonic(), 0.1))

@@ -32,14 +32,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from gpu_envs.backends.base import Backend, Capabilities, RawStep
 from gpu_envs.backends.gymnasium_envs.info import InfoSpec
-from gpu_envs.backends.layout import StepLayout
+from gpu_envs.backends.layout import Field, StepLayout
 from gpu_envs.backends.ray import cluster
 from gpu_envs.backends.ray.worker import StepResult
 from gpu_envs.contract.errors import (
@@ -47,10 +47,11 @@ from gpu_envs.contract.errors import (
     ClosedEnvError,
     InvalidArgumentError,
     StepTimeoutError,
+    UnsupportedSpaceError,
 )
 from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
-from gpu_envs.contract.specs import Composite, numpy_dtype
+from gpu_envs.contract.specs import Composite, Spec, numpy_dtype
 from gpu_envs.utils.arguments import as_int
 from gpu_envs.utils.arrays import HostStaging, RowBlocks
 from gpu_envs.utils.call_guard import CallGuard
@@ -75,6 +76,14 @@ def _positive(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise InvalidArgumentError(f"{name} must be a number of seconds > 0, got {value!r}.")
     return float(value)
+
+
+def _field(n: int, spec: Spec, what: str) -> Field:
+    """``((n, *shape), dtype)`` of a leaf spec (a leaf always has a dtype: only a Composite has none)."""
+    dtype = spec.dtype
+    if dtype is None:
+        raise UnsupportedSpaceError(f"the Ray workers' {what} has no single dtype ({spec!r}).")
+    return (n, *spec.shape), dtype
 
 
 @dataclass(frozen=True)
@@ -176,7 +185,7 @@ class RayBackend(Backend):
         self.action_spec = first["action_spec"].to(self.device)
         self.reward_spec = None if first["reward_spec"] is None else first["reward_spec"].to(self.device)
         self.info_spec = InfoSpec({}, device=self.device)
-        self._obs_fields = [((n, *self.observation_spec[k].shape), self.observation_spec[k].dtype) for k in self._keys]
+        self._obs_fields = [_field(n, self.observation_spec[k], f"observation {k!r}") for k in self._keys]
         self._reset_stage = HostStaging(self._obs_fields, self.device, self.staging_packed)
         self._stage: HostStaging | None = None
         self._info_keys: list = []
@@ -270,7 +279,8 @@ class RayBackend(Backend):
 
     def _publish_obs(self) -> ObsDict:
         blocks = [RowBlocks(self._last_obs[w.index][k] for w in self.workers) for k in range(len(self._keys))]
-        return dict(zip(self._keys, self._reset_stage.publish(blocks), strict=True))
+        # every value is a RowBlocks (none skipped): publish gives a tensor for each key
+        return cast(ObsDict, dict(zip(self._keys, self._reset_stage.publish(blocks), strict=True)))
 
     # ------------------------------------------------------------------- step
     def step(self, action: torch.Tensor) -> RawStep:
@@ -285,8 +295,9 @@ class RayBackend(Backend):
             host = self._action_host.numpy()
         calls = [(w, w.actor.step.remote(host[w.start : w.stop])) for w in self.workers]
         results: list[StepResult] = self._gather("step", calls)
-        if self._stage is None:
-            self._build_step_stage()
+        stage = self._stage
+        if stage is None:
+            stage = self._build_step_stage()
         for w, r in zip(self.workers, results, strict=True):
             self._last_obs[w.index] = r.obs
         k = len(self._keys)
@@ -305,7 +316,7 @@ class RayBackend(Backend):
                 for key in self._info_keys
             ],
         )
-        raw = layout.unpack(self._stage.publish(values), obs_are_final=final is None)
+        raw = layout.unpack(stage.publish(values), obs_are_final=final is None)
         self._guard.finish()
         return raw
 
@@ -337,7 +348,7 @@ class RayBackend(Backend):
             zeros = self._zeros[(w.index, key)] = np.zeros((w.stop - w.start, *leaf.shape), numpy_dtype(leaf.dtype))
         return zeros
 
-    def _build_step_stage(self) -> None:
+    def _build_step_stage(self) -> HostStaging:
         """Fields of every step, once: the union of the info entries the workers discovered."""
         specs = self._ray.get([w.actor.info_spec.remote() for w in self.workers], timeout=self.step_timeout)
         for spec in specs:
@@ -360,9 +371,10 @@ class RayBackend(Backend):
             n,
             reward_shape=reward_shape,
             final_mask=(n,),
-            info={key: ((n, *self.info_spec[key].shape), self.info_spec[key].dtype) for key in self._info_keys},
+            info={key: _field(n, self.info_spec[key], f"info entry {key!r}") for key in self._info_keys},
         )
         self._stage = HostStaging(self._step_layout.fields, self.device, self.staging_packed)
+        return self._stage
 
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:

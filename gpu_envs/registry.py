@@ -161,7 +161,8 @@ def plugins(order: tuple[str, ...]) -> list[BackendPlugin]:
 def owner_of(env_id: str) -> str | None:
     """The backend that alone may make ``env_id`` (its plugin claims it), or None."""
     for name in CLAIMING:
-        if name in _MODULES and _module_exists(name) and get_plugin(name).claims(env_id):
+        claims = plugin_hook(get_plugin(name), "claims") if name in _MODULES and _module_exists(name) else None
+        if callable(claims) and claims(env_id):
             return name
     return None
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up .venv with the test extras (pinned versions) and run every test tier:
-#   1. ruff over the sources (lint, then `ruff format --check`), basedpyright over gpu_envs/ (types: scripts/type_check.sh, a ratchet on the error count until it is 0),
+#   1. ruff over the sources (lint, then `ruff format --check`), basedpyright over gpu_envs/ (types: scripts/type_check.sh, 0 errors),
 #   2. the main suite (Python 3.11: contract, oracles, fakes, JAX on CPU, CLI, ...), slow
 #      tests included (a plain `pytest` leaves them out: see [tool.pytest.ini_options]),
 #   3. the real Isaac Lab tier (Python 3.12 venv, built once in a cache folder outside

@@ -281,10 +281,13 @@ class IsaacLabBackend(Backend):
 
     def _watch(self, call: str, obs: ObsDict) -> ObsDict:
         """While deciding whether the task rewrites its observations: copies out, storages remembered."""
-        if self._reuse.reused(call, list(obs.values())):
+        reuse = self._reuse
+        if reuse is None:  # decided already: the caller copies (copy_obs) or passes obs on as they are
+            return obs
+        if reuse.reused(call, list(obs.values())):
             self.copy_obs = True
         out = {key: value.clone() for key, value in obs.items()}
-        if self.copy_obs or not self._reuse.deciding:
+        if self.copy_obs or not reuse.deciding:
             self._reuse = None
         return out
 

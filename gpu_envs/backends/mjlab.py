@@ -200,9 +200,10 @@ class MjlabBackend(Backend):
         self.base = base
         self.num_envs = as_int(base.num_envs, f"{type(base).__name__}.num_envs", minimum=1)
         self.device = self._check_device(device)
-        self.observation_spec = _spec(base.single_observation_space, self.device, "single_observation_space")
-        if not isinstance(self.observation_spec, Composite):
-            self.observation_spec = Composite({"observation": self.observation_spec}, device=self.device)
+        obs_spec = _spec(base.single_observation_space, self.device, "single_observation_space")
+        self.observation_spec = (
+            obs_spec if isinstance(obs_spec, Composite) else Composite({"observation": obs_spec}, device=self.device)
+        )
         self.action_spec = _spec(base.single_action_space, self.device, "single_action_space")
         self.info_spec = Composite({}, device=self.device)
         self.copy_obs = copy_obs is True  # None: decided by the first calls (_watch)
@@ -210,7 +211,7 @@ class MjlabBackend(Backend):
         self._flat = all(isinstance(key, str) for key in self._keys)
         self._reuse = None if copy_obs is not None else ReuseDetector(self.describe(), refuse=False)
         self._last_obs: ObsDict | None = None
-        self.extras: dict = {}
+        self.extras: Mapping = {}
         self.episode_log: dict = {}
         claim_simulator(base, self)
         # Exact: from here on mjlab's step returns the observation each episode ended in;

@@ -98,6 +98,9 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
     # the physical constants set_params can change per row, named as gymnasium's env names its attributes,
     # with gymnasium's values (gpu_envs.builtin.params)
     param_defaults: ClassVar[dict[str, float]] = {}
+    # set by a subclass's _build: its default reset bounds and the step's pool of reset draws
+    _reset_bounds: Any
+    _step_draws: Any
 
     def __init__(
         self,

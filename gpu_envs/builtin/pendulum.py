@@ -37,6 +37,7 @@ from gpu_envs.builtin import native
 from gpu_envs.builtin.base import BatchedTorchEnv, native_allowed
 from gpu_envs.builtin.draw_pool import DrawPool
 from gpu_envs.builtin.render import render_pendulum
+from gpu_envs.contract.errors import BackendError
 
 __all__ = ["PendulumEnv"]
 
@@ -277,8 +278,11 @@ class PendulumEnv(BatchedTorchEnv):
         angles, thdot = self._native_angles, self._native_thdot
         a = self._native_args
         # counted first, as CounterRNG.advance counts: interrupted after, the draw pool refills early, never late
+        kernel = self._native
+        if kernel is None:  # (only called where _advance found the kernel)
+            raise BackendError(f"{type(self).__name__}: the native step ran without its kernel.")
         self._rng.count_advance()  # the kernel advances the counters of the rows that end
-        self._native(
+        kernel(
             n, self._state.data_ptr(), sin.data_ptr(), angle.data_ptr(), action.data_ptr(), *a,
             reward.data_ptr(), terminated.data_ptr(), truncated.data_ptr(), thdot.data_ptr(), angles.data_ptr(),
         )  # fmt: skip

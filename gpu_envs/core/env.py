@@ -67,7 +67,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -422,9 +422,10 @@ class BatchedEnv(BatchedSpecs):
         the root observations are stored as copies (handed-out roots are never written)."""
         check_state(state, "BatchedEnv")
         refuse_stale(state, self._state_token, self._path.stamp, "BatchedEnv")
-        roots = {name: state.get(name) for name in self._root_names.values()}
+        roots: dict[str, torch.Tensor] = {}
+        obs_spec = cast(Composite, self.observation_spec)  # an env's observation spec is always a Composite
         for key, name in self._root_names.items():
-            value, spec = roots[name], self.observation_spec[key]
+            value, spec = state.get(name), obs_spec[key]
             if not isinstance(value, torch.Tensor):
                 raise InvalidArgumentError(f"BatchedEnv.load_live_state: {name!r} is missing or not a tensor.")
             if value.shape != spec.shape or value.dtype != spec.dtype or not same_device(value.device, self.device):
@@ -433,6 +434,7 @@ class BatchedEnv(BatchedSpecs):
                     f"{self.device} (this env's observations), got {tuple(value.shape)} {value.dtype} on "
                     f"{value.device}; pass a live_state() of an env built like this one."
                 )
+            roots[name] = value
         self.backend.load_live_state(under("backend", state))
         path = self._path
         path.root_obs = {key: roots[name].clone() for key, name in self._root_names.items()}

@@ -339,6 +339,7 @@ class StepPath:
     def action_of(self, td: TensorDictBase) -> torch.Tensor:
         """``td["action"]``, checked (metadata; values where bound), before anything moves."""
         entries = fast_entries(td)
+        action: Any  # whatever td holds: check_action refuses all but a tensor
         if entries is not None:  # a plain TensorDict: its own entries, read without tensordict's dispatch
             action = entries.get("action")
             if not is_compiling():  # dated inputs: host bookkeeping, left out of compiled chunks (module docstring)
@@ -356,7 +357,7 @@ class StepPath:
         self.check_action(action)
         return action
 
-    def check_action(self, action: torch.Tensor) -> None:
+    def check_action(self, action: Any) -> None:
         """Step 2 of every step: the action's metadata (type, shape, dtype, device), and its values where bound."""
         validator = self.validator
         if (
@@ -417,6 +418,7 @@ class StepPath:
         out = self.advance(action)
         raw, next_obs, call = out.raw, out.next_obs, out.call
         dated = call is not None  # host integers a compiled chunk would guard on and recompile on (module docstring)
+        number = 0
         if dated:
             self.stamp = number = self.stamp + 1
             marker = self._next_marker

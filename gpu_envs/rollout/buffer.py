@@ -34,7 +34,6 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -47,7 +46,7 @@ from gpu_envs.utils.arguments import as_int
 from gpu_envs.utils.devices import normalize_device
 from gpu_envs.utils.memory import ensure_fits
 from gpu_envs.utils.tensordicts import entries, is_non_tensor
-from gpu_envs.utils.torch_internals import foreach_copy
+from gpu_envs.utils.torch_internals import TensorList, foreach_copy
 
 __all__ = ["PARALLEL_COPY_ELEMENTS", "RolloutBuffer", "check_steps", "leaf_keys", "word_dtype"]
 
@@ -117,7 +116,10 @@ def _spec_layout(env: Any) -> dict:
 
     def leaves(spec: Any) -> list:
         items = getattr(spec, "items", None)
-        return list(items(True, True)) if callable(items) else []
+        if not callable(items):
+            return []
+        pairs: Any = items(True, True)  # (key, spec) pairs of a Composite
+        return list(pairs)
 
     try:
         obs = [(_key(k), s.shape, s.dtype) for k, s in leaves(env.single_observation_spec)]
@@ -230,7 +232,7 @@ class RolloutBuffer:
             sources = self._checked_sources(nodes, check_devices=check_keys)
         self.write_values(t, sources)
 
-    def write_values(self, t: int, values: Sequence[torch.Tensor]) -> None:
+    def write_values(self, t: int, values: TensorList) -> None:
         """Copy ``values`` (one tensor per key of :attr:`keys`, in that order, shapes and dtypes as laid out) into column ``t``.
 
         What :meth:`write` does once it has the transition's tensors, for a loop that

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -104,7 +104,7 @@ def fused_writer(env: Any, buffer: RolloutBuffer) -> Callable[[int], None] | Non
     values_for = getattr(env, "transition_values", None)
     if not callable(values_for) or not buffer.bound:
         return None
-    values = values_for(buffer.keys)
+    values: Any = values_for(buffer.keys)
     if values is None:
         return None
     sample = env.action_spec.sampler(generator=env.generator)
@@ -222,8 +222,10 @@ def collecting(env: Any) -> contextlib.AbstractContextManager[None]:
     The monitor's steps kept before (a hand-written loop) are scanned first, so steps
     keep their order. Envs without a monitor get a context that does nothing.
     """
-    monitor = getattr(env, "health_monitor", None)
-    return monitor.collecting() if hasattr(monitor, "collecting") else contextlib.nullcontext()
+    collecting_of = getattr(getattr(env, "health_monitor", None), "collecting", None)
+    if not callable(collecting_of):
+        return contextlib.nullcontext()
+    return cast("contextlib.AbstractContextManager[None]", collecting_of())  # HealthMonitor.collecting
 
 
 def check_health_after(env: Any, data: TensorDictBase, call: str) -> None:

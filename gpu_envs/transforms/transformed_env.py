@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -93,7 +93,7 @@ class TransformedEnv(BatchedSpecs):
             specs = t.setup(specs)
         health = getattr(env, "check_health", None)
         for t in self.transforms:
-            t.check_health = health if callable(health) else None
+            t.check_health = cast("Callable[[], None]", health) if callable(health) else None
         self._set_specs(specs.observation_spec, specs.action_spec, specs.reward_spec, specs.done_spec, specs.info_spec)
         self._inverting = [t for t in reversed(self.transforms) if type(t).inv is not Transform.inv]
         self._all_rows = torch.ones(env.num_envs, 1, dtype=torch.bool, device=env.device)
@@ -187,8 +187,8 @@ class TransformedEnv(BatchedSpecs):
         count the steps before the reset into the next episode. One missed reset restarts
         the rows it reset; several restart every row.
         """
-        count = self.env.reset_count
-        rows = self.env.last_reset_rows if count == self._seen_resets + 1 else None
+        count, seen = self.env.reset_count, self._seen_resets
+        rows = self.env.last_reset_rows if seen is not None and count == seen + 1 else None
         mask = self._all_rows if rows is None else rows
         root = self.env.root()
         for t in self.transforms:

@@ -22,18 +22,20 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from torch.utils import _python_dispatch
 
-__all__ = ["dispatch_mode_active", "foreach_copy", "version_counter"]
+__all__ = ["TensorList", "dispatch_mode_active", "foreach_copy", "version_counter"]
 
-_foreach_copy = torch._foreach_copy_
+# (private in torch's stubs: this module is the one place that reads torch's internals, test_layers' FOREIGN_PRIVATE)
+_foreach_copy = torch._foreach_copy_  # pyright: ignore[reportPrivateImportUsage]
 _current_dispatch_mode = _python_dispatch._get_current_dispatch_mode
 
 
-def foreach_copy(targets: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]) -> None:
+TensorList = list[torch.Tensor] | tuple[torch.Tensor, ...]  # what torch's foreach ops take
+
+
+def foreach_copy(targets: TensorList, sources: TensorList) -> None:
     """``targets[i].copy_(sources[i])`` for every ``i``, in one dispatch (``torch._foreach_copy_``)."""
     _foreach_copy(targets, sources)
 

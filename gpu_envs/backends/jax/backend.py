@@ -212,7 +212,10 @@ class JaxBackend(Backend):
         # the step's outputs in RawStep's order, named once (observations, reward, flags [N, 1],
         # final observations, info): packed inside jit, found again by name on the torch side
         self._step_layout = StepLayout(
-            {key: ((n, *self.observation_spec[key].shape), self.observation_spec[key].dtype) for key in self._obs_keys},
+            {
+                key: ((n, *self.observation_spec[key].shape), _dtype(self.observation_spec[key]))
+                for key in self._obs_keys
+            },
             n,
             info={key: ((n, *spec.shape), spec.dtype) for key, spec in info_specs.items()},
         )
@@ -220,7 +223,7 @@ class JaxBackend(Backend):
         self._layout = PackedLayout(leaves)
 
     def _jax_action_dtype(self) -> Any:
-        return np.dtype(numpy_dtype(jax_dtype_for(self.action_spec.dtype)))
+        return np.dtype(numpy_dtype(jax_dtype_for(_dtype(self.action_spec))))
 
     # ------------------------------------------------------------- traced bodies
     def _obs_leaves(self, tree: Any) -> list:
@@ -301,7 +304,7 @@ class JaxBackend(Backend):
         leaves, treedef = jax.tree_util.tree_flatten(self._carry)
         for i, leaf in enumerate(leaves):
             if (
-                jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+                jax.numpy.issubdtype(leaf.dtype, jax.dtypes.prng_key)  # (jax.dtypes does not export it)
                 or leaf.ndim == 0
                 or leaf.shape[0] != self.num_envs
             ):
@@ -349,3 +352,11 @@ def _nest(flat: dict) -> dict:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
     return nested
+
+
+def _dtype(spec: Any) -> torch.dtype:
+    """A leaf spec's dtype (only a Composite has none: an observation or action leaf always has one)."""
+    dtype = spec.dtype
+    if dtype is None:
+        raise ObservationError(f"{spec!r} is not one array (no single dtype): a JAX env's leaves each have one.")
+    return dtype

@@ -53,19 +53,10 @@ from tensordict import TensorDictBase
 from gpu_envs.contract.errors import InvalidArgumentError, SpecError
 from gpu_envs.contract.specs import Box, Composite
 from gpu_envs.transforms.base import EnvSpecs, Transform
+from gpu_envs.transforms.keys import Key, is_key, next_key
 from gpu_envs.utils.arguments import as_bool, as_number
 
 __all__ = ["ObservationNorm"]
-
-Key = str | tuple[str, ...]
-
-
-def _next(key: Key) -> tuple[str, ...]:
-    return ("next", *key) if isinstance(key, tuple) else ("next", key)
-
-
-def _is_key(key: object) -> bool:
-    return isinstance(key, str) or (isinstance(key, tuple) and bool(key) and all(isinstance(k, str) for k in key))
 
 
 def _name(key: Key) -> str:
@@ -133,7 +124,7 @@ class ObservationNorm(Transform):
             given = [given]
         if given is not None:
             given = list(given) if isinstance(given, (list, set, frozenset)) else given
-            if not isinstance(given, list) or not given or not all(_is_key(k) for k in given):
+            if not isinstance(given, list) or not given or not all(is_key(k) for k in given):
                 raise InvalidArgumentError(
                     f"ObservationNorm keys must be an observation key (a string, or a tuple of strings for nested "
                     f"entries), a list of them, or None (every float key); got {given!r}."
@@ -193,10 +184,10 @@ class ObservationNorm(Transform):
         missing = td.get(("next", "final_obs_missing"), None)
         keep = None if missing is None else ~missing.view(self.num_envs)
         for key in self.keys:
-            x = td.get(_next(key))
+            x = td.get(next_key(key))
             if not self.frozen:
                 self._update(key, x, keep)
-            td.set(_next(key), self._normalize(key, x))
+            td.set(next_key(key), self._normalize(key, x))
         return td
 
     def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:

@@ -88,7 +88,6 @@ class _Queue:
     """
 
     def __init__(self, n: int, depth: int, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> None:
-        self.n, self.depth = n, depth
         self.values = torch.zeros(depth + 1, n, *shape, dtype=dtype, device=device)
         self._flat = self.values.view((depth + 1) * n, *shape)
         self.row_view = (1, n) + (1,) * len(shape)  # a [N] mask against the values

@@ -104,6 +104,9 @@ class Randomize(Transform):
         lows = torch.tensor([lo for lo, _ in self.ranges.values()], dtype=torch.float32, device=dev)
         highs = torch.tensor([hi for _, hi in self.ranges.values()], dtype=torch.float32, device=dev)
         self._low, self._width = lows, highs - lows
+        # the largest float32 below each hi (lo where lo == hi): draws stay in [lo, hi); fixed, so built once
+        high = self._low + self._width
+        self._high_below = torch.maximum(torch.nextafter(high, torch.zeros_like(high)), self._low)
         self._draws = torch.zeros(n, len(self.ranges), dtype=torch.int64, device=dev)
         self._restart = torch.zeros(n, 1, dtype=torch.bool, device=dev)  # ended last step: draw at the root
         self.reseed(specs.seed)
@@ -124,15 +127,10 @@ class Randomize(Transform):
             raise InvalidArgumentError("Randomize must be part of a TransformedEnv (which attaches it to the env).")
         draws = self._draws
         draws.copy_(torch.where(restart, next_state_(draws.clone()), draws))
-        values = torch.minimum(torch.addcmul(self._low, unit_uniform(draws), self._width), self._high_below())
+        values = torch.minimum(torch.addcmul(self._low, unit_uniform(draws), self._width), self._high_below)
         self._set_params(rows=restart.view(-1), **dict(zip(self.ranges, values.unbind(1), strict=True)))
         restart.zero_()
         return td
-
-    def _high_below(self) -> torch.Tensor:
-        """The largest float32 below each ``hi`` (``lo`` where ``lo == hi``): draws stay in ``[lo, hi)``."""
-        high = self._low + self._width
-        return torch.maximum(torch.nextafter(high, torch.zeros_like(high)), self._low)
 
     def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
         self._restart.logical_or_(mask.view(self.num_envs, 1))

@@ -14,7 +14,6 @@ Runs in the mjlab tier's venv (it has ``mujoco`` and ``mujoco-warp``):
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 import torch
 
 import gpu_envs
+from tests.example_files import load_example
 
 pytestmark = pytest.mark.slow  # MuJoCo Warp kernels (cached in ~/.cache/warp after the first run)
 
@@ -31,17 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 N, LIMIT = 16, 40
 
 
-def example():
-    spec = importlib.util.spec_from_file_location("mujoco_warp_cartpole", ROOT / "examples" / "mujoco_warp_cartpole.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("mujoco_warp_cartpole", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def recipe():
-    return example()
+    return load_example("mujoco_warp_cartpole")
 
 
 def test_transitions_follow_classic_mujoco_and_episodes_end_where_they_should(recipe):

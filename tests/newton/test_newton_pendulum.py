@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 import warp as wp
 
 import gpu_envs
+from tests.example_files import load_example
 
 pytestmark = pytest.mark.slow  # Warp kernels (cached in ~/.cache/warp after the first run)
 
@@ -31,11 +31,7 @@ N, LIMIT = 8, 12
 
 @pytest.fixture(scope="module")
 def recipe():
-    spec = importlib.util.spec_from_file_location("newton_pendulum", ROOT / "examples" / "newton_pendulum.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("newton_pendulum", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("newton_pendulum")
 
 
 class OneRod:

@@ -16,9 +16,11 @@ a TensorDict:
 (c) gpu_envs: the same env through ``gpu_envs.wrap`` with ``step_and_maybe_reset``;
 (d) torchrl: ``GymWrapper(env, convert_actions_to_numpy=False)`` with its
     ``step_and_maybe_reset``, when torchrl is installed (for reference);
-(e) gpu_envs with ``health_checks=False`` and with ``health_checks="step"``: the cost of
-    flagging bad values on the device on every step ("every-step checks cost", points of
-    the raw step); the default ("collect") checks nothing per step, so (c) is its row.
+(e) gpu_envs with ``health_checks=False`` and with ``health_checks="step"``: what the
+    default checks of a hand-written loop cost ((c) against checks off: "default checks
+    cost", points of the raw step; on the CPU one C look per step,
+    ``gpu_envs.core.health_look``) and what flagging bad values with device ops on every
+    step costs ("every-step checks cost").
 
 Collect rows: ``collect(env, steps=T)`` (built-in CartPole-v1, final observations
 exposed, random actions) against a plain loop that steps the raw env with the same
@@ -242,6 +244,7 @@ COLUMNS = [
     ("gpu_envs_overhead", "gpu_envs overhead"),
     ("gpu_envs_vs_floor", "gpu_envs - floor"),
     ("checks_off_us", "checks off us/step"),
+    ("checks_default_cost", "default checks cost"),
     ("checks_step_us", "checks every step us/step"),
     ("checks_step_cost", "every-step checks cost"),
     ("torchrl_us", "torchrl us/step"),
@@ -273,6 +276,7 @@ def measure(sizes: list[int], steps: int, rounds: int, device: torch.device, war
         times = interleave(contenders(n, device), steps=steps, rounds=rounds, warmup=warmup, device=device)
         row = overhead_row(times, N=n)
         row["checks_step_cost"] = f"{(times['checks_step'] - times['checks_off']) / times['raw'] * 100:+.1f} pts"
+        row["checks_default_cost"] = f"{(times['gpu_envs'] - times['checks_off']) / times['raw'] * 100:+.1f} pts"
         rows.append(row)
     return rows
 

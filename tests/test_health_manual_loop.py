@@ -1,9 +1,12 @@
 """Health checks of a hand-written loop (the default ``health_checks="collect"``), without a host sync per step.
 
-The README's first example is a manual ``step_and_maybe_reset`` loop. Its steps are kept
+The README's first example is a manual ``step_and_maybe_reset`` loop. On the CPU each step
+is looked at in place by a C call per tensor (:mod:`gpu_envs.core.health_look`; the faulty
+step's rows recorded at once); elsewhere, or without a C compiler, the steps are kept
 (references to the env's own outputs) and scanned in batches
-(:meth:`gpu_envs.core.health.HealthMonitor.defer` / ``flush``), so a NaN action, a NaN
-observation or an out-of-range discrete action at ANY step is raised by
+(:meth:`gpu_envs.core.health.HealthMonitor.defer` / ``flush``). Every test runs both ways
+(the ``way`` fixture), so a NaN action, a NaN observation or an out-of-range discrete
+action at ANY step is raised by
 ``env.check_health()``, the next full ``env.reset()`` and the end of the next ``collect``,
 naming the row and the exact step -- and ``collect`` itself does not count its own
 steps twice.
@@ -15,8 +18,21 @@ import pytest
 import torch
 
 import gpu_envs
+from gpu_envs.builtin import CartPoleEnv
+from gpu_envs.core import health
 from gpu_envs.rollout import collect
+from gpu_envs.utils.native_library import compiler
 from tests.sync_guard import no_sync
+
+
+@pytest.fixture(autouse=True, params=["look", "batched"])
+def way(request, monkeypatch):
+    """Each test twice: the CPU's per-step look (where a C compiler is) and the batched scan CUDA uses."""
+    if request.param == "batched":
+        monkeypatch.setattr(health, "look_for", lambda *args: None)
+    elif compiler() is None:
+        pytest.skip("no C compiler here: the per-step look is off and the batched scan runs (its own variant)")
+    return request.param
 
 
 def _loop(env, steps, action_at):
@@ -77,12 +93,15 @@ def test_faults_before_a_collection_are_raised_at_its_end_with_their_own_step():
         collect(env, steps=8)
 
 
-def test_many_steps_are_scanned_in_batches_and_every_step_counts():
+def test_many_steps_are_scanned_in_batches_and_every_step_counts(way):
     env = gpu_envs.make("CartPole-v1", num_envs=2, seed=0)
     monitor = env.health_monitor
     steps = 3 * 128 + 5  # more than one batch of kept steps at this size
     _loop(env, steps, lambda t, td: td.set("action", torch.full((2,), 9 if t == steps - 1 else 0)))
-    assert 0 < len(monitor._pending) < monitor.defer_steps
+    if way == "batched":
+        assert 0 < len(monitor._pending) < monitor.defer_steps
+    else:  # looked at where they lay: nothing kept
+        assert monitor.host_look is not None and monitor._pending == []
     with pytest.raises(gpu_envs.HealthCheckError, match=rf"action 9 .* at step {steps - 1}"):
         env.check_health()
 
@@ -142,4 +161,36 @@ def test_a_fault_quarantine_does_not_handle_is_still_raised():
         td["action"] = torch.tensor([0, 5 if t == 3 else 1, 0])  # finite, but outside Discrete(2)
         _, td = env.step_and_maybe_reset(td)
     with pytest.raises(gpu_envs.HealthCheckError, match=r"row 1: action 5 outside .* at step 3"):
+        env.check_health()
+
+
+def test_placeholders_of_withheld_final_observations_are_no_fault():
+    """Rows that end with no final observation get NaN placeholders: neither way reports them."""
+    env = gpu_envs.wrap(CartPoleEnv(num_envs=6, seed=0, expose_final_obs=False))
+    td = env.reset(seed=0)
+    ended = 0
+    for _ in range(120):
+        td["action"] = torch.ones(6, dtype=torch.int64)  # always push right: episodes end every ~10 steps
+        td, root = env.step_and_maybe_reset(td)
+        ended += int(td["next", "final_obs_missing"].sum())
+        td = root
+    assert ended > 20
+    env.check_health()
+
+
+def test_a_nan_observation_is_raised_with_its_row_and_step():
+    """A simulator NaN (not the policy's): the observation key, the row and the exact step are named."""
+    env = gpu_envs.wrap(CartPoleEnv(num_envs=4, seed=0))
+    td = env.reset(seed=0)
+    for t in range(9):
+        td["action"] = torch.zeros(4, dtype=torch.int64)
+        if t == 6:
+            env.backend.env.live_state()["state"][2, 1] = float(
+                "nan"
+            )  # the cart velocity of row 2 goes bad mid-episode
+        td, root = env.step_and_maybe_reset(td)
+        td = root
+    with pytest.raises(
+        gpu_envs.HealthCheckError, match=r"row 2: observation 'observation' holds nan, not finite at step 6"
+    ):
         env.check_health()

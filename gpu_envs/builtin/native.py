@@ -14,10 +14,9 @@ one C loop over the rows, in place on the env's own tensors (their data pointers
   are the generator's integer hash (:mod:`gpu_envs.builtin.counter_rng`). The tests step
   both paths side by side over many steps and resets and compare every output bit.
 * **Built at first use, cached.** The source below is compiled by the system C compiler
-  (``cc``, or ``$CC``) into ``~/.cache/gpu_envs/native/<hash of source and flags>.so``
-  (``$GPU_ENVS_NATIVE_CACHE`` moves it) in ~0.1-0.5 s, once per machine; later processes
-  load the cached library. The build goes to a temporary name and is renamed into place,
-  so concurrent processes never load a half-written file.
+  into ``~/.cache/gpu_envs/native/kernels-<hash>.so`` once per machine and loaded by later
+  processes (:class:`gpu_envs.utils.native_library.NativeLibrary`: ``$CC``,
+  ``$GPU_ENVS_NATIVE_CACHE``, atomic builds).
 * **Optional.** With no compiler (or ``GPU_ENVS_NATIVE=0``), a failed build, a non-CPU
   device, a traced or captured step, or an action that is not a contiguous int64 tensor,
   the pure-torch step runs: the same results, only slower. :func:`kernels` returns None
@@ -36,14 +35,9 @@ True
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import threading
 from pathlib import Path
+
+from gpu_envs.utils.native_library import NativeLibrary, cache_dir
 
 __all__ = ["SOURCE", "available", "build_into", "cache_dir", "kernels"]
 
@@ -212,44 +206,10 @@ void pendulum_obs(int64_t n, const float *cosv, const float *sinv, const float *
 }
 """
 
-_FLAGS = ("-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math")
-_lock = threading.Lock()
-_loaded: dict[str, ctypes.CDLL | None] = {}
 
-
-def cache_dir() -> Path:
-    """Where built libraries are kept: ``$GPU_ENVS_NATIVE_CACHE`` or ``~/.cache/gpu_envs/native``."""
-    return Path(os.environ.get("GPU_ENVS_NATIVE_CACHE") or Path.home() / ".cache" / "gpu_envs" / "native")
-
-
-def _compiler() -> str | None:
-    return shutil.which(os.environ.get("CC", "cc"))
-
-
-def available() -> bool:
-    """True if the native kernels can be used here (built or buildable, not switched off)."""
-    return kernels() is not None
-
-
-def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src = Path(tmp) / "kernels.c"
-        src.write_text(SOURCE)
-        out = Path(tmp) / target.name
-        subprocess.run(
-            [compiler, *_FLAGS, str(src), "-o", str(out), "-lm"],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-        os.replace(out, target)  # atomic: a concurrent process sees the old file or the whole new one
-
-
-def _load(path: Path) -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(path))
-    fn = lib.cartpole_step
+def _declare(lib: ctypes.CDLL) -> None:
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    fn = lib.cartpole_step
     fn.argtypes = [i64, p, p, p, p, p, i64, p, p, p, p, p, i32, p, p, p, p, p, p, p]
     fn.restype = None
     fn = lib.pendulum_step
@@ -261,52 +221,26 @@ def _load(path: Path) -> ctypes.CDLL:
     fn = lib.pendulum_obs
     fn.argtypes = [i64, p, p, p, i64, p]
     fn.restype = None
-    return lib
 
 
-def _digest(compiler: str) -> str:
-    return hashlib.sha256((SOURCE + " ".join(_FLAGS) + compiler).encode()).hexdigest()[:16]
+_LIBRARY = NativeLibrary("kernels", SOURCE, _declare, "the built-in envs use their pure-torch step")
+
+
+def available() -> bool:
+    """True if the native kernels can be used here (built or buildable, not switched off)."""
+    return kernels() is not None
 
 
 def build_into(directory: Path) -> ctypes.CDLL:
     """Build the library into ``directory`` (unless it is there already) and load it; raises on failure."""
-    compiler = _compiler()
-    if compiler is None:
-        raise OSError(f"no C compiler: {os.environ.get('CC', 'cc')!r} is not on PATH")
-    target = Path(directory) / f"kernels-{_digest(compiler)}.so"
-    if not target.exists():
-        _build(compiler, target)
-    return _load(target)
+    return _LIBRARY.build_into(directory)
 
 
 def kernels() -> ctypes.CDLL | None:
     """The loaded native library (built first if needed), or None where it cannot be had.
 
     ``GPU_ENVS_NATIVE=0`` switches it off (the pure-torch step runs). A failed build is
-    reported once as a ``RuntimeWarning`` and not retried in this process.
+    reported once as a ``RuntimeWarning`` and not retried in this process
+    (:class:`gpu_envs.utils.native_library.NativeLibrary`).
     """
-    if os.environ.get("GPU_ENVS_NATIVE", "1") == "0":
-        return None
-    compiler = _compiler()
-    if compiler is None or sys.platform == "win32":
-        return None
-    digest = _digest(compiler)
-    with _lock:
-        if digest in _loaded:
-            return _loaded[digest]
-        lib = None
-        try:
-            lib = build_into(cache_dir())
-        except (OSError, subprocess.SubprocessError, AttributeError) as error:
-            import warnings
-
-            detail = getattr(error, "stderr", b"") or b""
-            warnings.warn(
-                f"gpu_envs: the native CPU step could not be built or loaded ({error} {detail.decode(errors='replace')[:500]}); "
-                "the built-in envs use their pure-torch step (same results, slower). Set GPU_ENVS_NATIVE=0 to skip "
-                "the attempt.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        _loaded[digest] = lib
-        return lib
+    return _LIBRARY.load()

@@ -26,11 +26,13 @@ What is checked (``health_checks`` of :func:`gpu_envs.make` / :class:`~gpu_envs.
   floating-point next observation (placeholders where ``final_obs_missing`` do not
   count) and the reward. The exact step and value are read from the buffer when raised.
   The steps of a hand-written loop (``env.step`` / ``step_and_maybe_reset`` outside a
-  collection) are checked the same way, in batches: :meth:`HealthMonitor.defer` keeps
-  references to each step's tensors (no op: they are the env's outputs, never written
-  again) and every :attr:`~HealthMonitor.defer_steps` steps, or wherever the record is
-  read, scans them as one collection (:meth:`HealthMonitor.flush`), so a manual loop
-  pays a fraction of an op per step and still has every row's first bad step;
+  collection) are checked too. On the CPU, :meth:`HealthMonitor.look` looks at each
+  step's tensors where they lie, one C call per step (:mod:`gpu_envs.core.health_look`),
+  and records a faulty step's rows exactly, at once. Elsewhere (or with no C compiler)
+  :meth:`HealthMonitor.defer` keeps references to each step's tensors (no op: they are
+  the env's outputs, never written again) and every :attr:`~HealthMonitor.defer_steps`
+  steps, or wherever the record is read, scans them as one collection
+  (:meth:`HealthMonitor.flush`); either way every row's first bad step is found;
 * ``"step"``: the same checks on every step of every path (``step``,
   ``step_and_maybe_reset``, compiled and CUDA-graph collections), still without a sync,
   for hand-written loops; about twenty small ops per step (opt-in: on the CPU that is
@@ -59,13 +61,14 @@ import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
-import numpy as np
 import torch
 from tensordict import TensorDict
 
 from gpu_envs.contract.errors import HealthCheckError, InvalidArgumentError
 from gpu_envs.contract.keys import QUARANTINED
 from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete, Spec
+from gpu_envs.core.health_look import HostLook, healthy_on_host, look_for
+from gpu_envs.utils.tensordicts import nest
 
 __all__ = ["HEALTH_MODES", "HealthMonitor", "health_mode"]
 
@@ -156,6 +159,13 @@ class HealthMonitor:
         self.defer_steps = 0  # decided by the first kept step's size (_defer_steps)
         self._collecting = 0
         self._action_spec = action_spec
+        # CPU, hand-written loops: each step looked at in place instead (health_look); the steps looked
+        # at since self.steps was last brought up to date, and the last one that recorded a fault
+        self.host_look: HostLook | None = look_for(
+            self.action, action_spec, [obs_dtypes[k] for k in self.obs_keys], device
+        )
+        self._looked = 0
+        self._faulty_step = -1
 
     @property
     def every_step(self) -> bool:
@@ -167,6 +177,38 @@ class HealthMonitor:
         return self.mode == "collect"
 
     # ---------------------------------------------------- hand-written loops
+    @property
+    def hand_step(self) -> Any:
+        """What a hand-written step calls in ``"collect"`` mode: :meth:`look` on the CPU, else :meth:`defer`."""
+        return self.defer if self.host_look is None else self.look
+
+    def look(
+        self, root_obs: dict, action: torch.Tensor, next_obs: dict, reward: torch.Tensor, missing: torch.Tensor
+    ) -> None:
+        """One hand-written CPU step, looked at in place (:mod:`gpu_envs.core.health_look`); a fault recorded at once.
+
+        A clean step costs one C call per checked tensor; a step the look cannot clear
+        goes to :meth:`faults`, which records each row's fault, with this step and the
+        value, exactly. Inside a collection nothing is looked at (it scans its buffer).
+        """
+        look = self.host_look
+        if self._collecting or look is None:
+            return
+        step = self._host_steps
+        self._host_steps = step + 1
+        self._looked += 1
+        if look(action, [next_obs[key] for key in self.obs_keys if key in next_obs], reward, missing):
+            return
+        code, value = self.faults(action, next_obs, reward, missing, self.num_envs)
+        self._record(code > 0, step, code, value)
+        self._faulty_step = step
+
+    def _fold(self) -> None:
+        """Bring the device step counter up to date with the steps :meth:`look` counted on the host."""
+        if self._looked:
+            self.steps.add_(self._looked)
+            self._looked = 0
+
     def defer(
         self, root_obs: dict, action: torch.Tensor, next_obs: dict, reward: torch.Tensor, missing: torch.Tensor
     ) -> None:
@@ -194,6 +236,10 @@ class HealthMonitor:
         """
         if self._pending:
             self._pending[-1][5] = rows
+        elif self._faulty_step >= 0 and self._faulty_step == self._host_steps - 1:  # the last looked step recorded
+            self.first_step.copy_(
+                torch.where(rows.reshape(-1) & (self.first_step == self._faulty_step), -1, self.first_step)
+            )
 
     def flush(self) -> None:
         """Scan the kept hand-written steps as one ``[N, k]`` collection (:meth:`scan`), and forget them."""
@@ -206,14 +252,14 @@ class HealthMonitor:
         flat: dict = {}
         for key in keys:
             flat[key] = stack([root[key] for root in roots], 1)
-            flat[("next", *_parts(key))] = stack([step[key] for step in nexts], 1)
+            flat[("next", *(key if isinstance(key, tuple) else (key,)))] = stack([step[key] for step in nexts], 1)
         flat["action"] = stack(actions, 1)
         flat[("next", "reward")] = stack(rewards, 1)
         flat[("next", "final_obs_missing")] = stack(missing, 1)
         if any(rows is not None for rows in exempt):
             none = torch.zeros_like(missing[0])
             flat[("next", QUARANTINED)] = stack([none if rows is None else rows for rows in exempt], 1)
-        td = TensorDict(_nested(flat), batch_size=(self.num_envs, len(pending)), device=self.device)
+        td = TensorDict(nest(flat), batch_size=(self.num_envs, len(pending)), device=self.device)
         self.scan(td, self._action_spec, keys)
 
     @contextlib.contextmanager
@@ -319,6 +365,7 @@ class HealthMonitor:
         the buffer's memory first look for anything wrong at all: a healthy collection
         costs only those.
         """
+        self._fold()
         n, t = data.batch_size[0], data.batch_size[-1]
         nxt = data.get("next", None)
         if nxt is None or nxt.get("reward", None) is None or nxt.get("final_obs_missing", None) is None:
@@ -331,7 +378,7 @@ class HealthMonitor:
         if exempt is not None:  # steps a wrapper ended for their non-finite values: their faults are its
             data = _without_exempt(data, exempt.reshape(n, t), check, [key for key in self.obs_keys if key in keys])
             nxt = data.get("next")
-        if not self._cuda and _healthy_on_host(data, nxt, check, [key for key in self.obs_keys if key in keys]):
+        if not self._cuda and healthy_on_host(data, nxt, check, [key for key in self.obs_keys if key in keys]):
             self.steps.add_(t)
             self._host_steps += t
             return
@@ -374,7 +421,7 @@ class HealthMonitor:
         self._scans = [*self._scans[-1:], (self._host_steps, t, data, check, keys)]
         self._host_steps += t
 
-    def _record(self, bad: torch.Tensor, step: torch.Tensor, code: torch.Tensor, value: torch.Tensor) -> None:
+    def _record(self, bad: torch.Tensor, step: torch.Tensor | int, code: torch.Tensor, value: torch.Tensor) -> None:
         new = bad & (self.first_step < 0)
         self.first_step.copy_(torch.where(new, step, self.first_step))
         self.code.copy_(torch.where(new, code, self.code))
@@ -399,7 +446,8 @@ class HealthMonitor:
         """A full reset: steps are counted from 0 again (the record stays until it is raised)."""
         self.flush()
         self.steps.zero_()
-        self._host_steps = 0
+        self._host_steps = self._looked = 0
+        self._faulty_step = -1
         self._scans = []
 
     # --------------------------------------------------------------- raising
@@ -506,40 +554,6 @@ class HealthMonitor:
         )
 
 
-def _healthy_on_host(data: Any, nxt: Any, check: _ActionCheck, obs_keys: list) -> bool:
-    """True when a CPU collection certainly holds no fault: one numpy reduction per entry, in place.
-
-    False (look closer, with the per-row ops) when anything is off, when a final
-    observation was withheld (placeholders), or for dtypes numpy does not have.
-    """
-    try:
-        missing = nxt.get("final_obs_missing").detach().numpy()
-        if missing.any():
-            return False
-        if check.active:
-            action = data.get("action").detach().numpy()
-            if check.finite:
-                if not np.isfinite(_np_sum(action)):
-                    return False
-            elif action.size and (
-                (action.reshape(-1, check.width) < check.low_np).any()
-                or (action.reshape(-1, check.width) > check.high_np).any()
-            ):
-                return False
-        # (a sum that overflows only sends the collection to the closer look)
-        total = _np_sum(nxt.get("reward").detach().numpy())
-        for key in obs_keys:
-            total += _np_sum(nxt.get(key).detach().numpy())
-        return bool(np.isfinite(total))
-    except (TypeError, RuntimeError):  # bfloat16, or a tensor numpy cannot view
-        return False
-
-
-def _np_sum(array: np.ndarray) -> float:
-    """The sum in the array's own float type (half floats in float32), as a Python float."""
-    return float(array.sum(dtype=np.float32) if array.dtype.itemsize < 4 else array.sum())
-
-
 def _span(first: int, span: int) -> str:
     if span == 1:
         return ""
@@ -576,22 +590,6 @@ def _defer_steps(step: Sequence[Any], device: torch.device) -> int:
                 size += value.numel() * value.element_size()
     budget = _DEFER_BYTES.get(device.type, _DEFAULT_DEFER_BYTES)
     return max(1, min(_MAX_DEFER_STEPS, budget // max(1, size)))
-
-
-def _parts(key: Any) -> tuple:
-    return key if isinstance(key, tuple) else (key,)
-
-
-def _nested(flat: dict) -> dict:
-    """Tuple keys as nested dicts (the TensorDict constructor's layout)."""
-    nested: dict = {}
-    for key, value in flat.items():
-        node = nested
-        parts = _parts(key)
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return nested
 
 
 def _without_exempt(data: Any, exempt: torch.Tensor, check: _ActionCheck, obs_keys: list) -> Any:

@@ -287,8 +287,9 @@ class StepPath:
         self.check_values: Callable[[torch.Tensor], None] | None = validator.action_values if values else None
         monitor = self.monitor
         self.watch = monitor.watch if monitor is not None and monitor.every_step else None
-        # hand-written steps in the default mode: kept and scanned in batches (a collection scans its buffer)
-        self.defer = monitor.defer if monitor is not None and monitor.deferring else None
+        # hand-written steps in the default mode: looked at in place on the CPU, else kept and scanned in
+        # batches (a collection scans its own buffer)
+        self.defer = monitor.hand_step if monitor is not None and monitor.deferring else None
         info_spec = getattr(backend, "info_spec", None)
         info_keys = [] if info_spec is None else list(info_spec.keys(include_nested=True, leaves_only=True))
         nested = any(isinstance(key, tuple) for key in [*self.keys, *info_keys])

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpu_envs.backends.inbound import WrapOnlyPlugin
 from gpu_envs.contract.errors import AutoresetModeError, NotAnEnvError
 
 __all__ = ["PLUGIN", "ForeignPlugin", "is_known_foreign", "refusal"]
@@ -106,20 +107,11 @@ def is_known_foreign(obj: Any) -> bool:
     return refusal(obj) is not None
 
 
-class ForeignPlugin:
+class ForeignPlugin(WrapOnlyPlugin):
     """Registry entry for ``wrap`` only: recognises the envs above and raises their error."""
 
     name = "foreign"
     makes_backends = False  # it only refuses: no Backend of its own, no row in the docs' backend table
-
-    def available(self) -> bool:
-        return True
-
-    def env_ids(self) -> list[str]:
-        return []
-
-    def can_make(self, env_id: str) -> bool:
-        return False
 
     def make(self, env_id: str, num_envs: int, device: Any, **kwargs: Any) -> Any:
         raise NotAnEnvError(

@@ -82,3 +82,27 @@ class InboundPlugin:
             f"the {self.name} backend wraps existing {self.package} envs (gpu_envs.wrap(env)); it makes no ids. "
             f"gpu_envs.make({env_id!r}) builds gymnasium's version of an id."
         )
+
+
+class WrapOnlyPlugin:
+    """Base of the plugins that only wrap env objects (``detect``/``wrap``) and make no ids.
+
+    Always available (they import no library); ``make`` is never reached through the
+    registry (``can_make`` is False) and refuses when called directly.
+    """
+
+    name: str
+
+    def available(self) -> bool:
+        return True
+
+    def env_ids(self) -> list[str]:
+        return []
+
+    def can_make(self, env_id: str) -> bool:
+        return False
+
+    def make(self, env_id: str, num_envs: int, device: Any, **kwargs: Any) -> Any:
+        raise InvalidArgumentError(
+            f"the {self.name} backend wraps existing envs (gpu_envs.wrap(env)); it makes no ids ({env_id!r})."
+        )

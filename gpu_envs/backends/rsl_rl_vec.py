@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from gpu_envs.backends.base import Backend
+from gpu_envs.backends.inbound import WrapOnlyPlugin
 from gpu_envs.backends.torch_envs import TorchVectorBackend
 from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError, ResetMaskError
 from gpu_envs.utils.arguments import as_int
@@ -144,22 +145,10 @@ class RslRlVecEnvShim:
             close()
 
 
-class RslRlVecPlugin:
+class RslRlVecPlugin(WrapOnlyPlugin):
     """Registry entry: wraps rsl_rl-style VecEnvs (recognised by their interface; rsl_rl is never imported)."""
 
     name = "rsl_rl_vec"
-
-    def available(self) -> bool:
-        return True
-
-    def env_ids(self) -> list[str]:
-        return []
-
-    def can_make(self, env_id: str) -> bool:
-        return False
-
-    def make(self, env_id: str, num_envs: int, device: Any, **kwargs: Any) -> Any:
-        raise InvalidArgumentError("the rsl_rl_vec backend wraps existing envs (gpu_envs.wrap(env)); it makes no ids.")
 
     def detect(self, obj: Any) -> bool:
         return looks_like_rsl_rl_vec_env(obj)

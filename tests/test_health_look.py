@@ -116,3 +116,47 @@ def test_non_contiguous_tensors_are_read_as_laid_out_logically():
 def test_unsupported_dtypes_turn_the_look_off():
     assert host_look(None, None, None, [torch.complex64]) is None
     assert host_look(torch.uint16, (0, 3), None, []) is None
+
+
+def _buffer(n, t, fault):
+    """A time-major ``[N, T]`` buffer (every entry a transposed view of a ``[T, N, ...]`` block) with one fault."""
+    from tensordict import TensorDict
+
+    gen = torch.Generator().manual_seed(3)
+    obs = torch.randn(t, n, 4, generator=gen)
+    reward = torch.randn(t, n, 1, generator=gen)
+    action = torch.randint(0, 3, (t, n, 2), generator=gen)
+    missing = torch.zeros(t, n, 1, dtype=torch.bool)
+    if fault == "obs":
+        obs[t - 1, n // 2, 3] = float("inf")
+    elif fault == "reward":
+        reward[1, 0, 0] = float("nan")
+    elif fault == "action":
+        action[2, n - 1, 1] = 5
+    elif fault == "placeholder":
+        obs[0, 1] = float("nan")
+        missing[0, 1] = True
+    swap = lambda x: x.transpose(0, 1)  # noqa: E731
+    nxt = {"observation": swap(obs), "reward": swap(reward), "final_obs_missing": swap(missing)}
+    return TensorDict({"action": swap(action), "next": nxt}, batch_size=(n, t))
+
+
+class _Range:
+    active, finite, width = True, False, 2
+    low_np, high_np = torch.zeros(2, dtype=torch.int64).numpy(), torch.full((2,), 2).numpy()
+
+    def bounds(self):
+        return torch.zeros(2, dtype=torch.int64), torch.full((2,), 2)
+
+
+@pytest.mark.parametrize("fault", [None, "obs", "reward", "action", "placeholder"])
+def test_the_collection_look_in_c_agrees_with_numpy_on_time_major_buffers(fault, monkeypatch):
+    """A healthy buffer is cleared both ways, any fault (or a placeholder: the closer look's) is not."""
+    from gpu_envs.core.health_look import healthy_on_host
+
+    data = _buffer(9, 5, fault)
+    assert not data["next", "observation"].is_contiguous()  # the C loops read it without a copy
+    in_c = healthy_on_host(data, data["next"], _Range(), ["observation"])
+    monkeypatch.setenv("GPU_ENVS_NATIVE", "0")
+    in_numpy = healthy_on_host(data, data["next"], _Range(), ["observation"])
+    assert in_c is in_numpy is (fault is None)

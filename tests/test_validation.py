@@ -1,5 +1,10 @@
 """Health checks without a host sync (gpu_envs.core.health): bad values flagged on the
-device, raised as HealthCheckError where the host looks anyway, naming rows, step, value."""
+device, raised as HealthCheckError where the host looks anyway, naming rows, step, value.
+
+Every test runs twice (the ``first_look`` fixture): with the C library of
+``gpu_envs.core.health_look`` (what a CPU with a compiler runs) and with
+``GPU_ENVS_NATIVE=0`` (the numpy first look of a collection's buffer, and no per-step look).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,15 @@ from tests.fakes import CountingTorchVectorEnv
 from tests.sync_guard import no_sync
 
 N = 6
+
+
+@pytest.fixture(autouse=True, params=["c", "numpy"])
+def first_look(request, monkeypatch):
+    if request.param == "numpy":
+        monkeypatch.setenv("GPU_ENVS_NATIVE", "0")
+    return request.param
+
+
 NAN_OBS_ROW, NAN_OBS_STEP = 2, 5  # the observation of row 2 goes NaN at its 6th step (index 5)
 NAN_REWARD_ROW, NAN_REWARD_STEP = 4, 3
 

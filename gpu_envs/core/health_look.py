@@ -290,7 +290,11 @@ def host_look(
 
 
 def healthy_on_host(data: Any, nxt: Any, check: Any, obs_keys: list) -> bool:
-    """True when a CPU collection's ``[N, T]`` buffer certainly holds no fault: one numpy reduction per entry, in place.
+    """True when a CPU collection's ``[N, T]`` buffer certainly holds no fault: one pass per entry, in place.
+
+    Each entry's memory is read where it lies (the buffer is time-major: an entry is a
+    transposed view of one dense block), by the C loops above where the library is
+    there, else by one numpy reduction per entry.
 
     ``check`` is the monitor's action check (``active``, ``finite``, ``width``, ``low_np``,
     ``high_np``). The first look of :meth:`gpu_envs.core.health.HealthMonitor.scan` on the CPU.
@@ -298,6 +302,11 @@ def healthy_on_host(data: Any, nxt: Any, check: Any, obs_keys: list) -> bool:
     False (look closer, with the per-row ops) when anything is off, when a final
     observation was withheld (placeholders), or for dtypes numpy does not have.
     """
+    lib = _LIBRARY.load()
+    if lib is not None:
+        clean = _healthy_in_c(lib, data, nxt, check, obs_keys)
+        if clean is not None:
+            return clean
     try:
         missing = nxt.get("final_obs_missing").detach().numpy()
         if missing.any():
@@ -324,3 +333,44 @@ def healthy_on_host(data: Any, nxt: Any, check: Any, obs_keys: list) -> bool:
 def np_sum(array: np.ndarray) -> float:
     """The sum in the array's own float type (half floats in float32), as a Python float."""
     return float(array.sum(dtype=np.float32) if array.dtype.itemsize < 4 else array.sum())
+
+
+def _dense(x: torch.Tensor) -> torch.Tensor | None:
+    """``x``, or its first two dims swapped, where that is one dense block (the buffer's time-major entries)."""
+    if x.is_contiguous():
+        return x
+    if x.dim() >= 2 and (swapped := x.transpose(0, 1)).is_contiguous():
+        return swapped
+    return None
+
+
+def _healthy_in_c(lib: ctypes.CDLL, data: Any, nxt: Any, check: Any, obs_keys: list) -> bool | None:
+    """:func:`healthy_on_host` with the C loops: every value once, in memory order; None where they cannot read it."""
+    missing = _dense(nxt.get("final_obs_missing"))
+    if missing is None:
+        return None
+    if bool(missing.numpy().any()):
+        return False  # placeholders: the closer look handles them
+    entries = [nxt.get("reward"), *(nxt.get(key) for key in obs_keys)]
+    dense = [_dense(x) for x in entries]
+    if any(x is None or x.dtype not in _FLOAT_KINDS for x in dense):
+        return None
+    if check.active:
+        action = _dense(data.get("action"))
+        if action is None:
+            return None
+        if check.finite:
+            if action.dtype not in _FLOAT_KINDS:
+                return None
+            dense.append(action)
+        else:
+            kind = _INT_KINDS.get(action.dtype)
+            if kind is None:
+                return None
+            low, high = (bound.to(torch.int64).reshape(-1).contiguous() for bound in check.bounds())
+            width = low.numel()
+            if not lib.ints_in_range(
+                action.data_ptr(), action.numel() // width, width, kind, low.data_ptr(), high.data_ptr()
+            ):
+                return False
+    return all(lib.finite_rows(x.data_ptr(), 1, x.numel(), _FLOAT_KINDS[x.dtype], None) for x in dense if x is not None)

@@ -86,6 +86,7 @@ class NativeLibrary:
         self.flags = tuple(flags)
         self._lock = threading.Lock()
         self._loaded: dict[str, ctypes.CDLL | None] = {}
+        self._by_environment: dict[tuple, ctypes.CDLL | None] = {}  # load()'s answer per relevant environment
 
     def digest(self, cc: str) -> str:
         return hashlib.sha256((self.source + " ".join(self.flags) + cc).encode()).hexdigest()[:16]
@@ -104,6 +105,20 @@ class NativeLibrary:
 
     def load(self) -> ctypes.CDLL | None:
         """The loaded library (built first if needed), or None where it cannot be had (module docstring)."""
+        environ = os.environ
+        where = (
+            environ.get("GPU_ENVS_NATIVE"),
+            environ.get("CC"),
+            environ.get("PATH"),
+            environ.get("GPU_ENVS_NATIVE_CACHE"),
+        )
+        if where in self._by_environment:  # (finding the compiler walks PATH: a hot caller must not pay it each time)
+            return self._by_environment[where]
+        lib = self._find()
+        self._by_environment[where] = lib
+        return lib
+
+    def _find(self) -> ctypes.CDLL | None:
         if os.environ.get("GPU_ENVS_NATIVE", "1") == "0":
             return None
         cc = compiler()

@@ -32,7 +32,7 @@ import gpu_envs
 import gpu_envs.utils.tensordicts as tds
 from gpu_envs.backends.base import RawStep
 from gpu_envs.backends.torch_envs import TorchVectorBackend, raw_step_of
-from gpu_envs.builtin import CartPoleEnv, PendulumEnv
+from gpu_envs.builtin import CartPoleEnv, PendulumEnv, native
 from gpu_envs.contract.keys import TRANSITION_KEYS, transition_keys
 from gpu_envs.core.env import BatchedEnv
 from gpu_envs.core.step_path import BackendStep, DirectStep, FirstStep, WatchedStep
@@ -428,15 +428,22 @@ def _no_fusing(env):
 
 _COLLECTED_ENVS = {
     "cartpole": lambda n, expose: gpu_envs.make("CartPole-v1", num_envs=n, seed=2, expose_final_obs=expose),
+    "pendulum": lambda n, expose: gpu_envs.make("Pendulum-v1", num_envs=n, seed=2, expose_final_obs=expose),
     "counting": lambda n, expose: gpu_envs.wrap(CountingTorchVectorEnv(n, final_obs="masked" if expose else "none")),
     "grouped": lambda n, expose: gpu_envs.wrap(GroupedCounting(n)),
 }
 
 
 @pytest.mark.parametrize("expose_final_obs", [True, False])
-@pytest.mark.parametrize(("env_name", "n"), [("cartpole", 3), ("cartpole", 600), ("counting", 5), ("grouped", 5)])
+@pytest.mark.parametrize(
+    ("env_name", "n"), [("cartpole", 3), ("cartpole", 600), ("pendulum", 4), ("counting", 5), ("grouped", 5)]
+)
 def test_random_action_collections_written_without_tensordicts_equal_the_tensordict_path(env_name, n, expose_final_obs):
-    """collect(policy=None) copies each step's tensors straight into the buffer (StepPath.values)."""
+    """collect(policy=None) copies each step's tensors straight into the buffer (StepPath.values).
+
+    The built-in envs' native CPU step also writes into two reused output sets meanwhile
+    (``StepPath.reusing_outputs``); the TensorDict path allocates every step.
+    """
     make = _COLLECTED_ENVS[env_name]
     fused, plain = make(n, expose_final_obs), _no_fusing(make(n, expose_final_obs))
     for steps in (40, 40, 3, 1):  # episodes carry across calls; T <= 2 has no middle steps
@@ -447,6 +454,33 @@ def test_random_action_collections_written_without_tensordicts_equal_the_tensord
     assert torch.equal(fused.generator.get_state(), plain.generator.get_state())  # the same draws
     for name, value in fused.live_state().items():
         assert torch.equal(value.nan_to_num(7.0), plain.live_state()[name].nan_to_num(7.0)), name
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_what_was_handed_out_is_not_rewritten_by_a_later_collection_reusing_outputs(env_id):
+    """The reused output sets live only inside a random-action collection's middle steps.
+
+    Trajectories, roots and hand-written transitions from before stay as they were
+    through later collections and steps, and the env's steps outside a collection
+    allocate again.
+    """
+    env = gpu_envs.make(env_id, num_envs=6, seed=0)
+    assert env.backend.reuse_outputs(True) is native.available()  # the built-in CPU step can; off again below
+    assert env.backend.reuse_outputs(False) is False
+    kept = []
+    for steps in (9, 2, 7, 12):
+        traj = collect(env, steps=steps)
+        root = env.root()
+        td = root.clone()
+        td["action"] = env.action_spec.rand(generator=env.generator)
+        td, after = env.step_and_maybe_reset(td)
+        kept += [(x, x.clone()) for x in (traj, root, td, after)]
+    for _ in range(3):
+        collect(env, steps=16)
+    for x, copy in kept:
+        _assert_same(x.select(*copy.keys(True, True)), copy)
+    counting = gpu_envs.wrap(CountingTorchVectorEnv(3))
+    assert counting.backend.reuse_outputs(True) is False  # a user's env: every step's tensors are its own
 
 
 def test_only_envs_that_step_as_batched_env_does_are_collected_without_tensordicts():

@@ -196,6 +196,17 @@ class Backend(ABC):
         """
         return None
 
+    def reuse_outputs(self, on: bool) -> bool:
+        """Ask the backend to write each step's outputs into memory it reuses two steps later; returns whether it does.
+
+        Only for a caller that copies every output of a step before the next one (a
+        random-action ``collect``: :meth:`gpu_envs.core.step_path.StepPath.reusing_outputs`),
+        and only while on: the RawStep contract ("never written again") is suspended for
+        those steps. The default answers False (every step's tensors are its own); the
+        torch backend forwards it to a built-in env's native step.
+        """
+        return False
+
     def check_usable(self) -> None:  # noqa: B027 - optional hook
         """Raise a clear error if the simulator can no longer be used (died, closed).
 

@@ -63,8 +63,7 @@ returning a :class:`~gpu_envs.contract.raw_step.RawStep` (a NamedTuple: build it
 
 * ``obs``: a dict keyed like the observation spec (``{"observation": tensor}`` for a lone
   observation; group names, tuple keys for nested groups), post-reset on ended rows;
-* ``reward`` ``[N, 1]`` float32, ``terminated``/``truncated``/``done`` ``[N, 1]`` bool,
-  ``done == terminated | truncated``;
+* ``reward`` ``[N, 1]`` float32, ``terminated``/``truncated``/``done == terminated | truncated`` ``[N, 1]`` bool;
 * ``final_obs``: a dict like ``obs`` with the observation each row reached BEFORE any
   auto-reset, or ``None`` if the env does not keep final observations (ended rows then
   get placeholders); ``final_mask``: ``None`` when ``final_obs`` is valid on every row
@@ -73,13 +72,11 @@ returning a :class:`~gpu_envs.contract.raw_step.RawStep` (a NamedTuple: build it
 * ``info``: extra numeric entries ``[N, ...]`` (an empty dict when none).
 
 Nothing is swapped, reshaped or or-ed after it: ``BatchedEnv`` calls it directly as its
-step (``Backend.direct_step``; torch envs only, not with ``copy_buffers=True``), and the
-plain ``step`` keeps its gymnasium shape for everyone else. Every returned tensor must
-be fresh (never written again by the env), as for ``step``; a user env's outputs are
-checked against its specs on every step (metadata only). A subclass that overrides
-``step`` (and not ``raw_step``) is stepped through its ``step``, so the override
-is never bypassed. (``step_transition``, the method's name before, is still taken, with
-a DeprecationWarning.)
+step (``Backend.direct_step``; not with ``copy_buffers=True``); the plain ``step`` keeps
+its gymnasium shape. Every returned tensor must be fresh (never written again by the
+env), as for ``step``; a user env's outputs are checked against its specs on every step
+(metadata only). A subclass overriding ``step`` (not ``raw_step``) is stepped through
+its ``step``. (``step_transition``, the old name, still works, with a DeprecationWarning.)
 
 Example::
 
@@ -307,6 +304,11 @@ class TorchVectorBackend(Backend):
             assert self._raw_step is not None
             return self._raw_step
         return MethodType(plain, self)
+
+    def reuse_outputs(self, on: bool) -> bool:
+        """:meth:`Backend.reuse_outputs` by the env's own (the built-in envs'), once no reuse detector watches its outputs."""
+        reuse = getattr(self.env, "reuse_outputs", None)
+        return callable(reuse) and not (on and (self._reuse is not None or self._raw_step is None)) and bool(reuse(on))
 
     def _choose_stepper(self) -> None:
         """Fix the way of stepping the env that holds from now on (class docstring)."""

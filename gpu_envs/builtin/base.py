@@ -42,6 +42,7 @@ import gymnasium
 import torch
 
 from gpu_envs.builtin.counter_rng import CounterRNG
+from gpu_envs.builtin.output_ring import OutputRing
 from gpu_envs.builtin.params import RowParams
 from gpu_envs.contract.errors import ActionError, ClosedEnvError, InvalidArgumentError, ResetMaskError, ResetNeededError
 from gpu_envs.contract.keys import OBSERVATION
@@ -136,6 +137,8 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         self._params = RowParams(self.param_defaults, self.num_envs, self.device)
         # False until set_params: the step then reads every row's own constants (the pure-torch physics)
         self.randomized = False
+        self._output_ring = OutputRing()  # off unless reuse_outputs(True)
+        self._native: Any = None  # the native step's kernel, set by a subclass's _build where it runs
         self._build()
 
     def _build(self) -> None:
@@ -205,6 +208,19 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
                     f"{type(self).__name__}: {what} must lie in [0, max_episode_steps={self.max_episode_steps}) "
                     f"(steps into the current episode), got {low if low < 0 else high}."
                 )
+
+    def reuse_outputs(self, on: bool) -> bool:
+        """While on, the native CPU step writes its outputs into two sets taken in turn; returns whether it is on.
+
+        For a caller that copies every output of a step before the next one (a
+        random-action ``collect``: :meth:`gpu_envs.core.step_path.StepPath.reusing_outputs`):
+        each step's tensors are rewritten two steps later, so nothing may keep them. It
+        saves the step's ~6 allocations (:mod:`gpu_envs.builtin.output_ring`). Off where
+        the native step does not run (another device, no C compiler): the pure-torch
+        step allocates as before and this returns False.
+        """
+        self._output_ring.on = bool(on) and self._native is not None and self.device.type == "cpu"
+        return self._output_ring.on
 
     def live_state(self) -> dict[str, torch.Tensor]:
         """Every tensor a step reads and writes, live (not copies), by name.

@@ -330,20 +330,25 @@ class CartPoleEnv(BatchedTorchEnv):
         reward = torch.ones(self._reward_shape[columns], dtype=torch.float32, device=self.device)
         return post, reward, terminated, truncated, done, new
 
+    def _new_outputs(self, columns: bool) -> tuple[torch.Tensor, ...]:
+        """The native step's outputs, allocated: obs, pre-reset obs, reward, terminated, truncated, done."""
+        n, f32, flag = self.num_envs, torch.float32, torch.bool
+        shape = self._reward_shape[columns]
+        return (
+            torch.empty(n, 4, dtype=f32),
+            torch.empty(n, 4, dtype=f32),
+            torch.empty(shape, dtype=f32),
+            torch.empty(shape, dtype=flag),
+            torch.empty(shape, dtype=flag),
+            torch.empty(shape, dtype=flag),
+        )
+
     def _native_advance(self, action: torch.Tensor, columns: bool) -> tuple:
         """:meth:`_advance` in one native call (same values bit for bit): the eager CPU step."""
         theta = self._columns[2]
         cos = torch.cos(theta)
         sin = torch.sin(theta)
-        n = self.num_envs
-        f32 = torch.float32
-        obs = torch.empty(n, 4, dtype=f32)
-        new = torch.empty(n, 4, dtype=f32)
-        shape = self._reward_shape[columns]
-        reward = torch.empty(shape, dtype=f32)
-        terminated = torch.empty(shape, dtype=torch.bool)
-        truncated = torch.empty(shape, dtype=torch.bool)
-        done = torch.empty(shape, dtype=torch.bool)
+        obs, new, reward, terminated, truncated, done = self._output_ring.take(columns, self._new_outputs)
         a = self._native_args
         # counted first, as CounterRNG.advance counts: interrupted after, the draw pool refills early, never late
         kernel = self._native

@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -265,16 +266,26 @@ class PendulumEnv(BatchedTorchEnv):
         final_obs = torch.stack((torch.cos(new_th), torch.sin(new_th), new_thdot), 1)
         return obs, reward, terminated, truncated, truncated, final_obs
 
+    def _new_outputs(self, columns: bool) -> tuple[Any, ...]:
+        """The native step's outputs, allocated: reward, terminated, truncated, obs, final obs (None if not exposed)."""
+        n, f32, flag = self.num_envs, torch.float32, torch.bool
+        shape = self._reward_shape[columns]
+        final = torch.empty(n, 3, dtype=f32) if self.expose_final_obs else None
+        return (
+            torch.empty(shape, dtype=f32),
+            torch.empty(shape, dtype=flag),
+            torch.empty(shape, dtype=flag),
+            torch.empty(n, 3, dtype=f32),
+            final,
+        )
+
     def _native_advance(self, action: torch.Tensor, columns: bool) -> tuple:
         """:meth:`_advance` in two native calls around torch's trigonometry (same values bit for bit)."""
         th = self._columns[0]
         sin = torch.sin(th)
         angle = torch.atan2(sin, torch.cos(th))
-        n, f32 = self.num_envs, torch.float32
-        shape = self._reward_shape[columns]
-        reward = torch.empty(shape, dtype=f32)
-        terminated = torch.empty(shape, dtype=torch.bool)
-        truncated = torch.empty(shape, dtype=torch.bool)
+        n = self.num_envs
+        reward, terminated, truncated, obs, final = self._output_ring.take(columns, self._new_outputs)
         angles, thdot = self._native_angles, self._native_thdot
         a = self._native_args
         # counted first, as CounterRNG.advance counts: interrupted after, the draw pool refills early, never late
@@ -287,12 +298,10 @@ class PendulumEnv(BatchedTorchEnv):
             reward.data_ptr(), terminated.data_ptr(), truncated.data_ptr(), thdot.data_ptr(), angles.data_ptr(),
         )  # fmt: skip
         cos, sin = torch.cos(angles), torch.sin(angles)  # of [post th | new th]
-        obs = torch.empty(n, 3, dtype=f32)
         cos_p, sin_p = cos.data_ptr(), sin.data_ptr()
         self._native_obs(n, cos_p, sin_p, self._state.data_ptr() + 4, 2, obs.data_ptr())
-        if not self.expose_final_obs:
+        if final is None:
             return obs, reward, terminated, truncated, truncated, None
-        final = torch.empty(n, 3, dtype=f32)
         self._native_obs(n, cos_p + 4 * n, sin_p + 4 * n, thdot.data_ptr(), 1, final.data_ptr())
         return obs, reward, terminated, truncated, truncated, final
 

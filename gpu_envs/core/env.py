@@ -64,6 +64,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Callable
@@ -332,6 +333,14 @@ class BatchedEnv(BatchedSpecs):
         if self._watchdog is not None:
             return None
         return self._path.values_in(keys)
+
+    def reusing_outputs(self) -> contextlib.AbstractContextManager[bool]:
+        """Around :meth:`transition_values` steps whose tensors are copied at once: the backend may reuse its outputs' memory.
+
+        :meth:`gpu_envs.core.step_path.StepPath.reusing_outputs` (a random-action
+        ``collect`` enters it; the built-in envs' native CPU step then allocates nothing).
+        """
+        return self._path.reusing_outputs()
 
     def rollout(self, steps: int, policy: Callable | None = None, *, reset: bool = True) -> TensorDictBase:
         """Run ``steps`` steps and return the transitions stacked as ``[N, T]``.

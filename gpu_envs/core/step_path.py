@@ -80,8 +80,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 from typing import Any, NoReturn, Protocol
 
@@ -515,6 +516,22 @@ class StepPath:
             raw.truncated,
             missing,
         )
+
+    @contextlib.contextmanager
+    def reusing_outputs(self) -> Iterator[bool]:
+        """Inside, the backend may write each step's outputs into memory it reuses (:meth:`Backend.reuse_outputs`).
+
+        For :meth:`values` steps whose tensors the caller copies at once (a random-action
+        ``collect``); yields whether the backend does. On the way out the cached root
+        observations are copied, so no root handed out later shares the reused memory.
+        """
+        on = self.backend.reuse_outputs(True)
+        try:
+            yield on
+        finally:
+            if on:
+                self.backend.reuse_outputs(False)
+                self.root_obs = {key: value.clone() for key, value in self.root_obs.items()}
 
     def values_in(self, keys: list) -> Callable[[torch.Tensor], Any] | None:
         """``action -> the transition's tensors for keys`` (a buffer's layout, any order), or None.

@@ -180,8 +180,9 @@ def run_loop(
                     for t in range(1, steps - 1):
                         td = _write_step(step, td, buffer, t)
                 else:
-                    for t in range(1, steps - 1):
-                        fused(t)
+                    with reusing_outputs(env):  # every step's tensors are copied into the buffer at once
+                        for t in range(1, steps - 1):
+                            fused(t)
                     td = env.root()
         with torch.no_grad():
             for t in range(1 if not inference or steps <= 2 else steps - 1, steps):
@@ -214,6 +215,17 @@ def _write_step(step: Callable, td: TensorDictBase, buffer: RolloutBuffer, t: in
     td, root = step(td)
     buffer.write(t, td, check_keys=t == 0 or t == buffer.steps - 1)
     return root
+
+
+def reusing_outputs(env: Any) -> contextlib.AbstractContextManager[Any]:
+    """Around a fused loop: the env's backend may write each step into memory it reuses (``env.reusing_outputs``).
+
+    Envs without it (wrappers, other env types) get a context that does nothing.
+    """
+    reusing = getattr(env, "reusing_outputs", None)
+    if not callable(reusing):
+        return contextlib.nullcontext()
+    return cast("contextlib.AbstractContextManager[Any]", reusing())
 
 
 def collecting(env: Any) -> contextlib.AbstractContextManager[None]:

@@ -17,9 +17,11 @@ thread CPU time, contenders interleaved in one process, medians of rounds:
     num_threads=1)`` stepped ``T`` times, when installed (``time.process_time``: its
     steps run in a worker thread).
 
-Columns: ns per env-step of each; "collect / loop" (speed: the target is >= 0.9x in
-every cell); "cost vs T=16" (collect's ns per env-step at this T over its own at T = 16
-for the same N: the target is <= 1.25x at T = 1024); the peers' speed over collect's.
+Columns: ns per env-step of each; "collect / loop" (collect's speed over the loop's: the
+target is >= 0.9x in every cell); "cost vs T=16" (collect's ns per env-step at this T over
+its own at T = 16 for the same N: the target is <= 1.25x at T = 1024); "collect /
+gymnasium" and "collect / EnvPool" (collect's speed over each peer's: above 1x, collect
+stores every transition and is still faster).
 
     python -m benchmarks.bench_collect_grid --json benchmarks/results/collect_grid.json
 """
@@ -55,15 +57,15 @@ COLUMNS = [
     ("collect_vs_loop", "collect / loop"),
     ("cost_vs_t16", "cost vs T=16"),
     ("gymnasium_ns", "gymnasium ns/env-step"),
-    ("gymnasium_vs_collect", "gymnasium / collect"),
+    ("collect_vs_gymnasium", "collect / gymnasium"),
     ("envpool_ns", "EnvPool ns/env-step"),
-    ("envpool_vs_collect", "EnvPool / collect"),
+    ("collect_vs_envpool", "collect / EnvPool"),
 ]
 
 
-def loop_contender(n: int, steps: int) -> Callable[[], None]:
+def loop_contender(n: int, steps: int, device: str | torch.device = "cpu") -> Callable[[], None]:
     """(a): the plain ``step_and_maybe_reset`` loop over ``steps`` steps, nothing kept."""
-    env = gpu_envs.make("CartPole-v1", num_envs=n, seed=0)
+    env = gpu_envs.make("CartPole-v1", num_envs=n, seed=0, device=device)
     sample = env.action_spec.sampler(generator=env.generator)
     state = {"td": env.reset(seed=0)}
 
@@ -77,9 +79,9 @@ def loop_contender(n: int, steps: int) -> Callable[[], None]:
     return run
 
 
-def collect_contender(n: int, steps: int) -> Callable[[], None]:
+def collect_contender(n: int, steps: int, device: str | torch.device = "cpu") -> Callable[[], None]:
     """(b): ``collect(env, steps=T)`` into its cached buffer."""
-    env = gpu_envs.make("CartPole-v1", num_envs=n, seed=0)
+    env = gpu_envs.make("CartPole-v1", num_envs=n, seed=0, device=device)
     env.reset(seed=0)
     return lambda: collect(env, steps=steps)
 
@@ -169,7 +171,7 @@ def run(
             for peer in ("gymnasium", "envpool"):
                 if peer in per:
                     row[f"{peer}_ns"] = round(per[peer], 2)
-                    row[f"{peer}_vs_collect"] = f"{per['collect'] / per[peer]:.2f}x"
+                    row[f"collect_vs_{peer}"] = f"{per[peer] / per['collect']:.2f}x"
             rows.append(row)
     return {"rows": rows, "skipped": skipped}
 

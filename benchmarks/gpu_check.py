@@ -285,6 +285,26 @@ def check_default_step(plan: Plan, budget: Budget) -> tuple[bool, str]:
     return True, "default step loop: " + "; ".join(parts)
 
 
+def check_collect_grid(plan: Plan, budget: Budget) -> tuple[bool, str]:
+    """``collect(env, steps=T)`` against a plain step loop over the same steps (issue 25 items 1, 6), on the device.
+
+    ``benchmarks/bench_collect_grid.py``'s two contenders at a few N x T (wall time around
+    a sync on CUDA): the buffer's writes are coalesced time-major rows. Passes when every
+    cell ran; the detail gives collect's speed over the loop's and ns per env-step.
+    """
+    from benchmarks.bench_collect_grid import collect_contender, loop_contender
+    from benchmarks.timing import interleave
+
+    cells = ((8, 16), (64, 64)) if plan.smoke else ((1024, 16), (1024, 256), (65536, 16), (65536, 256), (1048576, 64))
+    parts = []
+    for n, t in cells:
+        contenders = {"loop": loop_contender(n, t, plan.device), "collect": collect_contender(n, t, plan.device)}
+        times = interleave(contenders, steps=1 if plan.smoke else 3, rounds=3, device=plan.device)
+        ratio, ns = times["loop"] / times["collect"], times["collect"] / (n * t) * 1e9
+        parts.append(f"N={n} T={t}: collect {ratio:.2f}x the loop, {ns:.2f} ns/env-step")
+    return True, "collect vs loop: " + "; ".join(parts)
+
+
 def check_memory(plan: Plan, budget: Budget) -> tuple[bool, str]:
     import gpu_envs
     from gpu_envs.rollout import RolloutBuffer, collect
@@ -376,6 +396,7 @@ CHECKS: list[tuple[str, float, float, Callable]] = [
     ("cudagraph == eager transitions", 40.0, 20.0, check_graph_equals_eager),
     ("memory stable", 40.0, 20.0, check_memory),
     ("default step loop", 40.0, 10.0, check_default_step),
+    ("collect vs step loop grid", 40.0, 10.0, check_collect_grid),
 ]
 
 

@@ -41,7 +41,9 @@ class RawStep(NamedTuple):
 
     Every tensor is the backend's to give away: it is never written again after
     ``step`` returns (a transition handed out stays as it was; copy what the simulator
-    rewrites in place).
+    rewrites in place). The one exception is asked for by the caller: while
+    ``Backend.reuse_outputs(True)`` is in force (a random-action ``collect`` copying each
+    step at once), a backend that agreed may rewrite a step's tensors two steps later.
 
     Attributes:
         obs: observation per key, ``[N, *shape]``; post-reset on rows that ended (what

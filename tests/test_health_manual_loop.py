@@ -194,3 +194,20 @@ def test_a_nan_observation_is_raised_with_its_row_and_step():
         gpu_envs.HealthCheckError, match=r"row 2: observation 'observation' holds nan, not finite at step 6"
     ):
         env.check_health()
+
+
+def test_switching_to_step_checks_mid_loop_keeps_counting_the_steps_before():
+    """The hand-written steps the default mode held are scanned and counted when the mode changes."""
+    env = gpu_envs.make("Pendulum-v1", num_envs=2, seed=0)
+    td = env.reset(seed=0)
+    for t in range(8):
+        if t == 5:
+            env.health_checks = "step"
+        action = torch.zeros(2, 1)
+        if t == 6:
+            action[1] = float("nan")
+        td["action"] = action
+        _, td = env.step_and_maybe_reset(td)
+    with pytest.raises(gpu_envs.HealthCheckError, match=r"row 1: action nan not finite at step 6") as info:
+        env.check_health()
+    assert info.value.steps == [6]

@@ -59,15 +59,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, cast
+from typing import Any
 
 import torch
 from tensordict import TensorDict
 
 from gpu_envs.contract.errors import HealthCheckError, InvalidArgumentError
 from gpu_envs.contract.keys import QUARANTINED
-from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete, Spec
-from gpu_envs.core.health_look import HostLook, healthy_on_host, look_for
+from gpu_envs.contract.specs import Spec
+from gpu_envs.core.health_look import ActionCheck, HostLook, healthy_on_host, look_for
 from gpu_envs.utils.tensordicts import nest
 
 __all__ = ["HEALTH_MODES", "HealthMonitor", "health_mode"]
@@ -92,37 +92,6 @@ def health_mode(value: Any) -> str:
     )
 
 
-class _ActionCheck:
-    """An action spec's value check: integer ranges (Discrete, MultiDiscrete, integer Binary) or finite floats."""
-
-    def __init__(self, spec: Spec | None, device: torch.device) -> None:
-        self.spec = spec
-        self.low: torch.Tensor | None = None
-        self.high: torch.Tensor | None = None
-        self.finite = isinstance(spec, Box) and cast(torch.dtype, spec.dtype).is_floating_point  # a Box has a dtype
-        bounds: tuple[torch.Tensor, torch.Tensor] | None = None  # (spec None: nothing checked)
-        if isinstance(spec, Discrete):
-            bounds = torch.tensor(spec.start, device=device), torch.tensor(spec.start + spec.n - 1, device=device)
-            self.valid = f"{spec.start}..{spec.start + spec.n - 1}"
-        elif isinstance(spec, MultiDiscrete):
-            bounds = spec.start.to(device), (spec.start + spec.nvec - 1).to(device)
-            self.valid = f"low {bounds[0].tolist()} .. high {bounds[1].tolist()} per element"
-        elif isinstance(spec, Binary) and spec.dtype != torch.bool:
-            bounds = torch.tensor(0, device=device), torch.tensor(1, device=device)
-            self.valid = "0..1"
-        self.active = bounds is not None or self.finite
-        if bounds is not None:  # and the host's copy of the bounds (the CPU scan's first look)
-            self.low, self.high = bounds
-            self.low_np, self.high_np = bounds[0].cpu().numpy().reshape(-1), bounds[1].cpu().numpy().reshape(-1)
-            self.width = max(1, int(self.low_np.size))
-
-    def bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(low, high)`` of an integer-range check (``active`` and not ``finite``)."""
-        if self.low is None or self.high is None:
-            raise InvalidArgumentError(f"the action spec {self.spec!r} has no integer range to check actions against.")
-        return self.low, self.high
-
-
 class HealthMonitor:
     """The per-row fault record of one env and the checks that write it (see the module docstring).
 
@@ -137,7 +106,7 @@ class HealthMonitor:
         self.num_envs = num_envs
         self.device = device
         self.mode = mode
-        self._actions: dict[int, _ActionCheck] = {}
+        self._actions: dict[int, ActionCheck] = {}
         self.action = self._action_check(action_spec)
         self.obs_keys = [key for key, dtype in obs_dtypes.items() if dtype.is_floating_point]
         # the record, on the device, written in place (CUDA graphs replay the writes); shape (1,)
@@ -168,6 +137,18 @@ class HealthMonitor:
         self._faulty_step = -1
 
     @property
+    def mode(self) -> str:
+        """``"collect"``, ``"step"`` or ``"off"``; leaving ``"collect"``, the hand-written steps held are scanned and counted."""
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        if getattr(self, "_mode", None) == "collect" and value != "collect":  # (flush scans in "collect" mode only)
+            self.flush()
+            self._fold()
+        self._mode = value
+
+    @property
     def every_step(self) -> bool:
         return self.mode == "step"
 
@@ -187,17 +168,16 @@ class HealthMonitor:
     ) -> None:
         """One hand-written CPU step, looked at in place (:mod:`gpu_envs.core.health_look`); a fault recorded at once.
 
-        A clean step costs one C call per checked tensor; a step the look cannot clear
-        goes to :meth:`faults`, which records each row's fault, with this step and the
-        value, exactly. Inside a collection nothing is looked at (it scans its buffer).
+        A step the look cannot clear goes to :meth:`faults` (each row's fault, this step,
+        the value). Inside a collection (it scans its buffer) or a pause nothing is looked at.
         """
         look = self.host_look
-        if self._collecting or look is None:
+        if self._collecting or look is None or self._mode != "collect":
             return
         step = self._host_steps
         self._host_steps = step + 1
         self._looked += 1
-        if look(action, [next_obs[key] for key in self.obs_keys if key in next_obs], reward, missing):
+        if look(action, [next_obs[key] for key in self.obs_keys], reward, missing):
             return
         code, value = self.faults(action, next_obs, reward, missing, self.num_envs)
         self._record(code > 0, step, code, value)
@@ -272,10 +252,10 @@ class HealthMonitor:
         finally:
             self._collecting -= 1
 
-    def _action_check(self, spec: Spec) -> _ActionCheck:
+    def _action_check(self, spec: Spec) -> ActionCheck:
         check = self._actions.get(id(spec))
         if check is None or check.spec is not spec:
-            check = self._actions[id(spec)] = _ActionCheck(spec, self.device)
+            check = self._actions[id(spec)] = ActionCheck(spec, self.device)
         return check
 
     # ------------------------------------------------------------- recording
@@ -286,7 +266,7 @@ class HealthMonitor:
         reward: torch.Tensor,
         missing: torch.Tensor,
         rows: int,
-        action_check: _ActionCheck | None = None,
+        action_check: ActionCheck | None = None,
         obs_keys: Iterable | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(code [rows], value [rows])`` of each transition row (the first fault checked wins)."""
@@ -372,7 +352,7 @@ class HealthMonitor:
             return  # not transitions of this contract (a wrapper that dropped keys): nothing to check
         check = self._action_check(action_spec)
         if data.get("action", None) is None:
-            check = _ActionCheck(None, self.device)
+            check = ActionCheck(None, self.device)
         keys = {key for key in obs_keys if nxt.get(key, None) is not None}
         exempt = nxt.get(QUARANTINED, None)
         if exempt is not None:  # steps a wrapper ended for their non-finite values: their faults are its
@@ -592,7 +572,7 @@ def _defer_steps(step: Sequence[Any], device: torch.device) -> int:
     return max(1, min(_MAX_DEFER_STEPS, budget // max(1, size)))
 
 
-def _without_exempt(data: Any, exempt: torch.Tensor, check: _ActionCheck, obs_keys: list) -> Any:
+def _without_exempt(data: Any, exempt: torch.Tensor, check: ActionCheck, obs_keys: list) -> Any:
     """``data`` with the exempt steps' (``[N, T]``) checked values made harmless: a shallow copy, a few ``where``.
 
     Actions become a valid one (the range's low end, or 0), rewards and observations 0.

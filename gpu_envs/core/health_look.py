@@ -17,6 +17,9 @@ and the value at once.
 (complex observations, an unsigned integer action wider than a byte) -- and the monitor
 keeps the batched scan instead: the same record, a different cost.
 
+:class:`ActionCheck` is the value check an action spec asks for (integer ranges or finite
+floats), which both looks and the monitor's exact checks read.
+
 :func:`healthy_on_host` is the same idea for a collection's ``[N, T]`` buffer (one numpy
 reduction per entry, where it lies), the first look of
 :meth:`~gpu_envs.core.health.HealthMonitor.scan` on the CPU.
@@ -43,9 +46,11 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from gpu_envs.contract.errors import InvalidArgumentError
+from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete, Spec
 from gpu_envs.utils.native_library import NativeLibrary
 
-__all__ = ["HostLook", "healthy_on_host", "host_look", "look_for", "np_sum"]
+__all__ = ["ActionCheck", "HostLook", "healthy_on_host", "host_look", "look_for", "np_sum"]
 
 SOURCE = r"""
 #include <stdint.h>
@@ -174,6 +179,37 @@ _LIBRARY = NativeLibrary(
 )
 
 
+class ActionCheck:
+    """An action spec's value check: integer ranges (Discrete, MultiDiscrete, integer Binary) or finite floats."""
+
+    def __init__(self, spec: Spec | None, device: torch.device) -> None:
+        self.spec = spec
+        self.low: torch.Tensor | None = None
+        self.high: torch.Tensor | None = None
+        self.finite = isinstance(spec, Box) and cast(torch.dtype, spec.dtype).is_floating_point  # a Box has a dtype
+        bounds: tuple[torch.Tensor, torch.Tensor] | None = None  # (spec None: nothing checked)
+        if isinstance(spec, Discrete):
+            bounds = torch.tensor(spec.start, device=device), torch.tensor(spec.start + spec.n - 1, device=device)
+            self.valid = f"{spec.start}..{spec.start + spec.n - 1}"
+        elif isinstance(spec, MultiDiscrete):
+            bounds = spec.start.to(device), (spec.start + spec.nvec - 1).to(device)
+            self.valid = f"low {bounds[0].tolist()} .. high {bounds[1].tolist()} per element"
+        elif isinstance(spec, Binary) and spec.dtype != torch.bool:
+            bounds = torch.tensor(0, device=device), torch.tensor(1, device=device)
+            self.valid = "0..1"
+        self.active = bounds is not None or self.finite
+        if bounds is not None:  # and the host's copy of the bounds (the CPU scan's first look)
+            self.low, self.high = bounds
+            self.low_np, self.high_np = bounds[0].cpu().numpy().reshape(-1), bounds[1].cpu().numpy().reshape(-1)
+            self.width = max(1, int(self.low_np.size))
+
+    def bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(low, high)`` of an integer-range check (``active`` and not ``finite``)."""
+        if self.low is None or self.high is None:
+            raise InvalidArgumentError(f"the action spec {self.spec!r} has no integer range to check actions against.")
+        return self.low, self.high
+
+
 class HostLook:
     """``look(action, obs, reward, missing) -> bool``: True when one CPU step certainly holds no fault.
 
@@ -216,6 +252,7 @@ class HostLook:
         first = obs[0].contiguous() if obs else reward  # (no observation checked: the reward again, harmlessly)
         size = action.numel()
         kind = self._kind
+        skip = missing.contiguous().data_ptr()
         clean = self._step(
             reward.data_ptr(),
             n,
@@ -224,7 +261,7 @@ class HostLook:
             first.data_ptr(),
             first.numel() // n,
             self._first_kind,
-            missing.contiguous().data_ptr(),
+            skip,
             action.data_ptr(),
             1 if kind < 10 else size // self._width,  # a float action: one row of all its values
             size if kind < 10 else self._width,
@@ -233,7 +270,6 @@ class HostLook:
         )
         if not clean or len(obs) < 2:
             return bool(clean)
-        skip = missing.contiguous().data_ptr()
         for x, kind in zip(obs[1:], self._obs_kinds[1:], strict=True):
             x = x.contiguous()
             if not self._finite(x.data_ptr(), n, x.numel() // n, kind, skip):
@@ -241,8 +277,10 @@ class HostLook:
         return True
 
 
-def look_for(check: Any, action_spec: Any, obs_dtypes: Sequence[torch.dtype], device: torch.device) -> HostLook | None:
-    """:func:`host_look` for a monitor's action ``check`` (``active``, ``finite``, ``bounds()``), None off the CPU."""
+def look_for(
+    check: ActionCheck, action_spec: Spec, obs_dtypes: Sequence[torch.dtype], device: torch.device
+) -> HostLook | None:
+    """:func:`host_look` for a monitor's action ``check``, None off the CPU."""
     if device.type != "cpu":
         return None
     dtype = cast(torch.dtype, action_spec.dtype) if check.active else None
@@ -289,15 +327,15 @@ def host_look(
     return HostLook(lib, action_kind, [kind for kind in kinds if kind is not None])
 
 
-def healthy_on_host(data: Any, nxt: Any, check: Any, obs_keys: list) -> bool:
+def healthy_on_host(data: Any, nxt: Any, check: ActionCheck, obs_keys: list) -> bool:
     """True when a CPU collection's ``[N, T]`` buffer certainly holds no fault: one pass per entry, in place.
 
     Each entry's memory is read where it lies (the buffer is time-major: an entry is a
     transposed view of one dense block), by the C loops above where the library is
     there, else by one numpy reduction per entry.
 
-    ``check`` is the monitor's action check (``active``, ``finite``, ``width``, ``low_np``,
-    ``high_np``). The first look of :meth:`gpu_envs.core.health.HealthMonitor.scan` on the CPU.
+    ``check`` is the monitor's action check. The first look of
+    :meth:`gpu_envs.core.health.HealthMonitor.scan` on the CPU.
 
     False (look closer, with the per-row ops) when anything is off, when a final
     observation was withheld (placeholders), or for dtypes numpy does not have.
@@ -344,7 +382,7 @@ def _dense(x: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
-def _healthy_in_c(lib: ctypes.CDLL, data: Any, nxt: Any, check: Any, obs_keys: list) -> bool | None:
+def _healthy_in_c(lib: ctypes.CDLL, data: Any, nxt: Any, check: ActionCheck, obs_keys: list) -> bool | None:
     """:func:`healthy_on_host` with the C loops: every value once, in memory order; None where they cannot read it."""
     missing = _dense(nxt.get("final_obs_missing"))
     if missing is None:

@@ -5,14 +5,15 @@ N x T above ``--max-elements``, 2^24 by default, are skipped: their buffer would
 comfortably in memory), built-in CartPole-v1 on the CPU, random actions, one torch thread,
 thread CPU time, contenders interleaved in one process, medians of rounds:
 
-(a) loop -- the floor: ``T`` calls of ``env.step_and_maybe_reset(td)`` with
-    ``td["action"]`` drawn from ``env.action_spec`` each step, keeping nothing (what a
-    user's hand-written loop costs; its own env);
+(a) loop -- the floor: ``T`` calls of ``env.step_and_maybe_reset(td)`` with a random
+    ``td["action"]`` each step, keeping nothing (``benchmarks.step_peers.gpu_envs_loop``:
+    what a user's hand-written loop costs; its own env);
 (b) collect -- ``collect(env, steps=T)``: the same steps, every transition stored in
     the ``[N, T]`` buffer (time-major storage: writing step t is one contiguous write);
 (c) gymnasium -- gymnasium's numpy ``CartPoleVectorEnv``
-    (``gym.make_vec("CartPole-v1", N, vectorization_mode="vector_entry_point")``) stepped
-    ``T`` times with random numpy actions (N >= 8; a peer, storing nothing);
+    (``gym.make_vec("CartPole-v1", N, vectorization_mode="vector_entry_point")``,
+    ``benchmarks.step_peers.gym_vector_loop``) stepped ``T`` times with random numpy
+    actions (N >= 8; a peer, storing nothing);
 (d) EnvPool -- ``envpool.make("CartPole-v1", env_type="gymnasium", num_envs=N,
     num_threads=1)`` stepped ``T`` times, when installed (``time.process_time``: its
     steps run in a worker thread).
@@ -29,7 +30,6 @@ stores every transition and is still faster).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
@@ -39,10 +39,11 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: our benchmarks package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np
 import torch
 
 import gpu_envs
+from benchmarks import bench_rollout
+from benchmarks.step_peers import gpu_envs_loop, gym_vector_loop
 from benchmarks.timing import format_table, save_json
 from gpu_envs.rollout import collect
 
@@ -64,19 +65,8 @@ COLUMNS = [
 
 
 def loop_contender(n: int, steps: int, device: str | torch.device = "cpu") -> Callable[[], None]:
-    """(a): the plain ``step_and_maybe_reset`` loop over ``steps`` steps, nothing kept."""
-    env = gpu_envs.make("CartPole-v1", num_envs=n, seed=0, device=device)
-    sample = env.action_spec.sampler(generator=env.generator)
-    state = {"td": env.reset(seed=0)}
-
-    def run() -> None:
-        td = state["td"]
-        for _ in range(steps):
-            td.set("action", sample())
-            td = env.step_and_maybe_reset(td)[1]
-        state["td"] = td
-
-    return run
+    """(a): the plain ``step_and_maybe_reset`` loop (``step_peers.gpu_envs_loop``) over ``steps`` steps, nothing kept."""
+    return _repeated(gpu_envs_loop("CartPole-v1", n, device=device), steps)
 
 
 def collect_contender(n: int, steps: int, device: str | torch.device = "cpu") -> Callable[[], None]:
@@ -87,33 +77,19 @@ def collect_contender(n: int, steps: int, device: str | torch.device = "cpu") ->
 
 
 def gymnasium_contender(n: int, steps: int) -> Callable[[], None]:
-    """(c): gymnasium's numpy CartPoleVectorEnv, random actions."""
-    import gymnasium as gym
-
-    vec = gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="vector_entry_point")
-    vec.reset(seed=0)
-    rng = np.random.default_rng(0)
-
-    def run() -> None:
-        for _ in range(steps):
-            vec.step(rng.integers(0, 2, size=n))
-
-    return run
+    """(c): gymnasium's numpy CartPoleVectorEnv, random actions (``step_peers.gym_vector_loop``)."""
+    return _repeated(gym_vector_loop("CartPole-v1", n), steps)
 
 
 def envpool_contender(n: int, steps: int) -> Callable[[], None] | None:
-    """(d): EnvPool's CartPole with one worker thread, random actions; None where it is not installed."""
-    if importlib.util.find_spec("envpool") is None:
-        return None
-    import envpool
+    """(d): EnvPool's CartPole with one worker thread (``bench_rollout.envpool_contender``); None where not installed."""
+    return bench_rollout.envpool_contender(n, steps)[0] if bench_rollout.envpool_available() else None
 
-    pool = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=n, num_threads=1, seed=0)
-    pool.reset()
-    rng = np.random.default_rng(0)
 
+def _repeated(step: Callable[[], object], times: int) -> Callable[[], None]:
     def run() -> None:
-        for _ in range(steps):
-            pool.step(rng.integers(0, 2, size=n))
+        for _ in range(times):
+            step()
 
     return run
 

@@ -77,6 +77,11 @@ class Capabilities:
         snapshot_rows: :meth:`Backend.get_state` / :meth:`Backend.set_state` snapshot and
             restore rows exactly (the continuation after a restore is bitwise the
             original's); :meth:`Backend.snapshot_refusal` says why not, and what works.
+        inference_mode: the simulator may be stepped under ``torch.inference_mode``
+            (``collect``'s middle steps are): it updates in place only tensors it made
+            outside. False for simulators that make state tensors during a step and
+            update them in place later (VMAS's scenarios): ``collect`` then steps them
+            under ``torch.no_grad`` only.
 
     Example::
 
@@ -93,6 +98,7 @@ class Capabilities:
     direct_step: bool = False
     partial_reset: bool = False
     snapshot_rows: bool = False
+    inference_mode: bool = True
 
     def replace(self, **changes: Any) -> Capabilities:
         """A copy with some fields changed: ``caps.replace(partial_reset=False)``."""
@@ -139,6 +145,15 @@ class Backend(ABC):
     reward is a vector (K objectives of a multi-objective env) sets it to ONE env's float32
     ``Box`` of shape ``(K,)``, and ``("next", "reward")`` is then ``[N, K]``.
     What it can do is its :class:`Capabilities`. ``name`` is shown in ``repr``.
+
+    A backend of several agents (:mod:`gpu_envs.contract.groups`) sets ``group_map``
+    (``{group: [agent names]}``); its ``action_spec`` is then a Composite with one
+    ``(group, "action")`` leaf ``[A, *act]`` per group, ``step`` takes
+    ``{(group, "action"): tensor}``, its observations are ``(group, key)`` entries
+    ``[N, A, *obs]``, ``RawStep.reward`` / the flags are the env's (``[N, 1]``: the team
+    reward, the sum over agents; the rows whose episode ended) and ``RawStep.info`` holds
+    each agent's ``(group, "reward")`` and flags ``[N, A, 1]`` (``info_spec`` declares
+    them: :func:`gpu_envs.contract.groups.group_info_spec`).
     """
 
     name: str = "backend"
@@ -149,6 +164,7 @@ class Backend(ABC):
     action_spec: Spec
     info_spec: Composite
     reward_spec: Spec | None = None
+    group_map: dict[str, list[str]] | None = None
 
     # the declarations before Capabilities, as aliases of its fields (deprecated)
     final_obs_kind: ClassVar[property] = _old_declaration("final_obs_kind")

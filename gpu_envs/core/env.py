@@ -77,6 +77,7 @@ from gpu_envs.backends.base import Backend
 from gpu_envs.backends.common import release_simulator
 from gpu_envs.contract.errors import ClosedEnvError, InvalidArgumentError, ResetMaskError
 from gpu_envs.contract.final_obs import FinalObsRule
+from gpu_envs.contract.groups import missing_spec
 from gpu_envs.contract.keys import DONE_KEYS
 from gpu_envs.contract.specs import Binary, Box, Composite
 from gpu_envs.contract.specs.env_specs import BatchedSpecs
@@ -163,7 +164,7 @@ class BatchedEnv(BatchedSpecs):
             else backend.reward_spec,
             done=Composite({k: Binary(1, device=self.device) for k in DONE_KEYS}, device=self.device),
             # the backend's own object: the gymnasium backend fills it in at the first step
-            info=getattr(backend, "info_spec", None) or Composite({}, device=self.device),
+            info=_info_spec(backend, self.device),
         )
         rule = FinalObsRule(self.single_observation_spec, self.num_envs, missing_obs_value)
         validator = StepValidator(
@@ -208,6 +209,17 @@ class BatchedEnv(BatchedSpecs):
         self._watchdog = Watchdog(seconds, name=f"BatchedEnv({self.backend.describe()})")
         for name in ("reset", "step", "step_and_maybe_reset"):
             setattr(self, name, self._watchdog.watch(getattr(self, name), name))
+
+    # ------------------------------------------------------------------ agent groups
+    @property
+    def group_map(self) -> dict[str, list[str]]:
+        """``{group: [agent names]}`` of a multi-agent env (:mod:`gpu_envs.contract.groups`); ``{}`` for one agent."""
+        return {group: list(agents) for group, agents in (self.backend.group_map or {}).items()}
+
+    @property
+    def inference_mode_safe(self) -> bool:
+        """The backend may be stepped under ``torch.inference_mode`` (``Capabilities.inference_mode``; collect reads it)."""
+        return self.backend.capabilities.inference_mode
 
     # ------------------------------------------------------------------ reset
     def reset(self, seed: int | None = None, td: TensorDictBase | None = None) -> TensorDict:
@@ -527,6 +539,17 @@ class BatchedEnv(BatchedSpecs):
             f"BatchedEnv({self.backend.describe()}, num_envs={self.num_envs}, device={self.device}, "
             f"observation={{{obs}}}, action={self.single_action_spec!r}, {state})"
         )
+
+
+def _info_spec(backend: Backend, device: torch.device) -> Composite:
+    """The backend's info spec (its own object), with each agent group's ``final_obs_missing`` added."""
+    info = getattr(backend, "info_spec", None) or Composite({}, device=device)
+    if not backend.group_map:
+        return info
+    info = Composite({str(k): v for k, v in info.items()}, device=info.device)
+    for key, spec in missing_spec(backend.group_map, device).items(True, True):
+        info[key] = spec
+    return info
 
 
 def _renamed(old: str, new: str) -> None:

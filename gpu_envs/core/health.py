@@ -107,7 +107,8 @@ class HealthMonitor:
         self.device = device
         self.mode = mode
         self._actions: dict[int, ActionCheck] = {}
-        self.action = self._action_check(action_spec)
+        self.action = self._action_check(action_spec)  # inactive for agent groups' actions (a Composite spec)
+        self._no_action = torch.zeros(0, device=device)
         self.obs_keys = [key for key, dtype in obs_dtypes.items() if dtype.is_floating_point]
         # the record, on the device, written in place (CUDA graphs replay the writes); shape (1,)
         # counters: torch.compile drops in-place updates of some 0-d tensors
@@ -174,6 +175,8 @@ class HealthMonitor:
         look = self.host_look
         if self._collecting or look is None or self._mode != "collect":
             return
+        if action.__class__ is dict:  # agent groups' actions ({key: tensor}): not checked (the action check is off)
+            action = self._no_action
         step = self._host_steps
         self._host_steps = step + 1
         self._looked += 1
@@ -233,7 +236,8 @@ class HealthMonitor:
         for key in keys:
             flat[key] = stack([root[key] for root in roots], 1)
             flat[("next", *(key if isinstance(key, tuple) else (key,)))] = stack([step[key] for step in nexts], 1)
-        flat["action"] = stack(actions, 1)
+        if self.action.active:  # (an env of agent groups: its actions are not checked)
+            flat["action"] = stack(actions, 1)
         flat[("next", "reward")] = stack(rewards, 1)
         flat[("next", "final_obs_missing")] = stack(missing, 1)
         if any(rows is not None for rows in exempt):

@@ -268,9 +268,15 @@ class StepPath:
         # a top-level observation key, and its tensor in the last td["next"] (a copy fed back is stepped from the root)
         self._next_marker = next((k for k in self.keys if isinstance(k, str)), None)
         self._last_next: object = _NOTHING
-        spec = validator.action_spec
-        self._discrete = isinstance(spec, (Discrete, MultiDiscrete, Binary))
-        self._box = isinstance(spec, Box)
+        # an env of agent groups (gpu_envs.contract.groups): the actions are one entry per group, handed to the
+        # backend as {(group, "action"): tensor}; each group's ("next", group, "final_obs_missing") is the row's
+        leaves = validator.action_leaves
+        self._action_keys = None if leaves is None else list(leaves)
+        specs = [validator.action_spec] if leaves is None else list(leaves.values())
+        self._discrete = any(isinstance(spec, (Discrete, MultiDiscrete, Binary)) for spec in specs)
+        self._box = any(isinstance(spec, Box) for spec in specs)
+        group_map = getattr(backend, "group_map", None) or {}
+        self._group_sizes = [(group, len(agents)) for group, agents in group_map.items()]
         self.bind()
 
     # ------------------------------------------------------------------- parts
@@ -297,6 +303,7 @@ class StepPath:
         # the TensorDict layout: flat keys make one plain dict per TensorDict; nested keys
         # make sub-dicts, which become sub-TensorDicts
         self.entries: Callable[[dict], dict] = nest if nested else dict
+        self.nested = nested
         self.new_td: Callable[..., TensorDict] = tds.new_td if nested else tds.new_flat_td
 
     def moved(self) -> None:
@@ -343,14 +350,14 @@ class StepPath:
         entries = fast_entries(td)
         action: Any  # whatever td holds: check_action refuses all but a tensor
         if entries is not None:  # a plain TensorDict: its own entries, read without tensordict's dispatch
-            action = entries.get("action")
+            action = entries.get("action") if self._action_keys is None else self.group_actions(td)
             if not is_compiling():  # dated inputs: host bookkeeping, left out of compiled chunks (module docstring)
                 dated = stamp_of(td)
                 if (dated is not None and dated != self.stamp) or entries.get(self._next_marker) is self._last_next:
                     self.other_input(td, dated)
         else:
             check_td(td, STEP_CALLS)  # a dict, None, a (td, root) tuple: refused before anything moves
-            action = get_entry(td, "action")
+            action = get_entry(td, "action") if self._action_keys is None else self.group_actions(td)
             if not is_compiling():
                 dated = stamp_of(td)
                 watched = None if self._next_marker is None else get_entry(td, self._next_marker)
@@ -358,6 +365,10 @@ class StepPath:
                     self.other_input(td, dated)
         self.check_action(action)
         return action
+
+    def group_actions(self, td: TensorDictBase) -> dict:
+        """An env of agent groups: ``{(group, "action"): td[group, "action"]}`` (a missing one: None, refused next)."""
+        return {key: td.get(key, None) for key in self._action_keys or ()}
 
     def check_action(self, action: Any) -> None:
         """Step 2 of every step: the action's metadata (type, shape, dtype, device), and its values where bound."""
@@ -427,15 +438,28 @@ class StepPath:
             if marker is not None:
                 marked = next_obs[marker]
                 self._last_next = _NOTHING if marked is raw.obs[marker] else marked
-        data = self.entries(next_obs)
         done = raw.done
-        data["reward"] = raw.reward
-        data["done"] = done
-        data["terminated"] = raw.terminated
-        data["truncated"] = raw.truncated
-        data["final_obs_missing"] = out.final_obs_missing
-        if raw.info:
-            data.update(self.entries(raw.info))
+        if self.nested:  # one flat dict, nested once: a group's observations and its info entries share a node
+            flat = dict(next_obs)
+            flat["reward"] = raw.reward
+            flat["done"] = done
+            flat["terminated"] = raw.terminated
+            flat["truncated"] = raw.truncated
+            flat["final_obs_missing"] = missing = out.final_obs_missing
+            if raw.info:
+                flat.update(raw.info)
+            for group, agents in self._group_sizes:
+                flat[group, "final_obs_missing"] = missing.unsqueeze(1).expand(-1, agents, 1)
+            data = nest(flat)
+        else:
+            data = dict(next_obs)
+            data["reward"] = raw.reward
+            data["done"] = done
+            data["terminated"] = raw.terminated
+            data["truncated"] = raw.truncated
+            data["final_obs_missing"] = out.final_obs_missing
+            if raw.info:
+                data.update(raw.info)
         following = self.new_td(data, self.batch_size, self.device)
         if dated:
             stamp(following, -number)
@@ -543,7 +567,7 @@ class StepPath:
         own = transition_keys(self.keys)
         info = getattr(self.backend, "info_spec", None)
         has_info = info is not None and len(list(info.keys())) > 0
-        if self.first or has_info or len(keys) != len(own) or set(keys) != set(own):
+        if self.first or has_info or self._action_keys is not None or len(keys) != len(own) or set(keys) != set(own):
             return None
         if tuple(keys) == own:
             return self.values

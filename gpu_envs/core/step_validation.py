@@ -28,7 +28,7 @@ import torch
 
 from gpu_envs.backends.base import Backend
 from gpu_envs.contract.errors import ActionError, BackendError
-from gpu_envs.contract.specs import Box, Spec
+from gpu_envs.contract.specs import Box, Composite, Spec
 
 __all__ = ["StepValidator"]
 
@@ -60,6 +60,12 @@ class StepValidator:
         self.single_action_spec = single_action_spec
         self.action_shape = action_spec.shape
         self.action_dtype = action_spec.dtype
+        # an env of agent groups: one action entry per group, (group, "action") [N, A, *act] (gpu_envs.contract.groups)
+        self.action_leaves: dict[Any, Spec] | None = (
+            dict(action_spec.items(include_nested=True, leaves_only=True))
+            if isinstance(action_spec, Composite)
+            else None
+        )
         self.reward_shape = tuple(reward_shape)
         self._reward_size = torch.Size(reward_shape)
         self._flag_size = torch.Size((num_envs, 1))
@@ -74,6 +80,9 @@ class StepValidator:
     # ------------------------------------------------------------------ action
     def action(self, action: Any) -> None:
         """The full metadata check (the hot path only compares the exact type, shape, dtype, device)."""
+        if self.action_leaves is not None:
+            self.group_actions(action)
+            return
         if (
             not isinstance(action, torch.Tensor)
             or action.shape != self.action_shape
@@ -82,8 +91,33 @@ class StepValidator:
         ):
             raise ActionError(self._explain_action(action))
 
+    def group_actions(self, actions: Any) -> None:
+        """An env of agent groups: ``actions`` is ``{(group, "action"): tensor}``, each leaf checked as one action."""
+        leaves = self.action_leaves or {}
+        for key, spec in leaves.items():
+            value = actions.get(key) if isinstance(actions, dict) else None
+            want = f"shape {tuple(spec.shape)}, dtype {spec.dtype}, device {self.device}"
+            if value is None:
+                raise ActionError(
+                    f"td has no {key!r} entry: this env's agents act in groups, so every group's action goes to "
+                    f"td[{', '.join(map(repr, key)) if isinstance(key, tuple) else repr(key)}] ({want}); draw all of "
+                    "them with td.update(env.full_action_spec.rand())."
+                )
+            if not isinstance(value, torch.Tensor) or value.shape != spec.shape or value.dtype != spec.dtype:
+                got = f"{tuple(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ActionError(f"the action {key!r} is {got}; this env expects {want}.")
+            if value.device != self.device:
+                raise ActionError(
+                    f"the action {key!r} is on {value.device} but the env runs on {self.device}: move it with "
+                    f".to('{self.device}')."
+                )
+
     def action_values(self, action: torch.Tensor) -> None:
         """Values in the spec's range (and finite, for a Box); one host sync."""
+        if self.action_leaves is not None:
+            for key, spec in self.action_leaves.items():
+                self.leaf_values(action[key], spec, f"the action {key!r}")  # type: ignore[index]  # a group env's dict
+            return
         if self.box and action.dtype.is_floating_point and not bool(torch.isfinite(action).all()):
             bad = int((~torch.isfinite(action)).sum())
             raise ActionError(
@@ -93,6 +127,22 @@ class StepValidator:
         if not self.action_spec.contains(action):
             raise ActionError(
                 f"action values are outside {self.single_action_spec!r} "
+                f"(min {action.min().item()}, max {action.max().item()}). "
+                "Sample actions from env.action_spec, or clamp them to its range (e.g. the ClipAction transform)."
+            )
+
+    def leaf_values(self, action: torch.Tensor, spec: Spec, what: str) -> None:
+        """One action tensor's values against ``spec`` (batched): finite for a Box, in range; one host sync."""
+        single = spec.unbatched()
+        if isinstance(spec, Box) and action.dtype.is_floating_point and not bool(torch.isfinite(action).all()):
+            bad = int((~torch.isfinite(action)).sum())
+            raise ActionError(
+                f"{what} holds {bad} non-finite value(s) (NaN or inf); {single!r} needs finite "
+                "values. Check the policy's outputs (a NaN loss, a diverged network)."
+            )
+        if not spec.contains(action):
+            raise ActionError(
+                f"{what} values are outside {single!r} "
                 f"(min {action.min().item()}, max {action.max().item()}). "
                 "Sample actions from env.action_spec, or clamp them to its range (e.g. the ClipAction transform)."
             )

@@ -130,6 +130,8 @@ def _spec_layout(env: Any) -> dict:
         action = env.single_action_spec
         if getattr(action, "dtype", None) is not None:
             layout[("action",)] = (action.shape, action.dtype)
+        for k, s in leaves(action):  # agent groups: one (group, "action") entry per group
+            layout[_key(k)] = (s.shape, s.dtype)
         for key, shape, dtype in obs:
             layout[("next", *key)] = (shape, dtype)
         reward = env.single_reward_spec

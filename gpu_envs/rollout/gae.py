@@ -57,7 +57,13 @@ def _as_nt(
         raise InvalidArgumentError(
             f"gae: {name} must be a torch.Tensor of shape {tuple(shape)} or {(*shape, 1)}, got {type(x).__name__}."
         )
-    if x.shape != shape and x.shape != shape + (1,):
+    env_level = len(shape) == 3 and name in _FLAGS and x.shape in (shape[:2], shape[:2] + (1,))
+    if x.shape != shape and x.shape != shape + (1,) and not env_level:
+        if len(shape) == 3:
+            raise InvalidArgumentError(
+                f"gae: {name} has shape {tuple(x.shape)} but the per-agent reward gives [N, T, A] = {tuple(shape)}; "
+                "pass values as [N, T, A, 1] and flags as [N, T, A, 1] (each agent's) or [N, T, 1] (the env's)."
+            )
         raise InvalidArgumentError(
             f"gae: {name} has shape {tuple(x.shape)} but reward gives [N, T] = {tuple(shape)}; pass every input as "
             f"[N, T] or [N, T, 1] (e.g. traj['next', 'reward'] and critic outputs of shape [N, T, 1])."
@@ -74,7 +80,7 @@ def _as_nt(
         )
     if name not in _FLAGS and (x.dtype.is_complex or x.dtype == torch.bool):
         raise InvalidArgumentError(f"gae: {name} must hold real numbers, got {x.dtype}.")
-    x = x.reshape(shape)
+    x = x.reshape(shape[:2]).unsqueeze(-1).expand(shape) if env_level else x.reshape(shape)
     return x if dtype is None else x.to(dtype)
 
 
@@ -93,12 +99,16 @@ def gae(
     """Advantages and value targets ``(A, A + V)`` of a rollout ``[N, T]`` (time is dim 1).
 
     Args:
-        reward: ``[N, T]`` or ``[N, T, 1]``, the reward of each transition.
+        reward: ``[N, T]`` or ``[N, T, 1]``, the reward of each transition; or, for an
+            env of agent groups, one group's ``("next", group, "reward")`` ``[N, T, A, 1]``
+            (each agent's advantage, torchrl's MAPPO layout).
         value: ``V(observation)`` at each step, same shapes accepted.
         next_value: ``V(("next", "observation"))``: the value of the true final
             observation where an episode ended, of the next observation elsewhere.
             May hold NaN (or anything) on rows where it is not used.
-        terminated, truncated: bool ``[N, T(, 1)]`` flags of each transition.
+        terminated, truncated: bool ``[N, T(, 1)]`` flags of each transition; with
+            per-agent rewards also ``[N, T, A, 1]`` (each agent's flags) -- the env's
+            ``[N, T, 1]`` flags then apply to every agent.
         final_obs_missing: bool ``[N, T(, 1)]`` or None: rows whose final observation
             is a placeholder; there ``value`` replaces ``next_value``.
         gamma: discount; lam: the GAE lambda.
@@ -112,10 +122,13 @@ def gae(
     """
     if isinstance(reward, torch.Tensor) and reward.dim() == 3:
         require_scalar_reward(reward.shape[2:], "gae")
-    if not isinstance(reward, torch.Tensor) or reward.dim() not in (2, 3):
+    per_agent = isinstance(reward, torch.Tensor) and reward.dim() == 4 and reward.shape[3] == 1
+    if not isinstance(reward, torch.Tensor) or (reward.dim() not in (2, 3) and not per_agent):
         got = tuple(reward.shape) if isinstance(reward, torch.Tensor) else type(reward).__name__
-        raise InvalidArgumentError(f"gae: reward must be [N, T] or [N, T, 1] (time on dim 1), got {got}.")
-    shape = reward.shape[:2]
+        raise InvalidArgumentError(
+            f"gae: reward must be [N, T] or [N, T, 1] (time on dim 1), or [N, T, A, 1] per agent, got {got}."
+        )
+    shape = reward.shape[:3] if per_agent else reward.shape[:2]
     if 0 in shape:
         raise InvalidArgumentError(
             f"gae: the rollout is empty (reward has shape {tuple(reward.shape)}: N = {shape[0]}, T = {shape[1]}); "
@@ -139,14 +152,14 @@ def gae(
         nv = torch.where(_as_nt("final_obs_missing", final_obs_missing, shape, None, device), v, nv)
     bootstrap = torch.where(term, 0.0, nv)
     # time-major copies: each step of the scan reads and writes one contiguous row
-    delta = (r + gamma * bootstrap - v).T.contiguous()
-    decay = ((~done).to(dtype) * (gamma * lam)).T.contiguous()
+    delta = (r + gamma * bootstrap - v).movedim(1, 0).contiguous()
+    decay = ((~done).to(dtype) * (gamma * lam)).movedim(1, 0).contiguous()
     adv = torch.empty_like(delta)
     steps = shape[1]
     adv[steps - 1] = delta[steps - 1]
     for t in range(steps - 2, -1, -1):
         torch.addcmul(delta[t], decay[t], adv[t + 1], out=adv[t])
-    adv = adv.T.contiguous()
+    adv = adv.movedim(0, 1).contiguous()
     target = adv + v
     return adv.reshape(value.shape), target.reshape(value.shape)
 

@@ -64,6 +64,13 @@ def make_step(env: Any, policy: Policy | None) -> Callable[[TensorDictBase], tup
         # the batched spec draws a whole batch; its generator is checked once here, and the
         # draw (on the env's device, of its batch size) goes into the root without re-checks
         sample = env.action_spec.sampler(generator=env.generator)
+        if getattr(env.action_spec, "dtype", None) is None:  # agent groups: a TensorDict of (group, "action") entries
+
+            def step_groups(td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+                td.update(sample())
+                return env.step_and_maybe_reset(td)
+
+            return step_groups
 
         def step(td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
             set_entry(td, "action", sample())
@@ -170,6 +177,7 @@ def run_loop(
     """
     td = start(env)
     steps = buffer.steps
+    inference = inference and getattr(env, "inference_mode_safe", True)  # (a simulator may refuse inference mode)
     with keep_grad_mode(), collecting(env):
         with torch.no_grad():
             td = _write_step(first_step or step, td, buffer, 0)

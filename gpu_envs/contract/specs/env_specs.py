@@ -68,6 +68,43 @@ class BatchedSpecs:
         """The info entries (``("next", key)``) with the batch dims, as of now."""
         return batched(self.single_info_spec, self.batch_size)  # type: ignore[return-value]
 
+    # torchrl's full_*_spec: every entry of a kind, keyed like the TensorDict (agent groups' included)
+    @property
+    def full_action_spec(self) -> Composite:
+        """Every action entry: ``td.update(env.full_action_spec.rand())`` draws all of them (every group's)."""
+        return _keyed(self.action_spec, "action", self.batch_size)
+
+    @property
+    def full_observation_spec(self) -> Composite:
+        """Every observation entry of a root (``observation_spec`` itself)."""
+        return self.observation_spec  # type: ignore[return-value]  # always a Composite
+
+    @property
+    def full_reward_spec(self) -> Composite:
+        """Every reward entry under ``"next"``: ``"reward"`` and each agent group's ``(group, "reward")``."""
+        return _with_group_entries(_keyed(self.reward_spec, "reward", self.batch_size), self.info_spec, ("reward",))
+
+    @property
+    def full_done_spec(self) -> Composite:
+        """Every done flag under ``"next"``: the env's three and each agent group's ``(group, "done")``, ..."""
+        return _with_group_entries(self.done_spec, self.info_spec, ("done", "terminated", "truncated"))  # type: ignore[arg-type]
+
+
+def _keyed(spec: Spec, key: str, batch_size: torch.Size) -> Composite:
+    """``spec`` as a Composite keyed like the TensorDict: itself if it is one, else ``{key: spec}``."""
+    if isinstance(spec, Composite):
+        return spec
+    return Composite({key: spec}, shape=batch_size, device=spec.device)
+
+
+def _with_group_entries(spec: Composite, info: Composite, names: tuple[str, ...]) -> Composite:
+    """A copy of ``spec`` with every ``(group, name)`` entry of ``info`` (agent groups' rewards or flags) added."""
+    out = Composite({str(k): v for k, v in spec.items()}, shape=spec.shape, device=spec.device)
+    for key, leaf in info.items(True, True):
+        if isinstance(key, tuple) and len(key) == 2 and key[1] in names:
+            out[key] = leaf
+    return out
+
 
 def require_scalar_reward(shape: tuple[int, ...] | torch.Size, who: str) -> None:
     """Refuse a vector reward (one env's ``shape`` other than ``()``/``(1,)``) where ``who`` needs one number.

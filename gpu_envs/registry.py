@@ -39,7 +39,19 @@ from gpu_envs.contract.protocols import BackendPlugin, OptionalPluginHooks
 # their vector rewards / text missions handled (ManiSkill's, once mani_skill is imported, need its
 # vector env: the bare one batches behind a single-env interface); envpool last: it makes the ids no other backend
 # does (Pong-v5), while ids gymnasium also has keep gymnasium's version unless backend="envpool".
-MAKE_ORDER = ("torch", "jax", "mo_gymnasium", "minigrid", "maniskill", "gymnasium", "isaaclab", "mjlab", "envpool")
+MAKE_ORDER = (
+    "torch",
+    "jax",
+    "mo_gymnasium",
+    "minigrid",
+    "maniskill",
+    "gymnasium",
+    "isaaclab",
+    "mjlab",
+    "envpool",
+    "vmas",
+    "pettingzoo",
+)
 # wrap() asks these in order; the most specific detectors come first: SB3 VecEnvs and legacy
 # gym envs before torch (a gym 0.26 VectorEnv has the shape of the torch protocol), MO and
 # minigrid envs before gymnasium (they are gymnasium envs with a vector reward / a text mission);
@@ -53,6 +65,8 @@ WRAP_ORDER = (
     "foreign",
     "isaaclab",
     "mjlab",
+    "vmas",
+    "pettingzoo",
     "jax",
     "envpool",
     "maniskill",
@@ -85,6 +99,8 @@ _MODULES = {
     "envpool": "gpu_envs.backends.envpool",
     "maniskill": "gpu_envs.backends.maniskill",
     "mjlab": "gpu_envs.backends.mjlab",
+    "vmas": "gpu_envs.backends.vmas",  # agent groups: VMAS's vectorised multi-agent scenarios
+    "pettingzoo": "gpu_envs.backends.pettingzoo",  # agent groups: PettingZoo ParallelEnvs, N of them on the CPU
     "rsl_rl_vec": "gpu_envs.backends.rsl_rl_vec",  # wrap only: rsl_rl-style VecEnvs, by their interface
     "foreign": "gpu_envs.backends.foreign",  # wrap only: recognises and refuses (see the module)
     "ray": "gpu_envs.backends.ray",  # by name only: make(id, backend="ray"), gpu_envs.wrap_ray
@@ -103,6 +119,9 @@ INSTALL_HINTS = {
     "cupy": "pip install '.[cupy]' in the gpu_envs clone",
     "torchrl": "pip install '.[torchrl]' in the gpu_envs clone",
     "ray": "pip install '.[ray]' in the gpu_envs clone",
+    "vmas": "pip install '.[vmas]' in the gpu_envs clone",
+    "pettingzoo": "pip install '.[pettingzoo]' in the gpu_envs clone",
+    "mpe2": "pip install '.[pettingzoo]' in the gpu_envs clone (it brings mpe2)",
     "envpool": "pip install '.[envpool]' in the gpu_envs clone",
     "maniskill": "pip install mani-skill (scripts/simulator_venv.sh maniskill builds a venv with a CPU Vulkan driver)",
     "mani_skill": "pip install mani-skill (scripts/simulator_venv.sh maniskill builds a venv with a CPU Vulkan driver)",

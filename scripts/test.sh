@@ -20,7 +20,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bash scripts/setup_venv.sh test,jax,torchrl,sb3,gym,mo,minigrid,plot,video,rsl-rl,skrl,rl-games,envpool,ray,puffer >/dev/null
+bash scripts/setup_venv.sh test,jax,torchrl,sb3,gym,mo,minigrid,plot,video,rsl-rl,skrl,rl-games,envpool,ray,puffer,vmas,pettingzoo >/dev/null
 
 # The simulator venvs are found in their cache, or built there on a fresh machine (mostly
 # downloads and unpacking, 5-15 min each), by ONE background job while ruff and the main

@@ -36,7 +36,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from gpu_envs.contract.errors import ActionError, NotAnEnvError
+from gpu_envs.contract.errors import ActionError, InvalidArgumentError, NotAnEnvError
 from gpu_envs.contract.protocols import require_env_api
 from gpu_envs.contract.specs import Binary, Box, Composite, Discrete, MultiDiscrete, Spec, numpy_dtype
 from gpu_envs.utils.arrays import any_to_torch
@@ -46,9 +46,22 @@ from gpu_envs.utils.tensordicts import get_entry
 Key = str | tuple[str, ...]
 
 
-def require_env(env: Any, consumer: str) -> None:
-    """Refuse anything without the BatchedEnv API, naming what to build instead."""
+def require_env(env: Any, consumer: str, *, groups: bool = False) -> None:
+    """Refuse anything without the BatchedEnv API, naming what to build instead.
+
+    An env of agent groups (``env.group_map``) is refused too unless the consumer takes
+    groups (``groups=True``: ``to_torchrl``): single-agent trainers have one action and one
+    reward per env, and no honest way to get them from several agents.
+    """
     require_env_api(env, consumer, NotAnEnvError, f" Wrap it first: {consumer}(gpu_envs.wrap(your_env)).")
+    group_map = getattr(env, "group_map", None)
+    if group_map and not groups:
+        raise InvalidArgumentError(
+            f"{consumer} takes single-agent envs, but this env's agents act in groups {dict(group_map)} (one action "
+            "and one reward per agent). Train it through to_torchrl(env) (torchrl's multi-agent layout: MAPPO/IPPO "
+            "with MultiAgentMLP, see examples/mappo_vmas.py); to treat all agents as one, build a single-agent env "
+            "whose action is every agent's."
+        )
 
 
 def simulator_of(env: Any) -> Any:

@@ -47,6 +47,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.contract.errors import SpecError
+from gpu_envs.contract.groups import group_entry_keys
 from gpu_envs.contract.specs import Binary, Box, Composite, Discrete, MultiDiscrete, OneHot, Spec
 from gpu_envs.interop.conversions import require_env, simulator_of
 from gpu_envs.interop.libraries import require
@@ -96,11 +97,12 @@ def torchrl_spec(spec: Spec) -> Any:
     raise SpecError(f"to_torchrl cannot convert a {type(spec).__name__} spec ({spec!r}) to a torchrl spec.")
 
 
-def _done_spec(batch_size: torch.Size, device: torch.device) -> Any:
-    """done, terminated, truncated: ``Categorical(2, bool)``, shape ``[*batch, 1]``, as in torchrl's own envs."""
-    shape = (*batch_size, 1)
-    flags = {key: torchrl_data.Categorical(2, shape, device, torch.bool) for key in ("done", "terminated", "truncated")}
-    return torchrl_data.Composite(flags, shape=batch_size, device=device)
+def _done_spec(full_done_spec: Composite, batch_size: torch.Size, device: torch.device) -> Any:
+    """Every done flag (the env's three, each agent group's): ``Categorical(2, bool)``, as in torchrl's own envs."""
+    out = torchrl_data.Composite(shape=batch_size, device=device)
+    for key, leaf in full_done_spec.items(include_nested=True, leaves_only=True):
+        out[key] = torchrl_data.Categorical(2, leaf.shape, device, torch.bool)
+    return out
 
 
 class TorchRLEnv(torchrl_envs.EnvBase):
@@ -117,11 +119,18 @@ class TorchRLEnv(torchrl_envs.EnvBase):
         observation = torchrl_spec(env.observation_spec)
         extras = Composite({MISSING_KEY: Binary(1, device=env.device)}, device=env.device)
         self._extras_spec = extras.expand(*env.batch_size)
+        # an env of agent groups: each agent's rewards and flags are reward and done keys, not extras
+        self.group_map: dict[str, list[str]] = dict(getattr(env, "group_map", None) or {})
+        self._not_extras = set(group_entry_keys(self.group_map)) - {(g, MISSING_KEY) for g in self.group_map}
         self._add_extras(observation, env.info_spec)
         self.observation_spec = observation
-        self.action_spec = torchrl_spec(env.action_spec)
-        self.reward_spec = torchrl_spec(env.reward_spec)
-        self.done_spec = _done_spec(env.batch_size, env.device)
+        if self.group_map:  # torchrl's multi-agent layout: (group, "action"), (group, "reward"), (group, "done"), ...
+            self.full_action_spec = torchrl_spec(env.full_action_spec)
+            self.full_reward_spec = torchrl_spec(env.full_reward_spec)
+        else:
+            self.action_spec = torchrl_spec(env.action_spec)
+            self.reward_spec = torchrl_spec(env.reward_spec)
+        self.full_done_spec = _done_spec(env.full_done_spec, env.batch_size, env.device)
         self._seed: int | None = None
         self._last_done: torch.Tensor | None = None  # ("next", "done") of the latest plain step
         self._info_known = False
@@ -131,12 +140,13 @@ class TorchRLEnv(torchrl_envs.EnvBase):
     def _add_extras(self, observation: Any, info: Composite) -> None:
         """Declare ``final_obs_missing`` and the info entries: they ride along with the observations."""
         for key, leaf in info.items(include_nested=True, leaves_only=True):
-            if key not in self._extras_spec:
+            if key not in self._extras_spec and key not in self._not_extras:
                 self._extras_spec[key] = leaf
         for key, leaf in self._extras_spec.items(include_nested=True, leaves_only=True):
             observation[key] = torchrl_spec(leaf)
         self._reset_extras = self._extras_spec.zero()
-        self._reset_extras_items = dict(self._reset_extras.items())
+        # leaves: a group's extras join the group's sub-TensorDict of the root, never replace it
+        self._reset_extras_items = dict(self._reset_extras.items(include_nested=True, leaves_only=True))
 
     def _sync_info_spec(self, root: TensorDictBase) -> None:
         """Info entries a backend discovers at its first step join the observation spec then.
@@ -146,7 +156,11 @@ class TorchRLEnv(torchrl_envs.EnvBase):
         """
         self._info_known = True
         info = self.env.info_spec
-        new = [key for key in info.keys(include_nested=True, leaves_only=True) if key not in self._extras_spec]
+        new = [
+            key
+            for key in info.keys(include_nested=True, leaves_only=True)
+            if key not in self._extras_spec and key not in self._not_extras
+        ]
         if not new:
             return
         locked = self.is_spec_locked
@@ -199,7 +213,10 @@ class TorchRLEnv(torchrl_envs.EnvBase):
         carried.update(self._reset_extras_items)
         if type(root) is TensorDict:  # the env just built it: skip update()'s re-validation
             for key, value in carried.items():
-                set_entry(root, key, value)
+                if isinstance(key, str):
+                    set_entry(root, key, value)
+                else:
+                    root.set(key, value)
         else:
             root.update(carried)
         return tensordict, root
@@ -236,5 +253,5 @@ def to_torchrl(env: Any) -> TorchRLEnv:
         torchrl.envs.utils.check_env_specs(tenv)
         data = tenv.rollout(100, break_when_any_done=False)     # [256, 100]
     """
-    require_env(env, "to_torchrl")
+    require_env(env, "to_torchrl", groups=True)
     return TorchRLEnv(env)

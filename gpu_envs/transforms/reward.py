@@ -1,7 +1,9 @@
 """Reward transforms: ``RewardScale`` (affine), ``ClipReward`` (clamp), ``ScalarizeReward`` (weighted sum).
 
 Each rewrites ``("next", "reward")`` with a new tensor (the env's is left untouched) and
-updates the reward spec's bounds to match. ``RewardScale`` and ``ClipReward`` act
+updates the reward spec's bounds to match; in an env of agent groups ``RewardScale`` and
+``ClipReward`` rewrite each agent's ``("next", group, "reward")`` alike (the team reward
+is then the transformed sum, not the sum of the transformed rewards). ``RewardScale`` and ``ClipReward`` act
 elementwise, so they also take the vector rewards ``[N, K]`` of multi-objective envs;
 ``ScalarizeReward`` turns those into the ``[N, 1]`` reward learners need.
 
@@ -14,6 +16,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -26,6 +29,12 @@ from gpu_envs.utils.arguments import as_number
 __all__ = ["ClipReward", "RewardScale", "ScalarizeReward"]
 
 REWARD = ("next", "reward")
+
+
+def group_rewards(info_spec: Any) -> list[tuple[str, str, str]]:
+    """``("next", group, "reward")`` of every agent group (their per-agent rewards ride in the info spec)."""
+    keys = info_spec.keys(True, True) if info_spec is not None else []
+    return [("next", *key) for key in keys if isinstance(key, tuple) and len(key) == 2 and key[1] == "reward"]
 
 
 def _reward_box(spec: object, who: str) -> Box:
@@ -59,10 +68,12 @@ class RewardScale(Transform):
         a = _times(box.low, self.scale) + self.loc
         b = _times(box.high, self.scale) + self.loc
         low, high = torch.minimum(a, b), torch.maximum(a, b)
+        self.keys = [REWARD, *group_rewards(specs.info_spec)]
         return specs.replace(reward_spec=Box(low, high, box.shape, box.dtype, device=specs.device))
 
     def step(self, td: TensorDictBase) -> TensorDictBase:
-        td.set(REWARD, td.get(REWARD) * self.scale + self.loc)
+        for key in self.keys:  # the reward, and each agent's in an env of agent groups
+            td.set(key, td.get(key) * self.scale + self.loc)
         return td
 
     def __repr__(self) -> str:
@@ -87,10 +98,12 @@ class ClipReward(Transform):
         box = _reward_box(specs.reward_spec, "ClipReward")
         low = box.low.double().clamp(self.low, self.high)
         high = box.high.double().clamp(self.low, self.high)
+        self.keys = [REWARD, *group_rewards(specs.info_spec)]
         return specs.replace(reward_spec=Box(low, high, box.shape, box.dtype, device=specs.device))
 
     def step(self, td: TensorDictBase) -> TensorDictBase:
-        td.set(REWARD, td.get(REWARD).clamp(self.low, self.high))
+        for key in self.keys:  # the reward, and each agent's in an env of agent groups
+            td.set(key, td.get(key).clamp(self.low, self.high))
         return td
 
     def __repr__(self) -> str:

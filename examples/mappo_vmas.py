@@ -76,6 +76,7 @@ def build(env, hidden: int) -> tuple[ProbabilisticActor, TensorDictModule]:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--num-envs", type=int, default=60)
+    p.add_argument("--agents", type=int, default=3, help="navigation's n_agents")
     p.add_argument("--steps", type=int, default=100, help="steps per env and iteration (the episode length)")
     p.add_argument("--iterations", type=int, default=12)
     p.add_argument("--epochs", type=int, default=8, help="PPO passes over each batch")
@@ -86,7 +87,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     torch.manual_seed(args.seed)
 
-    env = gpu_envs.make("vmas/navigation", num_envs=args.num_envs, max_episode_steps=args.steps, seed=args.seed)
+    env = gpu_envs.make(
+        "vmas/navigation", num_envs=args.num_envs, max_episode_steps=args.steps, seed=args.seed, n_agents=args.agents
+    )
     policy, critic = build(env, args.hidden)
     loss = ClipPPOLoss(policy, critic, clip_epsilon=0.2, entropy_coeff=1e-4, normalize_advantage=False)
     loss.set_keys(

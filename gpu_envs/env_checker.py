@@ -178,9 +178,12 @@ def _check_specs(env: Any, reset_root: TensorDictBase, traj: TensorDictBase, roo
             why = _outside(leaf, value, rows)
             if why:
                 problems.append(f"{name} {why}")
-    why = _outside(env.single_action_spec, traj.get("action"))
-    if why:
-        problems.append(f"action {why}")
+    actions = env.single_action_spec
+    action_leaves = actions.items(True, True) if isinstance(actions, Composite) else [("action", actions)]
+    for key, leaf in action_leaves:  # (an env of agent groups: one (group, "action") entry per group)
+        why = _outside(leaf, traj.get(key))
+        if why:
+            problems.append(f"action {why}" if key == "action" else f"action {key!r} {why}")
     why = _outside(env.single_reward_spec, traj.get(("next", "reward")))
     if why:
         problems.append(f"reward {why}")

@@ -147,8 +147,8 @@ def counting_parallel_env_class():
 
         def reset(self, seed: int | None = None, options: dict | None = None):
             self.t, self.episode = 0, self.episode + 1
-            if seed is not None:  # a seed sets the length offset: seeded resets are visible in the data
-                self.length = 2 + seed % 4
+            if seed is not None:  # a seeded reset starts over (episode 0) with a length that depends on the seed
+                self.length, self.episode = 2 + seed % 4, 0
             self.agents = list(AGENTS)
             return {a: self._obs(a, [0.0] * ACTION_SIZE) for a in self.agents}, {a: {} for a in self.agents}
 

@@ -201,3 +201,9 @@ def test_refusals_name_the_cause():
     env = gpu_envs.wrap([LateJoiner(), LateJoiner()])
     with pytest.raises(BackendError, match="not live after reset"):
         env.reset()
+
+
+def test_check_env_passes_on_batched_parallel_envs():
+    cls = counting_parallel_env_class()
+    report = gpu_envs.check_env(gpu_envs.wrap([cls(max_steps=6) for _ in range(3)]), steps=30, seed=0)
+    assert report.ok, report.format()

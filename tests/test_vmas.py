@@ -222,3 +222,9 @@ def test_make_vmas_ids_and_refusals():
     raw = vmas.make_env("balance", num_envs=2, device="cpu")
     with pytest.raises(gpu_envs.InvalidArgumentError, match="runs on cpu"):
         gpu_envs.wrap(raw, device="meta")
+
+
+def test_check_env_passes_on_a_vmas_scenario():
+    report = gpu_envs.check_env(gpu_envs.make("vmas/balance", num_envs=4, max_episode_steps=20), steps=60, seed=0)
+    assert report.ok, report.format()
+    assert "vmas balance" in repr(gpu_envs.make("vmas/balance", num_envs=2))

@@ -86,7 +86,9 @@ class VmasBackend(Backend):
     # VMAS's scenarios make state tensors during a step and update them in place later: no inference mode
     capabilities = Capabilities(final_obs=FinalObsKind.WRAPPER_RESET, partial_reset=True, inference_mode=False)
 
-    def __init__(self, env: Any, device: torch.device | None = None, group_map: Any = None) -> None:
+    def __init__(
+        self, env: Any, device: torch.device | None = None, group_map: Any = None, scenario: str | None = None
+    ) -> None:
         if not is_vmas_env(env):
             raise InvalidArgumentError(
                 f"VmasBackend wraps a vmas Environment (vmas.make_env(...) without wrapper=), got {type(env).__name__}."
@@ -98,6 +100,7 @@ class VmasBackend(Backend):
                 f"device instead (vmas.make_env(..., device='{device}')), or leave device out."
             )
         self.env = env
+        self.scenario = scenario  # its name, where known (make); describe() finds it otherwise
         self.device = own
         self.num_envs = int(env.num_envs)
         env.terminated_truncated = True  # read by VMAS on every step: (terminated, truncated) instead of one done
@@ -177,6 +180,8 @@ class VmasBackend(Backend):
 
     def describe(self) -> str:
         """``vmas navigation``: the scenario's file for VMAS's own (all named ``Scenario``), else its class."""
+        if self.scenario is not None:
+            return f"vmas {self.scenario}"
         scenario = type(self.env.scenario)
         if scenario.__name__ != "Scenario":
             return f"vmas {scenario.__name__}"
@@ -246,7 +251,7 @@ class VmasPlugin:
             terminated_truncated=True,
             **scenario_kwargs,
         )
-        return VmasBackend(env, device, group_map=group_map)
+        return VmasBackend(env, device, group_map=group_map, scenario=scenario)
 
     def detect(self, obj: Any) -> bool:
         return is_vmas_env(obj)

@@ -20,6 +20,7 @@ import argparse
 
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MultiAgentMLP, ProbabilisticActor, TanhNormal
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
@@ -79,8 +80,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--agents", type=int, default=3, help="navigation's n_agents")
     p.add_argument("--steps", type=int, default=100, help="steps per env and iteration (the episode length)")
     p.add_argument("--iterations", type=int, default=12)
-    p.add_argument("--epochs", type=int, default=8, help="PPO passes over each batch")
-    p.add_argument("--minibatch", type=int, default=600)
+    p.add_argument("--epochs", type=int, default=10, help="PPO passes over each batch")
+    p.add_argument("--minibatch", type=int, default=400)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--seed", type=int, default=0)
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     returns = []
     for i in range(args.iterations):
-        batch = collect(env, policy, steps=args.steps)  # [N, T]; each agent's keys under "agents"
+        with set_exploration_type(ExplorationType.RANDOM):  # sample actions (torchrl's collectors do this too)
+            batch = collect(env, policy, steps=args.steps)  # [N, T]; each agent's keys under "agents"
         returns.append(float(batch["next", GROUP, "reward"].sum(1).mean()))  # per agent, per env, per batch
         with torch.no_grad():
             loss.value_estimator(

@@ -1,4 +1,4 @@
-"""The training examples of torchrl, rsl_rl, skrl and rl_games learn through their gpu_envs adapter.
+"""The training examples of torchrl, rsl_rl, skrl and rl_games learn through their gpu_envs adapter (MAPPO too).
 
 Each example is that library's own training loop (torchrl's Collector + GAE +
 ClipPPOLoss, rsl_rl's OnPolicyRunner, skrl's PPO + SequentialTrainer, rl_games' Runner)
@@ -23,6 +23,16 @@ def test_torchrl_ppo_learns_cartpole(one_thread):
     # a random policy keeps the pole up ~22 steps
     assert lengths[0] < 40
     assert statistics.mean(lengths[-5:]) > 3 * lengths[0], lengths
+
+
+@pytest.mark.slow
+def test_mappo_learns_vmas_navigation_through_agent_groups(one_thread):
+    pytest.importorskip("torchrl")
+    pytest.importorskip("vmas")
+    returns = load_example("mappo_vmas").main(["--num-envs", "30", "--iterations", "6"])["returns"]
+    # random agents wander and collide (about -1.4 per agent and episode); trained ones close in on their goals
+    assert returns[0] < -0.5, returns
+    assert statistics.mean(returns[-2:]) > returns[0] + 1.0, returns
 
 
 @pytest.mark.slow

@@ -1,0 +1,151 @@
+"""VMAS through gpu_envs against VMAS by hand and torchrl's VmasEnv: the cost of agent groups and exact resets.
+
+At each N, each contender on its own VMAS navigation env (3 agents, horizon ``H``), the
+same fixed actions, ``H`` steps per round so that every round holds one episode end of
+every row (episodes that start together end together at the horizon):
+
+* ``raw``: VMAS by hand, as its users write it: ``step`` (per-agent lists), then the
+  ended rows reset (``reset()`` when every row ended, else ``reset_at`` per index) and
+  the observations read again -- VMAS has no auto-reset, so this is the floor of any
+  exact loop;
+* ``gpu_envs``: ``gpu_envs.make("vmas/navigation")`` with ``step_and_maybe_reset``
+  (agent groups ``[N, A, ...]``, the team reward, each agent's flags, the TRUE final
+  observation, TensorDicts);
+* ``torchrl``: torchrl's ``VmasEnv`` with its ``step_and_maybe_reset`` (skipped where
+  torchrl is not installed).
+
+Thread CPU time (VMAS steps in the calling thread), ``torch.set_num_threads(1)``,
+interleaved rounds, medians; ``--json`` saves the rows. Run::
+
+    python -m benchmarks.bench_multiagent                       # N = 64, 1024, 4096
+    python -m benchmarks.bench_multiagent --sizes 64 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+import gpu_envs
+from benchmarks.timing import bench_result, format_table, interleave, save_json
+
+SCENARIO = "navigation"
+AGENTS = 3
+
+
+def raw_contender(n: int, horizon: int, actions: torch.Tensor) -> Callable[[], object]:
+    """VMAS stepped by hand, its ended rows reset the way VMAS allows."""
+    import vmas  # pyright: ignore[reportMissingImports]  # optional
+
+    env = vmas.make_env(SCENARIO, num_envs=n, max_steps=horizon, seed=0, n_agents=AGENTS, terminated_truncated=True)
+    env.reset()
+    per_agent = [actions[:, k] for k in range(AGENTS)]
+
+    def step() -> object:
+        obs, rewards, terminated, truncated, _ = env.step(list(per_agent))
+        rows = (terminated | truncated).nonzero().view(-1).tolist()
+        if len(rows) == n:
+            obs = env.reset()
+        elif rows:
+            for row in rows:
+                env.reset_at(row, return_observations=False)
+            obs = env.get_from_scenario(get_observations=True, get_rewards=False, get_infos=False, get_dones=False)[0]
+        return obs, rewards
+
+    return step
+
+
+def gpu_envs_contender(n: int, horizon: int, actions: torch.Tensor) -> Callable[[], object]:
+    env = gpu_envs.make(f"vmas/{SCENARIO}", num_envs=n, max_episode_steps=horizon, seed=0, n_agents=AGENTS)
+    state = {"root": env.reset()}
+
+    def step() -> object:
+        root = state["root"]
+        root.set(("agents", "action"), actions)
+        _, state["root"] = env.step_and_maybe_reset(root)
+        return state["root"]
+
+    return step
+
+
+def torchrl_contender(n: int, horizon: int, actions: torch.Tensor) -> Callable[[], object] | None:
+    if importlib.util.find_spec("torchrl") is None:
+        return None
+    from torchrl.envs.libs.vmas import VmasEnv
+
+    env = VmasEnv(SCENARIO, num_envs=n, max_steps=horizon, seed=0, n_agents=AGENTS)
+    state = {"root": env.reset()}
+
+    def step() -> object:
+        root = state["root"]
+        root.set(("agents", "action"), actions)
+        _, state["root"] = env.step_and_maybe_reset(root)
+        return state["root"]
+
+    return step
+
+
+COLUMNS = [
+    ("num_envs", "N"),
+    ("raw_us", "VMAS by hand us/step"),
+    ("gpu_envs_us", "gpu_envs us/step"),
+    ("gpu_envs_overhead", "gpu_envs vs by hand"),
+    ("torchrl_us", "torchrl VmasEnv us/step"),
+    ("torchrl_overhead", "torchrl vs by hand"),
+    ("torchrl_over_gpu_envs", "torchrl / gpu_envs"),
+]
+
+
+def run(sizes: tuple[int, ...] = (64, 1024, 4096), horizon: int = 50, rounds: int = 5) -> dict:
+    torch.set_num_threads(1)
+    rows = []
+    for n in sizes:
+        actions = torch.rand(n, AGENTS, 2, generator=torch.Generator().manual_seed(0)) * 2 - 1
+        contenders = {
+            "raw": raw_contender(n, horizon, actions),
+            "gpu_envs": gpu_envs_contender(n, horizon, actions),
+        }
+        torchrl = torchrl_contender(n, horizon, actions)
+        if torchrl is not None:
+            contenders["torchrl"] = torchrl
+        times = interleave(contenders, steps=horizon, rounds=rounds, warmup=1, timer=time.thread_time)
+        row: dict = {"num_envs": n}
+        for name, seconds in times.items():
+            row[f"{name}_us"] = round(seconds * 1e6, 1)
+            if name != "raw":
+                row[f"{name}_overhead"] = f"{seconds / times['raw'] - 1:+.1%}"
+        if "torchrl" in times:
+            row["torchrl_over_gpu_envs"] = f"{times['torchrl'] / times['gpu_envs']:.2f}x"
+        rows.append(row)
+    title = (
+        f"VMAS {SCENARIO} ({AGENTS} agents, horizon {horizon}): by hand vs gpu_envs vs torchrl "
+        "(thread CPU time, medians; each round holds one episode end per row)"
+    )
+    return bench_result(title, rows, COLUMNS)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 4096])
+    parser.add_argument("--horizon", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    if importlib.util.find_spec("vmas") is None:
+        raise SystemExit("vmas is not installed: pip install '.[vmas]' in the gpu_envs clone.")
+    result = run(tuple(args.sizes), args.horizon, args.rounds)
+    print(format_table(result["title"], result["rows"], result["columns"]))
+    save_json(args.json, {"benchmark": "multiagent", "rows": result["rows"]})
+
+
+if __name__ == "__main__":
+    main()

@@ -102,3 +102,29 @@ def test_to_torchrl_hands_the_groups_to_torchrl():
         td, root = ref.step_and_maybe_reset(root)
         for key in (("predator", "observation"), ("prey", "reward"), ("predator", "done"), "reward", "truncated"):
             torch.testing.assert_close(data["next", key][:, t], td["next", key])
+
+
+def test_replay_buffer_sums_each_agents_n_step_reward_like_the_team_reward():
+    from gpu_envs.replay import ReplayBuffer
+
+    traj = collect(counting_env(num_envs=3, max_steps=4), None, steps=12).clone()
+    rb = ReplayBuffer(3 * 12)
+    rb.extend(traj)
+    env_rows = torch.arange(3).repeat_interleave(12)
+    positions = torch.arange(12).repeat(3)
+    batch = rb.gather(env_rows, positions, n_step=3, gamma=0.5)
+    # linear in the rewards, with the env's own windows: the agents' sums add up to the team's
+    agents = batch["next", "predator", "reward"].sum((1, 2)) + batch["next", "prey", "reward"].sum((1, 2))
+    torch.testing.assert_close(agents, batch["next", "reward"].squeeze(-1))
+    assert batch["next", "predator", "discount"].shape == (36, 2, 1)
+    torch.testing.assert_close(batch["next", "predator", "discount"][:, 1], batch["next", "discount"])
+    # one window written out: row 0 from step 0, cut where the episode ends
+    done = traj["next", "done"][0, :, 0].tolist()
+    want, k = 0.0, 0
+    while True:
+        want += 0.5**k * traj["next", "prey", "reward"][0, k, 0, 0].item()
+        if done[k] or k == 2:
+            break
+        k += 1
+    assert batch["next", "prey", "reward"][0, 0, 0].item() == pytest.approx(want)
+    assert batch["next", "steps"][0, 0].item() == k + 1

@@ -58,7 +58,11 @@ class ReplayBuffer:
     taken``, 0 where terminated), ``"steps"`` (how many were taken, ``[B, 1]``) and the
     last step's other ``"next"`` entries (``"final_obs_missing"``, infos).
     ``target = reward + discount * Q(next)``; ``"reward"`` and ``"discount"`` are ``[B, 1]``
-    for every ``n_step`` (``[B, K]`` rewards for K objectives).
+    for every ``n_step`` (``[B, K]`` rewards for K objectives). Transitions of an env of
+    agent groups keep every group entry; each agent's n-step reward is
+    ``("next", group, "reward")`` ``[B, A, 1]`` beside its ``("next", group, "discount")``
+    (the env's, one per agent), so each agent's target is
+    ``batch["next", g, "reward"] + batch["next", g, "discount"] * Q_g(next)``.
     """
 
     def __init__(self, capacity: int, device: torch.device | str | None = None) -> None:
@@ -267,11 +271,13 @@ class ReplayBuffer:
         oldest = (self._cursor - filled) % horizon
         slot = (position + oldest) % horizon  # [B]
         first = env * horizon + slot  # rows of the [N * H] storage
-        reward = self._rows[(NEXT, REWARD)]
+        reward_keys = self._allocated()[0].reward_keys
+        sums: dict[Key, torch.Tensor] = {}
         if n_step == 1:
             last = first
-            summed, taken = self._take(reward, first), torch.ones_like(first)
-            summed = summed.view(-1, *self._storage[(NEXT, REWARD)].shape[2:])  # [B, 1] as for n > 1
+            taken = torch.ones_like(first)
+            for key in reward_keys:  # [B, 1] as for n > 1 ([B, A, 1] for an agent group's)
+                sums[key] = self._take(self._rows[key], first).view(-1, *self._storage[key].shape[2:])
         else:
             ahead = slot.unsqueeze(1) + offsets  # [B, n]; past the ring's end it wraps to its start:
             rows = (
@@ -281,9 +287,12 @@ class ReplayBuffer:
             )
             window = flag_words.index_select(0, rows.view(-1)).view(torch.uint8).view(*rows.shape, 4)
             goes_on = (window[:, :-1, ENDS] == 0) & (position.unsqueeze(1) + offsets[1:] < filled)
-            summed, taken = window_targets(self._take(reward, rows.view(-1)).view(*rows.shape, -1), goes_on, powers)
-            summed = summed.view(-1, *self._storage[(NEXT, REWARD)].shape[2:])
+            for key in reward_keys:
+                rewards = self._take(self._rows[key], rows.view(-1)).view(*rows.shape, -1)
+                summed, taken = window_targets(rewards, goes_on, powers)
+                sums[key] = summed.view(-1, *self._storage[key].shape[2:])
             last = rows.gather(1, (taken - 1).unsqueeze(1)).squeeze(1)
+        summed = sums[(NEXT, REWARD)]
         last_flags = flag_words.index_select(0, last).view(torch.uint8).view(-1, 4).bool()
         terminated = last_flags[:, TERMINATED : TERMINATED + 1]
         discount = discount_table(powers, taken, terminated).to(summed.dtype)
@@ -296,8 +305,12 @@ class ReplayBuffer:
             "discount": discount,
             "steps": taken.unsqueeze(1),
         }
+        for key in reward_keys[1:]:  # each agent group's: its agents' sums, and the discount as [B, A, 1]
+            group = nxt.setdefault(key[1], {})
+            group["reward"] = sums[key]
+            group["discount"] = discount.unsqueeze(1).expand(-1, sums[key].shape[1], 1)
         for key, value in self._rows.items():
-            if key == (NEXT, REWARD):
+            if key in sums:
                 continue
             at = last if key[0] == NEXT else first
             place, path = (nxt, key[1:]) if key[0] == NEXT else (root, key)

@@ -10,7 +10,10 @@ step's), and reads:
   reward and the done flags): ``"observation"``, or Isaac Lab's groups;
 * ``("next", "reward")``, ``("next", "terminated")``, ``("next", "truncated")`` and
   ``"action"``, which must be there; ``("next", "done")`` is their ``|`` when absent. The
-  three flags are bool ``[.., 1]`` per step (the buffer keeps them packed).
+  three flags are bool ``[.., 1]`` per step (the buffer keeps them packed);
+* in an env of agent groups, the groups' actions ``(group, "action")`` stand for
+  ``"action"``, and each agent's reward ``("next", group, "reward")`` is summed over an
+  n-step window as ``("next", "reward")`` is (:attr:`Layout.reward_keys`).
 
 Example::
 
@@ -30,7 +33,7 @@ from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.keys import ACTION, DONE_KEYS, NEXT, REWARD
 
 Key = tuple[str, ...]
-REQUIRED = ((ACTION,), (NEXT, REWARD), (NEXT, "terminated"), (NEXT, "truncated"))
+REQUIRED = ((ACTION,), (NEXT, REWARD), (NEXT, "terminated"), (NEXT, "truncated"))  # (ACTION,): or group actions
 FLAG_KEYS = ((NEXT, "done"), (NEXT, "terminated"), (NEXT, "truncated"))  # bool [.., 1], kept packed
 
 
@@ -45,6 +48,8 @@ class Layout:
     leaves: dict[Key, tuple[torch.Size, torch.dtype]]
     observation_keys: tuple[Key, ...]
     has_done: bool
+    # ("next", "reward") and every agent group's ("next", group, "reward"): each summed over n-step windows
+    reward_keys: tuple[Key, ...] = ((NEXT, REWARD),)
 
     @classmethod
     def of(cls, td: TensorDictBase, batch_dims: int) -> Layout:
@@ -56,7 +61,8 @@ class Layout:
                 continue  # the root flags repeat the previous step's "next" ones
             value = td.get(key)
             leaves[key] = (value.shape[batch_dims:], value.dtype)
-        missing = [key for key in REQUIRED if key not in leaves]
+        group_actions = [key for key in leaves if len(key) == 2 and key[1] == ACTION and key[0] != NEXT]
+        missing = [key for key in REQUIRED if key not in leaves and not (key == (ACTION,) and group_actions)]
         if missing:
             raise InvalidArgumentError(
                 f"a replay buffer stores transitions, which need {[k if len(k) > 1 else k[0] for k in REQUIRED]}; "
@@ -77,7 +83,8 @@ class Layout:
                 "no observation key is present both at the root and under 'next' (e.g. 'observation' and "
                 "('next', 'observation')): a transition needs both to be replayed."
             )
-        return cls(leaves, observation_keys, (NEXT, "done") in leaves)
+        group_rewards = tuple(key for key in leaves if len(key) == 3 and key[0] == NEXT and key[2] == REWARD)
+        return cls(leaves, observation_keys, (NEXT, "done") in leaves, ((NEXT, REWARD), *group_rewards))
 
     def check(self, td: TensorDictBase, batch_dims: int) -> None:
         """``td`` has this layout's leaves, with the same event shapes and dtypes (host metadata only)."""

@@ -1,7 +1,8 @@
 """Isaac Lab envs behind the backend contract: tensors stay where the simulator put them.
 
 ``gpu_envs.wrap(env)`` recognises Isaac Lab's ``DirectRLEnv`` and ``ManagerBasedRLEnv``
-(and any task built on them), also through gymnasium wrappers such as the
+(and any task built on them), and its multi-agent ``DirectMARLEnv`` (an env of agent
+groups: :mod:`gpu_envs.backends.isaaclab_marl`), also through gymnasium wrappers such as the
 ``OrderEnforcing`` that ``gym.make("Isaac-...")`` adds, WITHOUT importing isaaclab: it
 looks at the module names of the classes of ``env`` and ``env.unwrapped``. An object
 that follows Isaac Lab's contract without being Isaac Lab (a test fake, a port) opts in
@@ -62,10 +63,12 @@ from gpu_envs.backends.common import (
     flatten_obs,
     observation_spec_from_space,
 )
+from gpu_envs.backends.isaaclab_marl import IsaacLabMARLBackend, is_marl_env
 from gpu_envs.backends.reuse import ReuseDetector
 from gpu_envs.contract.errors import (
     ClosedEnvError,
     DeviceMismatchError,
+    InvalidArgumentError,
     NotAnEnvError,
     ObservationError,
     ResetMaskError,
@@ -110,15 +113,16 @@ def _closed(base: Any) -> bool:
     return bool(getattr(base, "_is_closed", False))
 
 
-def _refuse_unsupported(env: Any, base: Any) -> None:
-    """Clear errors for Isaac Lab objects that do not follow the single-agent RL contract."""
+def _refuse_unsupported(env: Any, base: Any, *, marl: bool = False) -> None:
+    """Clear errors for Isaac Lab objects that do not follow the RL contract (``marl``: the multi-agent one)."""
     if _closed(base):
         raise ClosedEnvError(f"this {type(base).__name__} was closed; build a new Isaac Lab env to wrap.")
     names = _class_names(base)
-    if "DirectMARLEnv" in names:
+    if "DirectMARLEnv" in names and not marl:
         raise NotAnEnvError(
             f"{type(base).__name__} is a multi-agent Isaac Lab env (DirectMARLEnv): its observations and actions "
-            "are dicts per agent. Convert it with isaaclab.envs.multi_agent_to_single_agent(env) and wrap that."
+            "are dicts per agent. Wrap it with gpu_envs.wrap(env) (an env of agent groups: IsaacLabMARLBackend), "
+            "or convert it with isaaclab.envs.multi_agent_to_single_agent(env) and wrap that."
         )
     if "ManagerBasedEnv" in names and "ManagerBasedRLEnv" not in names:
         raise NotAnEnvError(
@@ -177,7 +181,7 @@ class IsaacLabBackend(Backend):
         self.env = env
         self.base = base
         self.num_envs = as_int(_attr(env, "num_envs"), f"{type(base).__name__}.num_envs", minimum=1)
-        self.device = self._check_device(device)
+        self.device = _isaaclab_device(env, base, device)
         self.observation_spec: Composite = observation_spec_from_space(
             _attr(env, "single_observation_space"), self.device
         )
@@ -195,17 +199,6 @@ class IsaacLabBackend(Backend):
             kind = FinalObsKind.SIMULATOR if compute_final_obs else FinalObsKind.PLACEHOLDER
             self.capabilities = self.capabilities.replace(final_obs=kind)
         claim_simulator(base, self)
-
-    # ------------------------------------------------------------------ setup
-    def _check_device(self, device: torch.device | str | None) -> torch.device:
-        env_device = torch.device(_attr(self.env, "device"))
-        if device is None or same_device(resolve_device(device), env_device):
-            return env_device
-        raise DeviceMismatchError(
-            f"the Isaac Lab env {type(self.base).__name__} simulates on {env_device} but device={torch.device(device)} "
-            f"was requested. Build it with cfg.sim.device='{torch.device(device)}' (a running Isaac Lab simulation "
-            f"cannot move), or wrap it with device='{env_device}'."
-        )
 
     def describe(self) -> str:
         wrapped = "" if self.env is self.base else ", gym-wrapped"
@@ -326,6 +319,48 @@ def _accepts_env_ids(base: Any) -> bool:
         return False
 
 
+def _isaaclab_device(env: Any, base: Any, device: torch.device | str | None) -> torch.device:
+    """The Isaac Lab env's device (``cfg.sim.device``), checked against the requested one."""
+    env_device = torch.device(_attr(env, "device"))
+    if device is None or same_device(resolve_device(device), env_device):
+        return env_device
+    raise DeviceMismatchError(
+        f"the Isaac Lab env {type(base).__name__} simulates on {env_device} but device={torch.device(device)} "
+        f"was requested. Build it with cfg.sim.device='{torch.device(device)}' (a running Isaac Lab simulation "
+        f"cannot move), or wrap it with device='{env_device}'."
+    )
+
+
+def isaaclab_backend(
+    env: Any,
+    device: torch.device | str | None = None,
+    *,
+    copy_obs: bool | None = None,
+    group_map: Any = None,
+    state: bool | None = None,
+) -> Backend:
+    """The backend for an Isaac Lab env: :class:`IsaacLabMARLBackend` for a ``DirectMARLEnv``, else :class:`IsaacLabBackend`.
+
+    ``copy_obs`` is the single-agent backend's option; ``group_map`` and ``state`` the
+    multi-agent one's. Example: ``isaaclab_backend(gym.make("Isaac-Pendulum-MARL-Direct", cfg=cfg))``.
+    """
+    base = env.unwrapped
+    if not is_marl_env(base):
+        if group_map is not None or state is not None:
+            raise InvalidArgumentError(
+                f"group_map= and state= are for multi-agent Isaac Lab envs (DirectMARLEnv); {type(base).__name__} "
+                "has one agent. Leave them out."
+            )
+        return IsaacLabBackend(env, device, copy_obs=copy_obs)
+    if copy_obs is not None:
+        raise InvalidArgumentError(
+            f"copy_obs= is for single-agent Isaac Lab envs; {type(base).__name__} is a DirectMARLEnv, whose "
+            "observations are always copied (stacked into agent groups). Leave it out."
+        )
+    _refuse_unsupported(env, base, marl=True)
+    return IsaacLabMARLBackend(env, _isaaclab_device(env, base, device), group_map=group_map, state=state)
+
+
 class IsaacLabPlugin:
     """Registry entry: ``make("Isaac-...")`` through Isaac Lab's gym registry, ``wrap`` for its envs."""
 
@@ -364,13 +399,17 @@ class IsaacLabPlugin:
         cfg_overrides: Sequence[str] = (),
         compute_final_obs: bool | None = None,
         copy_obs: bool | None = None,
+        group_map: Any = None,
+        state: bool | None = None,
         **gym_kwargs: Any,
     ) -> Backend:
         """``gym.make(env_id, cfg=cfg)`` with ``cfg.scene.num_envs`` and ``cfg.sim.device`` set.
 
         ``cfg=None`` loads the task's registered config (``parse_env_cfg``, with
         ``cfg_overrides`` such as ``["physics=newton_mjwarp"]``). ``compute_final_obs``
-        overrides the config's flag when given.
+        overrides the config's flag when given. A multi-agent task
+        (``"Isaac-Pendulum-MARL-Direct"``) takes ``group_map`` and ``state``
+        (:class:`~gpu_envs.backends.isaaclab_marl.IsaacLabMARLBackend`).
         """
         import gymnasium as gym
         import isaaclab_tasks  # noqa: F401  # pyright: ignore[reportMissingImports]  # optional: only in its own tier's venv
@@ -384,13 +423,18 @@ class IsaacLabPlugin:
             cfg.sim.device = str(device)
         if compute_final_obs is not None:
             cfg.compute_final_obs = compute_final_obs
-        return IsaacLabBackend(gym.make(env_id, cfg=cfg, **gym_kwargs), device, copy_obs=copy_obs)
+        env = gym.make(env_id, cfg=cfg, **gym_kwargs)
+        try:
+            return isaaclab_backend(env, device, copy_obs=copy_obs, group_map=group_map, state=state)
+        except BaseException:
+            env.close()  # one simulation per process: a refused env must not keep it
+            raise
 
     def detect(self, obj: Any) -> bool:
         return is_isaaclab_env(obj)
 
     def wrap(self, obj: Any, device: torch.device | None, **kwargs: Any) -> Backend:
-        return IsaacLabBackend(obj, device, **kwargs)
+        return isaaclab_backend(obj, device, **kwargs)
 
 
 def is_isaaclab_spec(spec: Any) -> bool:

@@ -1,5 +1,8 @@
 """Isaac Lab 3.0.0 cartpoles on the CPU (Newton / MJWarp physics), built for gpu_envs' tests.
 
+Also the multi-agent cart + double pendulum (``Isaac-Pendulum-MARL-Direct``, a
+``DirectMARLEnv`` with a ``cart`` and a ``pendulum`` agent): :func:`pendulum_marl_cfg`.
+
 Robot assets come from the project's own copy in ``tests/isaaclab/assets``: Isaac Lab
 reads ``ISAACSIM_ASSET_ROOT`` when it is first imported, so this module sets it before
 importing isaaclab (import it first). Isaac Lab allows one simulation per process:
@@ -62,6 +65,15 @@ def manager_cfg(num_envs: int = NUM_ENVS, compute_final_obs: bool = False) -> An
 
     cfg = _cpu_newton(CartpoleEnvCfg(), num_envs, compute_final_obs)
     cfg.scene.distant_light = None
+    return cfg
+
+
+def pendulum_marl_cfg(num_envs: int = NUM_ENVS, compute_final_obs: bool = False) -> Any:
+    """The multi-agent cart-double-pendulum task on the CPU; its USD is ``assets/.../CartDoublePendulum``."""
+    from isaaclab_tasks.core.pendulum.pendulum_marl_env_cfg import PendulumMARLEnvCfg
+
+    cfg = _cpu_newton(PendulumMARLEnvCfg(), num_envs, compute_final_obs)
+    cfg.scene.light = None
     return cfg
 
 

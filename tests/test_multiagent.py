@@ -67,7 +67,7 @@ def test_reward_scale_rewrites_every_agents_reward_and_episode_stats_count_the_t
     assert summary.mean_return == pytest.approx(sum(returns) / len(returns), rel=1e-5)
 
 
-@pytest.mark.parametrize("adapter", ["to_gymnasium", "to_sb3", "to_rsl_rl", "to_skrl", "to_rl_games"])
+@pytest.mark.parametrize("adapter", ["to_gymnasium", "to_sb3", "to_rsl_rl", "to_rl_games"])
 def test_single_agent_adapters_refuse_a_grouped_env_naming_to_torchrl(adapter):
     import gpu_envs.interop as interop
 
@@ -128,3 +128,31 @@ def test_replay_buffer_sums_each_agents_n_step_reward_like_the_team_reward():
         k += 1
     assert batch["next", "prey", "reward"][0, 0, 0].item() == pytest.approx(want)
     assert batch["next", "steps"][0, 0].item() == k + 1
+
+
+def test_to_skrl_of_a_grouped_env_is_skrls_multi_agent_wrapper():
+    pytest.importorskip("skrl")
+    from gpu_envs.interop import to_skrl
+
+    env = to_skrl(counting_env(num_envs=3, max_steps=4))
+    assert env.possible_agents == ["predator_0", "predator_1", "prey_0"]
+    assert env.observation_spaces["prey_0"].shape == (6,) and env.action_spaces["predator_1"].shape == (2,)
+    assert env.state_spaces["prey_0"].shape == (16,)  # every agent's observation, concatenated
+    obs, _ = env.reset()
+    assert obs["predator_1"].shape == (3, 5)
+    ref = counting_env(num_envs=3, max_steps=4)
+    root = ref.reset()
+    g = torch.Generator().manual_seed(0)
+    for _ in range(6):
+        actions = {agent: torch.rand(3, 2, generator=g) * 2 - 1 for agent in env.possible_agents}
+        obs, rewards, _, truncated, _ = env.step(actions)
+        root["predator", "action"] = torch.stack([actions["predator_0"], actions["predator_1"]], 1)
+        root["prey", "action"] = actions["prey_0"].unsqueeze(1)
+        td, root = ref.step_and_maybe_reset(root)
+        torch.testing.assert_close(obs["predator_1"], root["predator", "observation"][:, 1])
+        torch.testing.assert_close(rewards["prey_0"], td["next", "prey", "reward"][:, 0])
+        torch.testing.assert_close(truncated["predator_0"], td["next", "predator", "truncated"][:, 0])
+        state = env.state()["prey_0"]
+        torch.testing.assert_close(state[:, -6:], root["prey", "observation"][:, 0])
+    with pytest.raises(InvalidArgumentError, match="no action for agents"):
+        env.step({"predator_0": torch.zeros(3, 2)})

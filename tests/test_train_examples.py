@@ -36,6 +36,16 @@ def test_mappo_learns_vmas_navigation_through_agent_groups(one_thread):
 
 
 @pytest.mark.slow
+def test_skrl_mappo_learns_vmas_navigation_through_to_skrl(one_thread):
+    pytest.importorskip("skrl")
+    pytest.importorskip("vmas")
+    result = load_example("mappo_skrl").main(["--timesteps", "800"])
+    # random agents: about -0.7 per agent and episode; trained ones close in on their goals
+    assert result["before"] < 0.0, result
+    assert result["after"] > result["before"] + 1.0, result
+
+
+@pytest.mark.slow
 def test_rsl_rl_on_policy_runner_learns_pendulum(one_thread):
     pytest.importorskip("rsl_rl")
     result = load_example("train_rsl_rl").main(["--quiet"])

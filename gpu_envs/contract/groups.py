@@ -55,6 +55,7 @@ from gpu_envs.contract.specs import Binary, Box, Composite, Discrete, MultiDiscr
 __all__ = [
     "AGENT_FLAG_KEYS",
     "GroupMap",
+    "agent_spec",
     "check_group_map",
     "default_group_map",
     "group_entry_keys",
@@ -162,6 +163,28 @@ def stack_spec(spec: Spec, agents: int) -> Spec:
     if type(spec) is Binary:
         return Binary((agents, *spec.shape), dtype=spec.dtype, device=device)
     raise SpecError(f"cannot stack {spec!r} over agents; supported: Box, Discrete, MultiDiscrete, Binary, Composite.")
+
+
+def agent_spec(stacked: Spec, index: int) -> Spec:
+    """Agent ``index``'s own spec from its group's stacked one: :func:`stack_spec` undone.
+
+    A ``MultiDiscrete`` of one choice count per agent gives back that agent's ``Discrete``.
+
+    Example: ``agent_spec(stack_spec(Discrete(5), 3), 1)`` is ``Discrete(5)``.
+    """
+    if isinstance(stacked, Composite):
+        return Composite({str(k): agent_spec(v, index) for k, v in stacked.items()}, device=stacked.device)
+    device = cast(torch.device, stacked.device)
+    if isinstance(stacked, Box):
+        return Box(stacked.low[index], stacked.high[index], stacked.shape[1:], stacked.dtype, device)
+    if isinstance(stacked, MultiDiscrete):
+        nvec, start = stacked.nvec[index], stacked.start[index]
+        if nvec.dim() == 0:
+            return Discrete(int(nvec), dtype=stacked.dtype, device=device, start=int(start))
+        return MultiDiscrete(nvec, dtype=stacked.dtype, device=device, start=start)
+    if type(stacked) is Binary:
+        return Binary(tuple(stacked.shape[1:]), dtype=stacked.dtype, device=device)
+    raise SpecError(f"cannot take one agent's spec from {stacked!r}; supported: Box, MultiDiscrete, Binary, Composite.")
 
 
 def group_entry_keys(group_map: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:

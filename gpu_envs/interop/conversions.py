@@ -50,8 +50,8 @@ def require_env(env: Any, consumer: str, *, groups: bool = False) -> None:
     """Refuse anything without the BatchedEnv API, naming what to build instead.
 
     An env of agent groups (``env.group_map``) is refused too unless the consumer takes
-    groups (``groups=True``: ``to_torchrl``): single-agent trainers have one action and one
-    reward per env, and no honest way to get them from several agents.
+    groups (``groups=True``: ``to_torchrl``, ``to_skrl``): single-agent trainers have one
+    action and one reward per env, and no honest way to get them from several agents.
     """
     require_env_api(env, consumer, NotAnEnvError, f" Wrap it first: {consumer}(gpu_envs.wrap(your_env)).")
     group_map = getattr(env, "group_map", None)
@@ -59,8 +59,9 @@ def require_env(env: Any, consumer: str, *, groups: bool = False) -> None:
         raise InvalidArgumentError(
             f"{consumer} takes single-agent envs, but this env's agents act in groups {dict(group_map)} (one action "
             "and one reward per agent). Train it through to_torchrl(env) (torchrl's multi-agent layout: MAPPO/IPPO "
-            "with MultiAgentMLP, see examples/mappo_vmas.py); to treat all agents as one, build a single-agent env "
-            "whose action is every agent's."
+            "with MultiAgentMLP, see examples/mappo_vmas.py) or to_skrl(env) (skrl's MAPPO/IPPO, "
+            "examples/mappo_skrl.py); to treat all agents as one, build a single-agent env whose action is every "
+            "agent's."
         )
 
 

@@ -277,13 +277,21 @@ def _agent_kind(agent: Any) -> str:
     )
 
 
-def to_skrl(env: Any) -> SkrlEnv:
+def to_skrl(env: Any) -> Any:
     """``env`` (any :class:`~gpu_envs.BatchedEnv`, transformed or not) as an skrl torch env wrapper.
+
+    An env of agent groups (``env.group_map``) becomes skrl's multi-agent wrapper
+    (:class:`~gpu_envs.interop.skrl_agents.SkrlMultiAgentEnv`: dicts per agent, for
+    MAPPO and IPPO); any other env skrl's single-agent one (:class:`SkrlEnv`).
 
     Example::
 
         env = to_skrl(gpu_envs.make("Pendulum-v1", num_envs=256))
         env.observation_space, env.action_space    # Box(3,), Box(1,): one env's spaces
     """
-    require_env(env, "to_skrl")
+    require_env(env, "to_skrl", groups=True)
+    if getattr(env, "group_map", None):  # agent groups: skrl's multi-agent wrapper (MAPPO, IPPO)
+        from gpu_envs.interop.skrl_agents import SkrlMultiAgentEnv
+
+        return SkrlMultiAgentEnv(env)
     return SkrlEnv(env)

@@ -287,6 +287,7 @@ class ReplayBuffer:
             )
             window = flag_words.index_select(0, rows.view(-1)).view(torch.uint8).view(*rows.shape, 4)
             goes_on = (window[:, :-1, ENDS] == 0) & (position.unsqueeze(1) + offsets[1:] < filled)
+            taken = torch.ones_like(first)  # (every reward key's window takes the same steps: the env's flags)
             for key in reward_keys:
                 rewards = self._take(self._rows[key], rows.view(-1)).view(*rows.shape, -1)
                 summed, taken = window_targets(rewards, goes_on, powers)

@@ -156,3 +156,24 @@ def test_to_skrl_of_a_grouped_env_is_skrls_multi_agent_wrapper():
         torch.testing.assert_close(state[:, -6:], root["prey", "observation"][:, 0])
     with pytest.raises(InvalidArgumentError, match="no action for agents"):
         env.step({"predator_0": torch.zeros(3, 2)})
+
+
+def test_episode_stats_of_a_group_tracks_each_agents_return():
+    stats, team = EpisodeStats(group="predator", emit=True), EpisodeStats(emit=False)
+    env = TransformedEnv(counting_env(num_envs=4, max_steps=5), team, stats)
+    traj = collect(env, None, steps=14)
+    reward, done = traj["next", "predator", "reward"], traj["next", "done"][..., 0]
+    returns, running = [], torch.zeros(4, 2)
+    for t in range(14):
+        running += reward[:, t, :, 0]
+        ended = running[done[:, t]]
+        returns += ended.tolist()
+        want = torch.where(done[:, t].view(4, 1), running, 0.0)
+        torch.testing.assert_close(traj["next", "predator", "episode_return"][:, t, :, 0], want)
+        running[done[:, t]] = 0
+    summary = stats.summary()
+    assert summary.episodes == len(returns) == team.summary().episodes > 0  # the env's episodes, once each
+    mean = sum(sum(r) for r in returns) / (2 * len(returns))  # over episodes and the group's two agents
+    assert summary.mean_return == pytest.approx(mean, rel=1e-5)
+    with pytest.raises(InvalidArgumentError, match="no agent group 'wolves'"):
+        TransformedEnv(counting_env(), EpisodeStats(group="wolves"))

@@ -125,6 +125,11 @@ class EpisodeStats(Transform):
             bool mask of ``num_envs``); ``None`` (default): every row.
         emit: write ``("next", "episode_return")`` and ``("next", "episode_length")`` on
             every step (default); ``False`` keeps only the aggregate.
+        group: in an env of agent groups, the group whose agents' returns to track
+            (each agent's own ``("next", group, "reward")``; written as ``("next", group,
+            "episode_return")`` ``[N, A, 1]``, and ``summary().mean_return`` is the mean
+            over the group's agents); ``None`` (default): the env's reward (the team
+            reward, in an env of agent groups). Episodes are the env's, counted once each.
 
     Attributes (device scalars, updated in place, read without a sync):
         episodes: int64, episodes finished since creation (or :meth:`clear`).
@@ -134,10 +139,15 @@ class EpisodeStats(Transform):
 
     row_state = ("running_return", "running_length")
 
-    def __init__(self, rows: Any = None, *, emit: bool = True) -> None:
+    def __init__(self, rows: Any = None, *, emit: bool = True, group: str | None = None) -> None:
         super().__init__()
         self.rows = rows
         self.emit = as_bool(emit, "emit")
+        if group is not None and not isinstance(group, str):
+            raise InvalidArgumentError(
+                f"EpisodeStats(group=...) takes a group name (a str of env.group_map), got {group!r}."
+            )
+        self.group = group
 
     def setup(self, specs: EnvSpecs) -> EnvSpecs:
         require_scalar_reward(specs.reward_spec.shape, "EpisodeStats")
@@ -147,7 +157,10 @@ class EpisodeStats(Transform):
         self._counted = (
             None if self.rows is None else row_mask(self.rows, n, "EpisodeStats(rows=...)").to(dev).view(n, 1)
         )
-        self._return = torch.zeros(n, 1, dtype=torch.float32, device=dev)
+        self._reward_key, self._return_key, agents = self._keys(specs)
+        self._agents = agents
+        shape = (n, 1) if self.group is None else (n, agents, 1)
+        self._return = torch.zeros(shape, dtype=torch.float32, device=dev)
         self._length = torch.zeros(n, 1, dtype=torch.int64, device=dev)
         # shape (1,), not (): torch.compile (2.13, CPU) drops in-place updates of 0-d float64 tensors
         self._episodes = torch.zeros(1, dtype=torch.int64, device=dev)
@@ -159,29 +172,46 @@ class EpisodeStats(Transform):
             return specs
         # Spec.to keeps the class: a Composite's copy is a Composite
         info = cast(Composite, specs.info_spec.to(dev))
-        info["episode_return"] = Box(-math.inf, math.inf, (1,), torch.float32, device=dev)
+        info[self._return_key[1:]] = Box(-math.inf, math.inf, tuple(shape[1:]), torch.float32, device=dev)
         info["episode_length"] = Box(0, math.inf, (1,), torch.int64, device=dev)
         return specs.replace(info_spec=info)
 
+    def _keys(self, specs: EnvSpecs) -> tuple[tuple, tuple, int]:
+        """``(reward key, episode-return key, agents)``: the env's, or ``group``'s (its agents' own rewards)."""
+        if self.group is None:
+            return ("next", "reward"), RETURN_KEY, 1
+        groups = sorted(
+            {k[0] for k in specs.info_spec.keys(True, True) if isinstance(k, tuple) and k[1:] == ("reward",)}
+        )
+        if self.group not in groups:
+            raise InvalidArgumentError(
+                f"EpisodeStats(group={self.group!r}): the env has no agent group {self.group!r} with rewards; its "
+                f"groups are {groups or 'none (a single-agent env: leave group out)'}."
+            )
+        agents = int(specs.info_spec[self.group, "reward"].shape[0])
+        return ("next", self.group, "reward"), ("next", self.group, "episode_return"), agents
+
     def step(self, td: TensorDictBase) -> TensorDictBase:
         done = td.get(("next", "done"))
-        self._return.add_(td.get(("next", "reward")))
+        each = done if self.group is None else done.unsqueeze(1)  # the env's [N, 1] flag, over each agent
+        self._return.add_(td.get(self._reward_key))
         self._length.add_(1)
-        ret = torch.where(done, self._return, 0.0)
+        ret = torch.where(each, self._return, 0.0)
         length = torch.where(done, self._length, 0)
         counted = done if self._counted is None else done & self._counted
+        counted_each = counted if self.group is None else counted.unsqueeze(1)
         self._episodes.add_(counted.sum())
-        self._total_return.add_(torch.where(counted, ret, 0.0).sum(dtype=torch.float64))
+        self._total_return.add_(torch.where(counted_each, ret, 0.0).sum(dtype=torch.float64) / self._agents)
         self._total_length.add_(torch.where(counted, length, 0).sum())
-        self._return.masked_fill_(done, 0.0)
+        self._return.masked_fill_(each, 0.0)
         self._length.masked_fill_(done, 0)
         if self.emit:
-            td.set(RETURN_KEY, ret)
+            td.set(self._return_key, ret)
             td.set(LENGTH_KEY, length)
         return td
 
     def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
-        self._return.masked_fill_(mask, 0.0)
+        self._return.masked_fill_(mask if self.group is None else mask.unsqueeze(1), 0.0)
         self._length.masked_fill_(mask, 0)
         return td
 
@@ -206,7 +236,7 @@ class EpisodeStats(Transform):
 
     @property
     def running_return(self) -> torch.Tensor:
-        """Return of each env's current (unfinished) episode, ``[N, 1]``."""
+        """Return of each env's current (unfinished) episode, ``[N, 1]`` (``[N, A, 1]`` per agent of ``group``)."""
         self.check_bound("running_return")
         return self._return
 

@@ -199,7 +199,8 @@ class PettingZooBackend(Backend):
                     torch.from_numpy(np.ascontiguousarray(flags[key][members].T)).unsqueeze(-1).to(self.device)
                 )
         done, terminated, truncated = (torch.from_numpy(env_flags[k]).view(n, 1).to(self.device) for k in DONE_KEYS)
-        return RawStep(post, team, terminated, truncated, done, final if ended else None, None, info)
+        # final_obs on every row (final_mask None): the pre-reset observations, the step's own where no row ended
+        return RawStep(post, team, terminated, truncated, done, final, None, info)
 
     def close(self) -> None:
         for env in self.envs:

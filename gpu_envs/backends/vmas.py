@@ -182,8 +182,8 @@ class VmasBackend(Backend):
                 [infos[i][key].reshape(self.num_envs, *spec.shape[1:]) for i in members], 1
             )
         rows = done.view(-1).nonzero().view(-1).tolist()  # the ended rows, on the host: reset_at takes an index
-        if not rows:
-            return RawStep(final, team, terminated, truncated, done, None, None, info)
+        if not rows:  # no row ended: the step's observations are the next ones and the roots (final_mask None: no op)
+            return RawStep(final, team, terminated, truncated, done, final, None, info)
         fresh = self.layout.observations(self._reset_rows(rows))
         rows_mask = done.view(-1)
         post = {key: torch.where(_rows(rows_mask, value), fresh[key], value) for key, value in final.items()}

@@ -372,8 +372,9 @@ def wrap(
         raise NotAnEnvError(
             f"wrap() was given {what}, a JAX env, but not of a kind gpu_envs takes{raised}: the JAX envs it wraps are "
             "gymnasium's functional JAX envs (FunctionalJaxEnv / FunctionalJaxVectorEnv, e.g. gym.make_vec("
-            "'phys2d/CartPole-v1', n)), gymnax envs (with their params), and Brax / MuJoCo Playground envs "
-            "(wrap(env, num_envs=N)). For another JAX simulator, write a torch vector env around it that hands its "
+            "'phys2d/CartPole-v1', n)), gymnax envs (with their params), Brax / MuJoCo Playground envs "
+            "(wrap(env, num_envs=N)) and JaxMARL MultiAgentEnvs (wrap(env, num_envs=N): agent groups). For another JAX "
+            "simulator, write a torch vector env around it that hands its "
             "arrays over by DLPack (see gpu_envs.backends.torch_envs)."
         )
     raise NotAnEnvError(

@@ -127,6 +127,7 @@ INSTALL_HINTS = {
     "mani_skill": "pip install mani-skill (scripts/simulator_venv.sh maniskill builds a venv with a CPU Vulkan driver)",
     "brax": "pip install brax (scripts/simulator_venv.sh brax builds a venv with Brax and MuJoCo Playground)",
     "mujoco_playground": "pip install playground (scripts/simulator_venv.sh brax builds a venv with Brax and MuJoCo Playground)",
+    "jaxmarl": "pip install jaxmarl in a venv of its own: its gymnax caps gymnasium < 1.4 (scripts/simulator_venv.sh jaxmarl builds one)",
     "Box2D": "pip install 'gymnasium[box2d]'",
     "mujoco": "pip install 'gymnasium[mujoco]'",
     "ale_py": "pip install 'gymnasium[atari]'",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) or reuse the cached venv of a heavy simulator's test tier.
 #
-# Heavy simulators (mjlab on MuJoCo Warp, Brax / MuJoCo Playground, ManiSkill3, Newton) make
+# Heavy simulators (mjlab on MuJoCo Warp, Brax / MuJoCo Playground, ManiSkill3, Newton, JaxMARL) make
 # venvs of several GB with pinned dependency trees of their own, so each lives OUTSIDE
 # the clone, in a cache folder keyed by its pinned versions, and is reused across runs:
 #
@@ -121,6 +121,75 @@ spec_newton() {
         pytest==9.2.0
     )
     PACKAGES=(newton warp-lang gymnasium tensordict pytest)
+}
+
+spec_jaxmarl() {
+    # JaxMARL (multi-agent JAX envs: MPE, SMAX, Overcooked, Hanabi, ...) on JAX's CPU build, at the
+    # main venv's jax 0.10.2. It cannot go in the main venv: it needs gymnax, whose metadata caps
+    # gymnasium < 1.4 (the main venv has 1.4.0), so pip resolves gymnasium 1.3.0 here. The others
+    # are what `pip install jaxmarl==0.2.0` resolved to beside them; 1.8 GB in all.
+    LABEL=jaxmarl-0.2.0
+    PY_VERSION=3.11
+    PINS=(
+        torch==2.13.0
+        jaxmarl==0.2.0
+        jax==0.10.2
+        jaxlib==0.10.2
+        flax==0.12.8
+        chex==0.1.92
+        gymnax==1.0.1
+        jaxtyping==0.3.11
+        optax==0.2.8
+        orbax-checkpoint==0.12.8
+        ml_dtypes==0.7.0
+        safetensors==0.8.0
+        matplotlib==3.11.2
+        seaborn==0.13.2
+        pillow==13.0.0
+        scipy==1.17.1
+        tensordict==0.14.3
+        six==1.17.0
+        gymnasium==1.3.0
+        numpy==2.4.6
+        pytest==9.2.0
+    )
+    # six: gymnax imports it without declaring it (JaxMARL's wrappers import gymnax; the tier checks they are refused)
+    PACKAGES=(jaxmarl six gymnasium tensordict pytest)
+}
+
+spec_genesis() {
+    # Genesis (genesis-world) on its CPU backend. It brings a large mesh/rendering stack (VTK,
+    # OpenCV, pymeshlab, libigl, ...). mujoco is held at 3.10.0, the version Genesis' own test
+    # extra pins (it parses MJCF with it; pip alone would take mujoco 4). The others are what
+    # `pip install genesis-world==1.4.5` resolved to beside them. Genesis compiles its Quadrants
+    # kernels on first use (~5 min on 2 cores) into Quadrants' offline cache and Genesis' own
+    # cache, both under ~/.cache (outside the clone; set XDG_CACHE_HOME to move them), which
+    # later runs reuse: a warm tier only loads them.
+    LABEL=genesis-1.4.5
+    PY_VERSION=3.11
+    PINS=(
+        torch==2.13.0
+        genesis-world==1.4.5
+        quadrants==1.3.3
+        mujoco==3.10.0
+        numba==0.68.1
+        llvmlite==0.50.0
+        scipy==1.17.1
+        trimesh==5.2.0
+        pydantic==2.14.4
+        libigl==2.6.3
+        coacd==1.0.14
+        gs-madrona==0.0.10
+        vtk==9.7.2
+        opencv-python==5.1.0.95
+        pymeshlab==2025.7.post1
+        pillow==11.3.0
+        tensordict==0.14.3
+        gymnasium==1.4.0
+        numpy==2.4.6
+        pytest==9.2.0
+    )
+    PACKAGES=(genesis-world gymnasium tensordict pytest)
 }
 
 post_install_maniskill() {

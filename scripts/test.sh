@@ -14,6 +14,8 @@
 #      a machine also compiles Warp's CPU kernels into ~/.cache/warp, ~35 s idle),
 #   6. the Newton tier (tests/newton/: examples/newton_pendulum.py, a SimulatorEnv on Newton 1.8.0, against
 #      Newton stepped by hand; its venv is built once by scripts/simulator_venv.sh newton, ~1 GB),
+#      and the JaxMARL tier (tests/jaxmarl/: MPE envs as agent groups against JaxMARL 0.2.0 driven by hand;
+#      its venv, built once by scripts/simulator_venv.sh jaxmarl, ~2 min and 1.8 GB, has gymnasium 1.3.0 for gymnax),
 #   7. the tensordict tier: the TensorDict-heavy tests against the NEWEST tensordict release a fresh
 #      install resolves (scripts/tensordict_newest.sh; the main suite runs CI's pinned one).
 # Extra arguments go to the main suite's pytest.
@@ -29,7 +31,7 @@ logs="$(mktemp -d)"
 (
     bash scripts/isaaclab_venv.sh > "$logs/isaaclab.out" 2> "$logs/isaaclab.err"
     touch "$logs/isaaclab.done"
-    for sim in brax maniskill mjlab newton; do
+    for sim in brax maniskill mjlab newton jaxmarl; do
         bash scripts/simulator_venv.sh "$sim" > "$logs/$sim.out" 2> "$logs/$sim.err"
         touch "$logs/$sim.done"
     done
@@ -83,6 +85,8 @@ mjlab_venv="$(venv_of mjlab)" || no_venv mjlab
 [ -z "$mjlab_venv" ] || run_tier mjlab env GPU_ENVS_REQUIRE_MJLAB=1 PYTHONPATH="$root" "$mjlab_venv/bin/python" -m pytest -m "slow or not slow" tests/mjlab
 newton_venv="$(venv_of newton)" || no_venv newton
 [ -z "$newton_venv" ] || run_tier newton env GPU_ENVS_REQUIRE_NEWTON=1 PYTHONPATH="$root" "$newton_venv/bin/python" -m pytest -m "slow or not slow" tests/newton
+jaxmarl_venv="$(venv_of jaxmarl)" || no_venv jaxmarl
+[ -z "$jaxmarl_venv" ] || run_tier jaxmarl env GPU_ENVS_REQUIRE_JAXMARL=1 PYTHONPATH="$root" "$jaxmarl_venv/bin/python" -m pytest -m "slow or not slow" tests/jaxmarl
 
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "scripts/test.sh: ${#failed[@]} tier(s) failed:" >&2

@@ -7,7 +7,9 @@ venv, and runs on its own with that venv's python::
 
 Where isaaclab is not installed (the main suite) that folder is not collected at all,
 instead of showing up as a wall of skips; the Isaac Lab contract is still tested there
-through the fakes (tests/test_isaaclab_fake.py). ``one_thread`` runs a test on one torch
+through the fakes (tests/test_isaaclab_fake.py). ``tests/jaxmarl/`` (the JaxMARL tier, in
+the venv of ``scripts/simulator_venv.sh jaxmarl``) is left out the same way where JaxMARL
+is missing. ``one_thread`` runs a test on one torch
 CPU thread (training runs: on a shared 2-core machine more threads only thrash).
 
 ``python_sigint`` serves tests that send SIGINT (Ctrl-C) to this process: a process
@@ -20,6 +22,7 @@ ignored.
 """
 
 import importlib.util
+import os
 import signal
 import threading
 
@@ -27,6 +30,10 @@ import pytest
 import torch
 
 collect_ignore = [] if importlib.util.find_spec("isaaclab") is not None else ["isaaclab"]
+# tests/jaxmarl/ is the JaxMARL tier (its own venv: scripts/simulator_venv.sh jaxmarl); where JaxMARL is
+# missing it is left out, unless GPU_ENVS_REQUIRE_JAXMARL=1 (scripts/test.sh's tier) makes that an error
+if importlib.util.find_spec("jaxmarl") is None and os.environ.get("GPU_ENVS_REQUIRE_JAXMARL") != "1":
+    collect_ignore.append("jaxmarl")
 
 
 @pytest.fixture

@@ -12,6 +12,10 @@ Two families, one backend:
   pair, or the env alone; gymnax's pure-RL wrappers such as ``LogWrapper`` included).
   ``env_params=`` overrides the params (an ``EnvParams`` or a dict of field overrides).
 
+Brax / MuJoCo Playground envs (:mod:`.brax`) and JaxMARL's multi-agent envs, as envs of agent
+groups (:mod:`.jaxmarl`: ``gpu_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=N)``), run
+through the same backend, each with a core of its own (:mod:`.brax_core`, :mod:`.jaxmarl_core`).
+
 Why a core per family instead of wrapping their vector env: gymnasium's
 ``FunctionalJaxVectorEnv`` resets NEXT_STEP style (a fake transition with a non-zero
 reward after every episode end) and syncs the host to find the rows to reset; gymnax's

@@ -9,6 +9,12 @@ next carry is written into its buffers). ``step`` hands the action
 to JAX without a host copy (:func:`gpu_envs.utils.arrays.jax_argument`) and gets every output
 back as views of a few packed buffers, one per dtype (:mod:`gpu_envs.backends.jax.pack`).
 
+A core of agent groups (JaxMARL's, :mod:`gpu_envs.backends.jax.jaxmarl_core`) declares its
+specs itself (``core.specs(device)``: a :class:`~gpu_envs.backends.jax.cores.CoreSpecs`)
+instead of gymnasium spaces: the backend then sets ``group_map``, hands the core the
+groups' actions as a dict ``{(group, "action"): array}`` and always passes on the info
+entries the core declares (each agent's reward and flags), whatever ``expose_info`` says.
+
 JAX is imported lazily, when a backend is built.
 
 Example::
@@ -116,7 +122,7 @@ class JaxBackend(Backend):
     """Same-step backend over a JAX core (see :mod:`gpu_envs.backends.jax.cores`).
 
     Args:
-        core: a ``FuncEnvCore`` or ``GymnaxCore``.
+        core: a ``FuncEnvCore``, ``GymnaxCore``, ``BraxCore`` or ``JaxMarlCore``.
         device: torch device; JAX runs on the matching JAX device. ``None``: JAX's default.
         seed: seed of the first reset when ``reset`` gets none (random otherwise).
         expose_info: pass numeric per-env info entries (gymnax ``"discount"``,
@@ -155,14 +161,23 @@ class JaxBackend(Backend):
         else:
             self.device = resolve_device(device)
             self._jax_device = _jax_device(self.device)
-        self.observation_spec = observation_spec_from_space(core.single_observation_space, self.device)
-        self.action_spec = spec_from_gym(core.single_action_space, device=self.device)
+        declared = core.specs(self.device) if callable(getattr(core, "specs", None)) else None
+        if declared is None:  # a single-agent core: its gymnasium spaces
+            self.observation_spec = observation_spec_from_space(core.single_observation_space, self.device)
+            self.action_spec = spec_from_gym(core.single_action_space, device=self.device)
+            required_info = Composite(device=self.device)
+            self._group_actions: dict | None = None
+        else:  # a core of agent groups: its specs, a Composite action of one (group, "action") leaf per group
+            self.observation_spec, self.action_spec = declared.observation, declared.action
+            required_info = declared.info
+            self.group_map = declared.group_map
+            self._group_actions = dict(declared.action.items(include_nested=True, leaves_only=True))
         self._obs_keys = list(self.observation_spec.keys(include_nested=True, leaves_only=True))
         self._default_seed = seed
         self._read = jax_reader(self.device)
         self._carry = None
         self._all_rows = None
-        self._check_structure(expose_info)
+        self._check_structure(expose_info, required_info)
 
         self._seed_keys = jax.jit(lambda seed: row_keys(seed[0], self.num_envs, seed[1]))
         self._init = jax.jit(lambda keys: self._pack_obs(*core.init(keys)))
@@ -173,8 +188,13 @@ class JaxBackend(Backend):
         self._step = jax.jit(self._step_impl, donate_argnums=0)
 
     # ------------------------------------------------------------ structure, once
-    def _check_structure(self, expose_info: bool) -> None:
-        """Trace (not compile) one init and step to check observations and find info entries."""
+    def _check_structure(self, expose_info: bool, required_info: Composite) -> None:
+        """Trace (not compile) one init and step to check observations and find info entries.
+
+        ``required_info``: the entries the core declares (a group core's agents' rewards and
+        flags), passed on whatever ``expose_info`` says; ``expose_info`` adds the core's other
+        numeric per-row entries.
+        """
         import jax
         import jax.numpy as jnp
 
@@ -182,7 +202,7 @@ class JaxBackend(Backend):
 
         keys = jax.eval_shape(lambda: row_keys(0, self.num_envs))
         carry, obs = jax.eval_shape(self.core.init, keys)
-        action = jax.ShapeDtypeStruct((self.num_envs, *self.action_spec.shape), self._jax_action_dtype())
+        action = self._action_struct()
         _, out = jax.eval_shape(self.core.step, carry, action)
         self._obs_dtypes = {}
         for where, tree in (("observation", obs), ("final observation", out.obs), ("final observation", out.final_obs)):
@@ -202,8 +222,20 @@ class JaxBackend(Backend):
                 self._obs_dtypes[key] = jnp.dtype(numpy_dtype(spec.dtype))
         self._info_keys = []
         info_specs = {}
+        info = _flatten(out.info, "info")
+        for key, spec in required_info.items(include_nested=True, leaves_only=True):
+            leaf = info.get(key)
+            if leaf is None or tuple(leaf.shape) != (self.num_envs, *spec.shape):
+                raise ObservationError(
+                    f"{self.describe()} declares the info entry {key!r} of per-env shape {tuple(spec.shape)} but its "
+                    f"step hands {'none' if leaf is None else tuple(leaf.shape[1:])}; a core hands every entry it declares."
+                )
+            self._info_keys.append(key)
+            info_specs[key] = spec
         if expose_info:
-            for key, leaf in _flatten(out.info, "info").items():
+            for key, leaf in info.items():
+                if key in info_specs:
+                    continue
                 if len(leaf.shape) >= 1 and leaf.shape[0] == self.num_envs and np.dtype(leaf.dtype).kind in "biuf":
                     self._info_keys.append(key)
                     info_specs[key] = _leaf_spec(leaf.shape[1:], leaf.dtype, self.device)
@@ -222,8 +254,17 @@ class JaxBackend(Backend):
         _, leaves = jax.eval_shape(self._leaves_impl, carry, action)
         self._layout = PackedLayout(leaves)
 
-    def _jax_action_dtype(self) -> Any:
-        return np.dtype(numpy_dtype(jax_dtype_for(_dtype(self.action_spec))))
+    def _action_struct(self) -> Any:
+        """The batched action as JAX sees it: one array, or a group core's ``{(group, "action"): array}``."""
+        import jax
+
+        def struct(spec: Any) -> Any:
+            dtype = np.dtype(numpy_dtype(jax_dtype_for(_dtype(spec))))
+            return jax.ShapeDtypeStruct((self.num_envs, *spec.shape), dtype)
+
+        if self._group_actions is None:
+            return struct(self.action_spec)
+        return {key: struct(spec) for key, spec in self._group_actions.items()}
 
     # ------------------------------------------------------------- traced bodies
     def _obs_leaves(self, tree: Any) -> list:
@@ -289,8 +330,10 @@ class JaxBackend(Backend):
             self._carry, obs = self._reset(self._carry, keys, from_torch(mask.reshape(self.num_envs), "jax"))
         return self._to_obs(obs)
 
-    def step(self, action: torch.Tensor) -> RawStep:
-        self._carry, packed = self._step(self._carry, jax_argument(action))
+    def step(self, action: Any) -> RawStep:
+        keys = self._group_actions
+        argument = jax_argument(action) if keys is None else {key: jax_argument(action[key]) for key in keys}
+        self._carry, packed = self._step(self._carry, argument)
         read = self._read
         return self._step_layout.unpack(self._layout.unpack([read(buffer) for buffer in packed]))
 

@@ -15,7 +15,8 @@ as the other cores of :mod:`gpu_envs.backends.jax.cores` do:
   (``truncated`` only where the env did not end the episode itself: ``terminated`` wins);
 * same-step reset: on rows that ended, a FRESH ``reset`` from the row's key chain (what
   Playground's ``full_reset=True`` does); the step's own observation is kept as the final
-  one. The reset is one branch of a ``lax.switch`` on the number of ended rows: none --
+  one. The reset is one branch of a ``lax.switch`` on the number of ended rows
+  (:func:`~gpu_envs.backends.jax.cores.reset_ended`, shared with the JaxMARL core): none --
   one env step and nothing more; at most ``reset_batch`` (default ``N / 8``, at least 4;
   every row up to N = 8)
   -- those rows are gathered (``jnp.nonzero(done, size=reset_batch)``), reset and
@@ -54,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpu_envs.backends.jax.cores import Out, select
+from gpu_envs.backends.jax.cores import Out, default_reset_batch, reset_ended, select, split_rows
 from gpu_envs.contract.errors import ObservationError
 
 __all__ = ["BraxCore", "default_reset_batch", "split_rows"]
@@ -68,25 +69,6 @@ def _take(models: Any, axes: Any, rows: jax.Array) -> Any:
         models,
         is_leaf=lambda x: x is None,
     )
-
-
-def split_rows(keys: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Split every row's key once: ``(next key, key of this call)``, each ``[N, 2]``."""
-    pairs = jax.vmap(jax.random.split)(keys)
-    return pairs[:, 0], pairs[:, 1]
-
-
-def default_reset_batch(num_envs: int) -> int:
-    """How many ended rows a step resets by gathering them (more: every row is reset and selected).
-
-    An eighth of the batch, at least 4: long episodes at large N end a handful of rows per
-    step, which then cost a reset of ``N / 8`` rows instead of ``N``. When that would be
-    half the batch or more (``N <= 8``), every row: a reset of a few rows costs what a
-    reset of all costs there, and the gather and scatter around it come on top (Brax's
-    inverted pendulum at N=8 on the CPU: 4-9% of a step, four interleaved runs).
-    """
-    gathered = max(4, num_envs // 8)
-    return num_envs if 2 * gathered >= num_envs else gathered
 
 
 def _strong(tree: Any) -> Any:
@@ -217,27 +199,11 @@ class BraxCore:
             truncated = (steps >= self.episode_length) & ~terminated
         done = terminated | truncated
 
-        def keep(_: Any) -> tuple:
-            return keys, stepped
-
-        def reset_few(_: Any) -> tuple:
-            # the ended rows (at most reset_batch of them) gathered, reset, scattered back;
-            # padding indices equal N and are dropped by the scatter
-            rows = jnp.nonzero(done, size=self.reset_batch, fill_value=self.num_envs)[0]
-            gathered = jnp.minimum(rows, self.num_envs - 1)
-            new_keys, fresh = self._fresh(keys[gathered], gathered)
-            put = lambda whole, part: whole.at[rows].set(part, mode="drop")  # noqa: E731
-            return put(keys, new_keys), jax.tree.map(put, stepped, fresh)
-
-        def reset_all(_: Any) -> tuple:
-            new_keys, fresh = self._fresh(keys)
-            return select(done, new_keys, keys), select(done, fresh, stepped)
-
-        ended = jnp.sum(done)
-        if self.reset_batch < self.num_envs:
-            branch = jnp.where(ended == 0, 0, jnp.where(ended <= self.reset_batch, 1, 2))
-            keys, state = jax.lax.switch(branch, (keep, reset_few, reset_all), None)
-        else:
-            keys, state = jax.lax.cond(ended > 0, reset_all, keep, None)
+        keys, state = reset_ended(
+            done,
+            (keys, stepped),
+            lambda rows: self._fresh(keys if rows is None else keys[rows], rows),
+            self.reset_batch,
+        )
         out = Out(state.obs, stepped.reward, terminated, truncated, stepped.obs, dict(stepped.metrics))
         return (keys, state, jnp.where(done, 0, steps)), out

@@ -22,6 +22,12 @@ import torch
 from gpu_envs.backends.base import Backend
 from gpu_envs.backends.jax.backend import JaxBackend, prepare_jax
 from gpu_envs.backends.jax.brax import BRAX_PREFIX, PLAYGROUND_PREFIX, brax_env_ids, is_brax_family, is_brax_id, refusal
+from gpu_envs.backends.jax.jaxmarl import (
+    JAXMARL_PREFIX,
+    is_jaxmarl_env,
+    jaxmarl_env_ids,
+    jaxmarl_refusal,
+)
 from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError
 from gpu_envs.utils.arguments import as_int
 
@@ -61,6 +67,8 @@ def looks_like_jax_env(obj: Any) -> bool:
     if _is_gymnax_env(obj) or _is_gymnax_pair(obj):
         return True
     if is_brax_family(obj) or refusal(obj) is not None:  # Brax / Playground (see .brax)
+        return True
+    if is_jaxmarl_env(obj) or jaxmarl_refusal(obj) is not None:  # JaxMARL (see .jaxmarl)
         return True
     if _has_class(obj, _GYMNAX_GYM) or _has_class(obj, _GYMNAX_GYM_VECTOR):
         return True
@@ -124,9 +132,17 @@ def wrap_jax(
     prepare_jax()
     from gpu_envs.backends.jax.cores import FuncEnvCore, GymnaxCore
 
-    message = refusal(obj)
+    message = refusal(obj) or jaxmarl_refusal(obj)
     if message is not None:
         raise NotAnEnvError(message)
+    if is_jaxmarl_env(obj):
+        from gpu_envs.backends.jax.jaxmarl import CORE_OPTIONS as JAXMARL_OPTIONS
+        from gpu_envs.backends.jax.jaxmarl import make_jaxmarl_core
+
+        core_kw = {k: kwargs.pop(k) for k in JAXMARL_OPTIONS if k in kwargs}
+        if env_params is not None:
+            raise InvalidArgumentError("env_params applies to gymnax envs; configure JaxMARL envs when building them.")
+        return JaxBackend(make_jaxmarl_core(obj, num_envs, **core_kw), device, **kwargs)
     if is_brax_family(obj):
         from gpu_envs.backends.jax.brax import CORE_OPTIONS, make_brax_core
 
@@ -175,7 +191,7 @@ def wrap_jax(
 
 
 class JaxPlugin:
-    """Registry entry: ``make`` for functional-JAX gymnasium ids and gymnax ids, ``wrap`` for JAX env objects."""
+    """Registry entry: ``make`` for functional-JAX gymnasium ids, gymnax, Brax, Playground and JaxMARL ids, ``wrap`` for JAX env objects."""
 
     name = "jax"
 
@@ -200,7 +216,7 @@ class JaxPlugin:
         import gymnasium as gym
 
         ids = [i for i, spec in gym.registry.items() if spec.vector_entry_point is not None and is_functional_jax_id(i)]
-        return sorted(ids) + [GYMNAX_PREFIX + i for i in self._gymnax_ids()] + brax_env_ids()
+        return sorted(ids) + [GYMNAX_PREFIX + i for i in self._gymnax_ids()] + brax_env_ids() + jaxmarl_env_ids()
 
     def can_make(self, env_id: str) -> bool:
         import gymnasium as gym
@@ -209,6 +225,8 @@ class JaxPlugin:
             return env_id[len(GYMNAX_PREFIX) :] in self._gymnax_ids()
         if env_id.startswith((BRAX_PREFIX, PLAYGROUND_PREFIX)):
             return is_brax_id(env_id)
+        if env_id.startswith(JAXMARL_PREFIX):  # the prefix is JaxMARL's: make() lists its ids, or what to install
+            return True
         if env_id in gym.registry:
             return is_functional_jax_id(env_id)
         return env_id in self._gymnax_ids()
@@ -224,6 +242,11 @@ class JaxPlugin:
             from gpu_envs.backends.jax.brax import make_brax_env
 
             env, core_options = make_brax_env(env_id, kwargs)
+            return wrap_jax(env, device, num_envs=num_envs, **core_options, **backend_kw)
+        if env_id.startswith(JAXMARL_PREFIX):
+            from gpu_envs.backends.jax.jaxmarl import make_jaxmarl_env
+
+            env, core_options = make_jaxmarl_env(env_id, kwargs)
             return wrap_jax(env, device, num_envs=num_envs, **core_options, **backend_kw)
         gymnax_id = env_id[len(GYMNAX_PREFIX) :] if env_id.startswith(GYMNAX_PREFIX) else None
         if gymnax_id is None and not is_functional_jax_id(env_id):

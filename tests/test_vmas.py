@@ -232,3 +232,17 @@ def test_check_env_passes_on_a_vmas_scenario():
     report = gpu_envs.check_env(gpu_envs.make("vmas/balance", num_envs=4, max_episode_steps=20), steps=60, seed=0)
     assert report.ok, report.format()
     assert "vmas balance" in repr(gpu_envs.make("vmas/balance", num_envs=2))
+
+
+def test_dict_spaces_give_the_same_transitions_as_lists():
+    kwargs = dict(num_envs=4, max_steps=3, seed=0, continuous_actions=False)
+    trajectories = []
+    for dict_spaces in (True, False):  # one after the other, each from reset(seed=1): VMAS's one random state
+        env = gpu_envs.wrap(vmas.make_env("navigation", dict_spaces=dict_spaces, **kwargs))
+        env.reset(seed=1)
+        trajectories.append(collect(env, None, steps=7))
+    as_dicts, as_lists = trajectories
+    assert as_dicts["agents", "action"].shape == (4, 7, 4)  # Discrete(9) per agent
+    assert as_lists["next", "done"].sum() >= 8  # the horizon ended every row twice
+    for key in (("next", "agents", "observation"), ("agents", "observation"), ("next", "agents", "reward")):
+        torch.testing.assert_close(as_dicts[key], as_lists[key])

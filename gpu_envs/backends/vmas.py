@@ -142,8 +142,7 @@ class VmasBackend(Backend):
     # ------------------------------------------------------------------ reset / step
     def reset(self, seed: int | None = None, mask: torch.Tensor | None = None) -> ObsDict:
         if mask is None:
-            obs = self.env.reset(seed=seed)
-            return self.layout.observations(obs)
+            return self.layout.observations(self._in_order(self.env.reset(seed=seed)))
         rows = mask.nonzero().view(-1).tolist()  # VMAS resets one index at a time (one host sync)
         if seed is not None:
             self.env.seed(seed)
@@ -157,19 +156,28 @@ class VmasBackend(Backend):
         one reset of all rows does it at the cost of one (torchrl's ``VmasEnv`` does the same).
         """
         if len(rows) == self.num_envs:
-            return self.env.reset()
+            return self._in_order(self.env.reset())
         for row in rows:
             self.env.reset_at(row, return_observations=False)
         return self._observe()
 
     def _observe(self) -> list:
-        return self.env.get_from_scenario(
-            get_observations=True, get_rewards=False, get_infos=False, get_dones=False, dict_agent_names=False
-        )[0]
+        return self._in_order(
+            self.env.get_from_scenario(
+                get_observations=True, get_rewards=False, get_infos=False, get_dones=False, dict_agent_names=False
+            )[0]
+        )
+
+    def _in_order(self, per_agent: Any) -> list:
+        """VMAS's per-agent outputs as a list in agent order (a ``dict_spaces=True`` env gives dicts by name)."""
+        if isinstance(per_agent, dict):
+            return [per_agent[name] for name in self.layout.agents]
+        return list(per_agent)
 
     def step(self, action: Any) -> RawStep:
         actions = self.layout.agent_actions(action)
         obs, rewards, terminated, truncated, infos = self.env.step(actions)
+        obs, rewards, infos = self._in_order(obs), self._in_order(rewards), self._in_order(infos)
         terminated = terminated.view(-1, 1).to(torch.bool)
         truncated = truncated.view(-1, 1).to(torch.bool)
         done = terminated | truncated

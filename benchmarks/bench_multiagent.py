@@ -42,11 +42,13 @@ SCENARIO = "navigation"
 AGENTS = 3
 
 
-def raw_contender(n: int, horizon: int, actions: torch.Tensor) -> Callable[[], object]:
+def raw_contender(n: int, horizon: int, actions: torch.Tensor, device: str = "cpu") -> Callable[[], object]:
     """VMAS stepped by hand, its ended rows reset the way VMAS allows."""
     import vmas  # pyright: ignore[reportMissingImports]  # optional
 
-    env = vmas.make_env(SCENARIO, num_envs=n, max_steps=horizon, seed=0, n_agents=AGENTS, terminated_truncated=True)
+    env = vmas.make_env(
+        SCENARIO, num_envs=n, device=device, max_steps=horizon, seed=0, n_agents=AGENTS, terminated_truncated=True
+    )
     env.reset()
     per_agent = [actions[:, k] for k in range(AGENTS)]
 
@@ -64,8 +66,10 @@ def raw_contender(n: int, horizon: int, actions: torch.Tensor) -> Callable[[], o
     return step
 
 
-def gpu_envs_contender(n: int, horizon: int, actions: torch.Tensor) -> Callable[[], object]:
-    env = gpu_envs.make(f"vmas/{SCENARIO}", num_envs=n, max_episode_steps=horizon, seed=0, n_agents=AGENTS)
+def gpu_envs_contender(n: int, horizon: int, actions: torch.Tensor, device: str = "cpu") -> Callable[[], object]:
+    env = gpu_envs.make(
+        f"vmas/{SCENARIO}", num_envs=n, device=device, max_episode_steps=horizon, seed=0, n_agents=AGENTS
+    )
     state = {"root": env.reset()}
 
     def step() -> object:

@@ -305,6 +305,35 @@ def check_collect_grid(plan: Plan, budget: Budget) -> tuple[bool, str]:
     return True, "collect vs loop: " + "; ".join(parts)
 
 
+def check_multiagent(plan: Plan, budget: Budget) -> tuple[bool, str]:
+    """VMAS navigation as agent groups through gpu_envs against VMAS stepped by hand (issue 27 item 6), on the device.
+
+    ``benchmarks/bench_multiagent.py``'s two contenders (wall time around a sync on CUDA),
+    one episode end per row in each round. Passes when every size stepped; where VMAS is
+    not installed there is nothing to measure (say so, pass).
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("vmas") is None:
+        return True, "vmas not installed (pip install '.[vmas]'): not measured"
+    from benchmarks.bench_multiagent import AGENTS, gpu_envs_contender, raw_contender
+    from benchmarks.timing import interleave
+
+    horizon = 5 if plan.smoke else 50
+    parts = []
+    for n in (8,) if plan.smoke else (1024, 16384):
+        actions = torch.rand(n, AGENTS, 2, device=plan.device) * 2 - 1
+        contenders = {
+            "raw": raw_contender(n, horizon, actions, str(plan.device)),
+            "gpu_envs": gpu_envs_contender(n, horizon, actions, str(plan.device)),
+        }
+        times = interleave(contenders, steps=horizon, rounds=1 if plan.smoke else 3, warmup=1, device=plan.device)
+        parts.append(
+            f"N={n}: by hand {times['raw'] * 1e3:.2f} ms, gpu_envs {times['gpu_envs'] / times['raw'] - 1:+.1%}"
+        )
+    return True, "VMAS navigation: " + "; ".join(parts)
+
+
 def check_memory(plan: Plan, budget: Budget) -> tuple[bool, str]:
     import gpu_envs
     from gpu_envs.rollout import RolloutBuffer, collect
@@ -397,6 +426,7 @@ CHECKS: list[tuple[str, float, float, Callable]] = [
     ("memory stable", 40.0, 20.0, check_memory),
     ("default step loop", 40.0, 10.0, check_default_step),
     ("collect vs step loop grid", 40.0, 10.0, check_collect_grid),
+    ("VMAS agent groups vs by hand", 60.0, 15.0, check_multiagent),
 ]
 
 

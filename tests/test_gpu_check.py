@@ -39,7 +39,7 @@ def test_smoke_run_passes_every_step(tmp_path):
 def test_budget_skips_what_does_not_fit_and_says_so(capsys):
     assert gpu_check.main(["--smoke", "--budget-s", "0.5"]) == 0
     out = capsys.readouterr().out
-    assert "0 checks passed, 0 failed, 10 skipped" in out
+    assert "0 checks passed, 0 failed, 11 skipped" in out
     assert "skipped (budget): pytest tests/test_sync_guard.py tests/test_draw_pool.py tests/test_native_step.py" in out
     assert "skipped (budget): N=64 compile" in out
 

@@ -1,7 +1,8 @@
 """The engine recipes built on gpu_envs.SimulatorEnv: the engine's own step vs the SimulatorEnv step vs gpu_envs.
 
-For ``examples/mujoco_warp_cartpole.py`` (MuJoCo Warp) and ``examples/newton_pendulum.py``
-(Newton), at each N, with the same fixed action, each contender on its own instance:
+For ``examples/mujoco_warp_cartpole.py`` (MuJoCo Warp), ``examples/newton_pendulum.py``
+(Newton) and ``examples/genesis_cartpole.py`` (Genesis), at each N, with the same fixed action
+(0.3 of a Box's range; action 1 of a Discrete space), each contender on its own instance:
 
 * ``raw``: the task's ``physics_step(action)`` and ``observe()``: the engine stepping and the
   observation read, nothing else (the floor: no reward, no ends, no resets);
@@ -11,14 +12,16 @@ For ``examples/mujoco_warp_cartpole.py`` (MuJoCo Warp) and ``examples/newton_pen
   and bookkeeping of the BatchedEnv on top of that.
 
 Each recipe needs its engine, so each runs in the venv that has it (the mjlab tier's for MuJoCo
-Warp, the Newton tier's)::
+Warp, the Newton tier's, the Genesis tier's)::
 
     VENV=$(scripts/simulator_venv.sh mjlab | tail -n 1)
     PYTHONPATH=$PWD "$VENV/bin/python" benchmarks/bench_engine_recipes.py --recipe mujoco_warp
     VENV=$(scripts/simulator_venv.sh newton | tail -n 1)
     PYTHONPATH=$PWD "$VENV/bin/python" benchmarks/bench_engine_recipes.py --recipe newton
+    VENV=$(scripts/simulator_venv.sh genesis | tail -n 1)
+    PYTHONPATH=$PWD "$VENV/bin/python" benchmarks/bench_engine_recipes.py --recipe genesis
 
-Time is the process's CPU time (``time.process_time``: Warp's CPU kernels included),
+Time is the process's CPU time (``time.process_time``: Warp's and Genesis' CPU kernels included),
 ``torch.set_num_threads(1)``, interleaved rounds, medians; JSON with ``--json``.
 """
 
@@ -34,6 +37,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import gymnasium
 import torch
 
 import gpu_envs
@@ -43,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPES = {
     "mujoco_warp": ("mujoco_warp_cartpole", "MuJoCoWarpCartPole", "mujoco_warp"),
     "newton": ("newton_pendulum", "NewtonPendulum", "newton"),
+    "genesis": ("genesis_cartpole", "GenesisCartPole", "genesis"),
 }
 
 
@@ -60,9 +65,16 @@ def load_recipe(name: str):
     return module, getattr(module, class_name)
 
 
+def fixed_action(task: gpu_envs.SimulatorEnv) -> torch.Tensor:
+    """Every row's action of every step: 0.3 of a Box's range, or action 1 of a Discrete space."""
+    if isinstance(task.single_action_space, gymnasium.spaces.Discrete):
+        return torch.ones(task.num_envs, dtype=torch.int64)
+    return torch.full((task.num_envs, 1), 0.3)
+
+
 def contenders(task_class: type, n: int) -> dict[str, Callable[[], object]]:
-    action = torch.full((n, 1), 0.3)
     raw = task_class(num_envs=n, device="cpu")
+    action = fixed_action(raw)
     raw.reset(seed=0)
     base = task_class(num_envs=n, device="cpu")
     base.reset(seed=0)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) or reuse the cached venv of a heavy simulator's test tier.
 #
-# Heavy simulators (mjlab on MuJoCo Warp, Brax / MuJoCo Playground, ManiSkill3, Newton, JaxMARL) make
+# Heavy simulators (mjlab on MuJoCo Warp, Brax / MuJoCo Playground, ManiSkill3, Newton, JaxMARL, Genesis) make
 # venvs of several GB with pinned dependency trees of their own, so each lives OUTSIDE
 # the clone, in a cache folder keyed by its pinned versions, and is reused across runs:
 #
@@ -158,13 +158,13 @@ spec_jaxmarl() {
 }
 
 spec_genesis() {
-    # Genesis (genesis-world) on its CPU backend. It brings a large mesh/rendering stack (VTK,
-    # OpenCV, pymeshlab, libigl, ...). mujoco is held at 3.10.0, the version Genesis' own test
-    # extra pins (it parses MJCF with it; pip alone would take mujoco 4). The others are what
-    # `pip install genesis-world==1.4.5` resolved to beside them. Genesis compiles its Quadrants
-    # kernels on first use (~5 min on 2 cores) into Quadrants' offline cache and Genesis' own
-    # cache, both under ~/.cache (outside the clone; set XDG_CACHE_HOME to move them), which
-    # later runs reuse: a warm tier only loads them.
+    # Genesis (genesis-world) on its CPU backend: 4.1 GB, since it brings a mesh and rendering
+    # stack (VTK, OpenCV, pymeshlab, libigl, ...). mujoco is held at 3.10.0, the version Genesis'
+    # own test extra pins (it parses MJCF with it; pip alone would take mujoco 4). The others are
+    # what `pip install genesis-world==1.4.5` resolved to beside them. Genesis compiles its
+    # Quadrants kernels on first use (~30 s on 2 cores for the tier's cart-pole) into Quadrants'
+    # offline cache, ~/.cache/quadrants (outside the clone, shared by every checkout and kept
+    # between runs), written when the process exits; later runs only load them.
     LABEL=genesis-1.4.5
     PY_VERSION=3.11
     PINS=(

@@ -16,6 +16,9 @@
 #      Newton stepped by hand; its venv is built once by scripts/simulator_venv.sh newton, ~1 GB),
 #      and the JaxMARL tier (tests/jaxmarl/: MPE envs as agent groups against JaxMARL 0.2.0 driven by hand;
 #      its venv, built once by scripts/simulator_venv.sh jaxmarl, ~2 min and 1.8 GB, has gymnasium 1.3.0 for gymnax),
+#      and the Genesis tier (tests/genesis/: examples/genesis_cartpole.py, a SimulatorEnv on Genesis 1.4.5's CPU
+#      backend, against Genesis stepped by hand; its venv is built once by scripts/simulator_venv.sh genesis,
+#      ~2.5 min and 4.1 GB; the first run on a machine also compiles Genesis' kernels into ~/.cache/quadrants, ~30 s),
 #   7. the tensordict tier: the TensorDict-heavy tests against the NEWEST tensordict release a fresh
 #      install resolves (scripts/tensordict_newest.sh; the main suite runs CI's pinned one).
 # Extra arguments go to the main suite's pytest.
@@ -31,7 +34,7 @@ logs="$(mktemp -d)"
 (
     bash scripts/isaaclab_venv.sh > "$logs/isaaclab.out" 2> "$logs/isaaclab.err"
     touch "$logs/isaaclab.done"
-    for sim in brax maniskill mjlab newton jaxmarl; do
+    for sim in brax maniskill mjlab newton jaxmarl genesis; do
         bash scripts/simulator_venv.sh "$sim" > "$logs/$sim.out" 2> "$logs/$sim.err"
         touch "$logs/$sim.done"
     done
@@ -87,6 +90,8 @@ newton_venv="$(venv_of newton)" || no_venv newton
 [ -z "$newton_venv" ] || run_tier newton env GPU_ENVS_REQUIRE_NEWTON=1 PYTHONPATH="$root" "$newton_venv/bin/python" -m pytest -m "slow or not slow" tests/newton
 jaxmarl_venv="$(venv_of jaxmarl)" || no_venv jaxmarl
 [ -z "$jaxmarl_venv" ] || run_tier jaxmarl env GPU_ENVS_REQUIRE_JAXMARL=1 PYTHONPATH="$root" "$jaxmarl_venv/bin/python" -m pytest -m "slow or not slow" tests/jaxmarl
+genesis_venv="$(venv_of genesis)" || no_venv genesis
+[ -z "$genesis_venv" ] || run_tier genesis env GPU_ENVS_REQUIRE_GENESIS=1 PYTHONPATH="$root" "$genesis_venv/bin/python" -m pytest -m "slow or not slow" tests/genesis
 
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "scripts/test.sh: ${#failed[@]} tier(s) failed:" >&2

@@ -9,8 +9,9 @@ Where isaaclab is not installed (the main suite) that folder is not collected at
 instead of showing up as a wall of skips; the Isaac Lab contract is still tested there
 through the fakes (tests/test_isaaclab_fake.py). ``tests/jaxmarl/`` (the JaxMARL tier, in
 the venv of ``scripts/simulator_venv.sh jaxmarl``) is left out the same way where JaxMARL
-is missing. ``one_thread`` runs a test on one torch
-CPU thread (training runs: on a shared 2-core machine more threads only thrash).
+is missing, and ``tests/genesis/`` (the Genesis tier, ``scripts/simulator_venv.sh genesis``)
+where Genesis is missing. ``one_thread`` runs a test on one torch CPU thread (training runs: on
+a shared 2-core machine more threads only thrash).
 
 ``python_sigint`` serves tests that send SIGINT (Ctrl-C) to this process: a process
 started with SIGINT ignored (a background job of a script, some CI runners) never raises
@@ -34,6 +35,10 @@ collect_ignore = [] if importlib.util.find_spec("isaaclab") is not None else ["i
 # missing it is left out, unless GPU_ENVS_REQUIRE_JAXMARL=1 (scripts/test.sh's tier) makes that an error
 if importlib.util.find_spec("jaxmarl") is None and os.environ.get("GPU_ENVS_REQUIRE_JAXMARL") != "1":
     collect_ignore.append("jaxmarl")
+# tests/genesis/ is the Genesis tier (scripts/simulator_venv.sh genesis), left out the same way where Genesis is
+# missing, unless GPU_ENVS_REQUIRE_GENESIS=1 makes that an error
+if importlib.util.find_spec("genesis") is None and os.environ.get("GPU_ENVS_REQUIRE_GENESIS") != "1":
+    collect_ignore.append("genesis")
 
 
 @pytest.fixture

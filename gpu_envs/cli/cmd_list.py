@@ -11,7 +11,7 @@ from gpu_envs.cli.common import Subcommands
 ENGINES = (
     ("MuJoCo Warp", "mujoco_warp", "examples/mujoco_warp_cartpole.py", "tests/mjlab (the mjlab venv)"),
     ("Newton", "newton", "examples/newton_pendulum.py", "tests/newton (scripts/simulator_venv.sh newton)"),
-    ("Genesis", "genesis", "no recipe yet", "--"),
+    ("Genesis", "genesis", "examples/genesis_cartpole.py", "tests/genesis (scripts/simulator_venv.sh genesis)"),
 )
 
 

@@ -15,7 +15,8 @@ every row (episodes that start together end together at the horizon):
   torchrl is not installed).
 
 Thread CPU time (VMAS steps in the calling thread), ``torch.set_num_threads(1)``,
-interleaved rounds, medians; ``--json`` saves the rows. Run::
+interleaved rounds, each round's ratios paired (its contenders ran seconds apart, under one
+load), medians with a 95% interval and a verdict against +5%; ``--json`` saves the rows. Run::
 
     python -m benchmarks.bench_multiagent                       # N = 64, 1024, 4096
     python -m benchmarks.bench_multiagent --sizes 64 --rounds 3
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -36,7 +38,7 @@ if __package__ in (None, ""):  # run as a script
 import torch
 
 import gpu_envs
-from benchmarks.timing import bench_result, format_table, interleave, save_json
+from benchmarks.timing import bench_result, format_table, interleave_clocks, medians, save_json, spread_columns
 
 SCENARIO = "navigation"
 AGENTS = 3
@@ -102,14 +104,16 @@ COLUMNS = [
     ("num_envs", "N"),
     ("raw_us", "VMAS by hand us/step"),
     ("gpu_envs_us", "gpu_envs us/step"),
-    ("gpu_envs_overhead", "gpu_envs vs by hand"),
+    ("gpu_envs_spread", "gpu_envs vs by hand: median [95% CI] (min..max)"),
+    ("verdict", "+5% target"),
     ("torchrl_us", "torchrl VmasEnv us/step"),
-    ("torchrl_overhead", "torchrl vs by hand"),
+    ("torchrl_spread", "torchrl vs by hand"),
     ("torchrl_over_gpu_envs", "torchrl / gpu_envs"),
 ]
 
 
-def run(sizes: tuple[int, ...] = (64, 1024, 4096), horizon: int = 50, rounds: int = 5) -> dict:
+def run(sizes: tuple[int, ...] = (64, 1024, 4096), horizon: int = 50, rounds: int = 9) -> dict:
+    """One row per N; the overheads are ratios paired round by round (each round's contenders ran under one load)."""
     torch.set_num_threads(1)
     rows = []
     for n in sizes:
@@ -121,18 +125,19 @@ def run(sizes: tuple[int, ...] = (64, 1024, 4096), horizon: int = 50, rounds: in
         torchrl = torchrl_contender(n, horizon, actions)
         if torchrl is not None:
             contenders["torchrl"] = torchrl
-        times = interleave(contenders, steps=horizon, rounds=rounds, warmup=1, timer=time.thread_time)
-        row: dict = {"num_envs": n}
-        for name, seconds in times.items():
-            row[f"{name}_us"] = round(seconds * 1e6, 1)
-            if name != "raw":
-                row[f"{name}_overhead"] = f"{seconds / times['raw'] - 1:+.1%}"
+        samples = interleave_clocks(contenders, steps=horizon, rounds=rounds, clocks={"cpu": time.thread_time})
+        times = medians(samples["cpu"])
+        row: dict = {"num_envs": n, **{f"{name}_us": round(seconds * 1e6, 1) for name, seconds in times.items()}}
+        row.update(
+            spread_columns(samples, 1.05, names=tuple(c for c in contenders if c != "raw"), thread=None, wall=None)
+        )
         if "torchrl" in times:
-            row["torchrl_over_gpu_envs"] = f"{times['torchrl'] / times['gpu_envs']:.2f}x"
+            ratios = [a / b for a, b in zip(samples["cpu"]["torchrl"], samples["cpu"]["gpu_envs"], strict=True)]
+            row["torchrl_over_gpu_envs"] = f"{statistics.median(ratios):.2f}x"
         rows.append(row)
     title = (
         f"VMAS {SCENARIO} ({AGENTS} agents, horizon {horizon}): by hand vs gpu_envs vs torchrl "
-        "(thread CPU time, medians; each round holds one episode end per row)"
+        f"(thread CPU time, {rounds} rounds, ratios paired round by round; each round holds one episode end per row)"
     )
     return bench_result(title, rows, COLUMNS)
 
@@ -141,7 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 4096])
     parser.add_argument("--horizon", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if importlib.util.find_spec("vmas") is None:

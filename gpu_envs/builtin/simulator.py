@@ -18,7 +18,9 @@ the way its built-in envs do:
 
 What the base does, with no host sync: the time limit (``max_episode_steps``: ``truncated``
 where the env did not terminate), same-step auto-reset with the TRUE final observation
-(``info["final_obs"]``: the observation before the reset), masked resets
+(``info["final_obs"]``: the observation before the reset; the masked reset runs every step
+on a GPU, and on the CPU -- where reading the flags costs no sync -- only on steps where a
+row ended, which spares engines whose reset kernels cost milliseconds), masked resets
 (``reset(options={"reset_mask": m})``), per-row random streams (row ``i``'s reset draws depend
 only on the seed, its index and how many times it was reset: a
 :class:`~gpu_envs.builtin.counter_rng.CounterRNG`), and the torch vector env protocol
@@ -116,6 +118,7 @@ class SimulatorEnv:
         self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self._limit = torch.tensor(self.max_episode_steps or 0, dtype=torch.int64, device=self.device)
         self._all = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self._host_checks = self.device.type == "cpu"  # reading a flag on the host costs no sync there
         self._needs_reset = True
         self._closed = False
         self.setup()
@@ -195,6 +198,10 @@ class SimulatorEnv:
         else:
             truncated = (self._elapsed >= self._limit) & ~terminated
         done = terminated | truncated
+        if self._host_checks and not torch.compiler.is_compiling() and not bool(done.any()):
+            # on the CPU reading the flags costs nothing: a step where no row ended skips the masked reset (a
+            # no-op then; the random streams advance only for reset rows) and the second observation
+            return final, reward, terminated, truncated, {"final_obs": final}
         self._reset_masked(done)
         return self.observe(), reward, terminated, truncated, {"final_obs": final}
 

@@ -68,19 +68,24 @@ def raw_contender(n: int, horizon: int, actions: torch.Tensor, device: str = "cp
     return step
 
 
-def gpu_envs_contender(n: int, horizon: int, actions: torch.Tensor, device: str = "cpu") -> Callable[[], object]:
-    env = gpu_envs.make(
-        f"vmas/{SCENARIO}", num_envs=n, device=device, max_episode_steps=horizon, seed=0, n_agents=AGENTS
-    )
-    state = {"root": env.reset()}
+def group_loop(env: object, actions: torch.Tensor) -> Callable[[], object]:
+    """``step_and_maybe_reset`` with the same group actions every step, from the env's first root (both APIs alike)."""
+    state = {"root": env.reset()}  # pyright: ignore[reportAttributeAccessIssue]  # a gpu_envs or torchrl env
 
     def step() -> object:
         root = state["root"]
         root.set(("agents", "action"), actions)
-        _, state["root"] = env.step_and_maybe_reset(root)
+        _, state["root"] = env.step_and_maybe_reset(root)  # pyright: ignore[reportAttributeAccessIssue]
         return state["root"]
 
     return step
+
+
+def gpu_envs_contender(n: int, horizon: int, actions: torch.Tensor, device: str = "cpu") -> Callable[[], object]:
+    env = gpu_envs.make(
+        f"vmas/{SCENARIO}", num_envs=n, device=device, max_episode_steps=horizon, seed=0, n_agents=AGENTS
+    )
+    return group_loop(env, actions)
 
 
 def torchrl_contender(n: int, horizon: int, actions: torch.Tensor) -> Callable[[], object] | None:
@@ -88,16 +93,7 @@ def torchrl_contender(n: int, horizon: int, actions: torch.Tensor) -> Callable[[
         return None
     from torchrl.envs.libs.vmas import VmasEnv
 
-    env = VmasEnv(SCENARIO, num_envs=n, max_steps=horizon, seed=0, n_agents=AGENTS)
-    state = {"root": env.reset()}
-
-    def step() -> object:
-        root = state["root"]
-        root.set(("agents", "action"), actions)
-        _, state["root"] = env.step_and_maybe_reset(root)
-        return state["root"]
-
-    return step
+    return group_loop(VmasEnv(SCENARIO, num_envs=n, max_steps=horizon, seed=0, n_agents=AGENTS), actions)
 
 
 COLUMNS = [

@@ -27,7 +27,7 @@ def test_smoke_run_passes_every_step(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "6 checks passed, 0 failed, 0 skipped" in proc.stdout
+    assert "7 checks passed, 0 failed, 0 skipped" in proc.stdout
     result = json.loads(out.read_text())
     assert result["smoke"] and [c["ok"] for c in result["checks"]] == ["PASS"] * 6
     assert "emulated graphs (CPU): counting env identical; CartPole identical" in result["checks"][2]["detail"]

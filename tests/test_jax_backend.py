@@ -458,7 +458,9 @@ def test_unimportable_gymnax_is_not_offered(monkeypatch):
     assert ids and not any(i.startswith("gymnax/") for i in ids)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jaxmarl") is not None, reason="jaxmarl is installed: its own tier runs it")
+@pytest.mark.skipif(
+    importlib.util.find_spec("jaxmarl") is not None, reason="jaxmarl is installed: its own tier runs it"
+)
 def test_jaxmarl_ids_without_jaxmarl_name_its_venv():
     with pytest.raises(gpu_envs.MissingComponentError, match=r"jaxmarl.*scripts/simulator_venv.sh jaxmarl"):
         gpu_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=2)

@@ -1,8 +1,13 @@
 """VMAS through gpu_envs against VMAS by hand and torchrl's VmasEnv: the cost of agent groups and exact resets.
 
-At each N, each contender on its own VMAS navigation env (3 agents, horizon ``H``), the
-same fixed actions, ``H`` steps per round so that every round holds one episode end of
-every row (episodes that start together end together at the horizon):
+At each N, each contender on its own VMAS navigation env (3 agents), the same fixed
+actions, every env reset with seed 0 first. VMAS's navigation step draws no random
+numbers, so without episode ends (the default: no horizon) every contender steps the SAME
+trajectory, and round ``r`` of each covers the same steps: the ratios paired round by round
+compare equal work. With ``--horizon H`` (``H`` steps a round, one episode end of every row
+in each) the resets are in the rounds too, but the envs then draw their new starts from
+VMAS's one process-wide random state, one after the other, and part of the spread is the
+scenario's own (collisions cost time):
 
 * ``raw``: VMAS by hand, as its users write it: ``step`` (per-agent lists), then the
   ended rows reset (``reset()`` when every row ended, else ``reset_at`` per index) and
@@ -19,7 +24,7 @@ interleaved rounds, each round's ratios paired (its contenders ran seconds apart
 load), medians with a 95% interval and a verdict against +5%; ``--json`` saves the rows. Run::
 
     python -m benchmarks.bench_multiagent                       # N = 64, 1024, 4096
-    python -m benchmarks.bench_multiagent --sizes 64 --rounds 3
+    python -m benchmarks.bench_multiagent --horizon 50          # episode ends and resets included
 """
 
 from __future__ import annotations
@@ -44,14 +49,14 @@ SCENARIO = "navigation"
 AGENTS = 3
 
 
-def raw_contender(n: int, horizon: int, actions: torch.Tensor, device: str = "cpu") -> Callable[[], object]:
+def raw_contender(n: int, horizon: int | None, actions: torch.Tensor, device: str = "cpu") -> Callable[[], object]:
     """VMAS stepped by hand, its ended rows reset the way VMAS allows."""
     import vmas  # pyright: ignore[reportMissingImports]  # optional
 
     env = vmas.make_env(
         SCENARIO, num_envs=n, device=device, max_steps=horizon, seed=0, n_agents=AGENTS, terminated_truncated=True
     )
-    env.reset()
+    env.reset(seed=0)
     per_agent = [actions[:, k] for k in range(AGENTS)]
 
     def step() -> object:
@@ -81,19 +86,21 @@ def group_loop(env: object, actions: torch.Tensor) -> Callable[[], object]:
     return step
 
 
-def gpu_envs_contender(n: int, horizon: int, actions: torch.Tensor, device: str = "cpu") -> Callable[[], object]:
+def gpu_envs_contender(n: int, horizon: int | None, actions: torch.Tensor, device: str = "cpu") -> Callable[[], object]:
     env = gpu_envs.make(
         f"vmas/{SCENARIO}", num_envs=n, device=device, max_episode_steps=horizon, seed=0, n_agents=AGENTS
     )
     return group_loop(env, actions)
 
 
-def torchrl_contender(n: int, horizon: int, actions: torch.Tensor) -> Callable[[], object] | None:
+def torchrl_contender(n: int, horizon: int | None, actions: torch.Tensor) -> Callable[[], object] | None:
     if importlib.util.find_spec("torchrl") is None:
         return None
     from torchrl.envs.libs.vmas import VmasEnv
 
-    return group_loop(VmasEnv(SCENARIO, num_envs=n, max_steps=horizon, seed=0, n_agents=AGENTS), actions)
+    env = VmasEnv(SCENARIO, num_envs=n, max_steps=horizon, seed=0, n_agents=AGENTS)
+    env.set_seed(0)  # the next reset seeds VMAS: the same start as the others
+    return group_loop(env, actions)
 
 
 COLUMNS = [
@@ -108,8 +115,14 @@ COLUMNS = [
 ]
 
 
-def run(sizes: tuple[int, ...] = (64, 1024, 4096), horizon: int = 50, rounds: int = 9) -> dict:
-    """One row per N; the overheads are ratios paired round by round (each round's contenders ran under one load)."""
+def run(
+    sizes: tuple[int, ...] = (64, 1024, 4096), horizon: int | None = None, steps: int = 20, rounds: int = 9
+) -> dict:
+    """One row per N; the overheads are ratios paired round by round (each round's contenders ran under one load).
+
+    ``horizon`` None: no episode ends, ``steps`` steps a round; else ``horizon`` steps a round (module docstring).
+    """
+    per_round = steps if horizon is None else horizon
     torch.set_num_threads(1)
     rows = []
     for n in sizes:
@@ -121,7 +134,7 @@ def run(sizes: tuple[int, ...] = (64, 1024, 4096), horizon: int = 50, rounds: in
         torchrl = torchrl_contender(n, horizon, actions)
         if torchrl is not None:
             contenders["torchrl"] = torchrl
-        samples = interleave_clocks(contenders, steps=horizon, rounds=rounds, clocks={"cpu": time.thread_time})
+        samples = interleave_clocks(contenders, steps=per_round, rounds=rounds, clocks={"cpu": time.thread_time})
         times = medians(samples["cpu"])
         row: dict = {"num_envs": n, **{f"{name}_us": round(seconds * 1e6, 1) for name, seconds in times.items()}}
         row.update(
@@ -131,9 +144,12 @@ def run(sizes: tuple[int, ...] = (64, 1024, 4096), horizon: int = 50, rounds: in
             ratios = [a / b for a, b in zip(samples["cpu"]["torchrl"], samples["cpu"]["gpu_envs"], strict=True)]
             row["torchrl_over_gpu_envs"] = f"{statistics.median(ratios):.2f}x"
         rows.append(row)
+    ends = (
+        "no episode ends: one trajectory for all" if horizon is None else f"horizon {horizon}: one end per row a round"
+    )
     title = (
-        f"VMAS {SCENARIO} ({AGENTS} agents, horizon {horizon}): by hand vs gpu_envs vs torchrl "
-        f"(thread CPU time, {rounds} rounds, ratios paired round by round; each round holds one episode end per row)"
+        f"VMAS {SCENARIO} ({AGENTS} agents, {ends}): by hand vs gpu_envs vs torchrl "
+        f"(thread CPU time, {rounds} rounds of {per_round} steps, ratios paired round by round)"
     )
     return bench_result(title, rows, COLUMNS)
 
@@ -141,13 +157,14 @@ def run(sizes: tuple[int, ...] = (64, 1024, 4096), horizon: int = 50, rounds: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 4096])
-    parser.add_argument("--horizon", type=int, default=50)
+    parser.add_argument("--horizon", type=int, default=None, help="episode length (default: no episode ends)")
+    parser.add_argument("--steps", type=int, default=20, help="steps a round without a horizon")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if importlib.util.find_spec("vmas") is None:
         raise SystemExit("vmas is not installed: pip install '.[vmas]' in the gpu_envs clone.")
-    result = run(tuple(args.sizes), args.horizon, args.rounds)
+    result = run(tuple(args.sizes), args.horizon, args.steps, args.rounds)
     print(format_table(result["title"], result["rows"], result["columns"]))
     save_json(args.json, {"benchmark": "multiagent", "rows": result["rows"]})
 

@@ -11,6 +11,7 @@ from benchmarks import bench_multiagent as bench
 
 def test_a_row_per_size_with_each_contenders_cost():
     result = bench.run(sizes=(8,), horizon=3, rounds=1)
+    assert bench.run(sizes=(8,), steps=2, rounds=1)["rows"][0]["gpu_envs_us"] > 0  # no horizon
     (row,) = result["rows"]
     assert row["num_envs"] == 8 and row["raw_us"] > 0 and row["gpu_envs_us"] > 0
     assert "[" in row["gpu_envs_spread"] and row["verdict"].startswith("unresolved")  # 1 round: no verdict

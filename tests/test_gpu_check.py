@@ -29,7 +29,8 @@ def test_smoke_run_passes_every_step(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "7 checks passed, 0 failed, 0 skipped" in proc.stdout
     result = json.loads(out.read_text())
-    assert result["smoke"] and [c["ok"] for c in result["checks"]] == ["PASS"] * 6
+    assert result["smoke"] and [c["ok"] for c in result["checks"]] == ["PASS"] * 7
+    assert result["checks"][6]["detail"].startswith("VMAS navigation: N=8: by hand")
     assert "emulated graphs (CPU): counting env identical; CartPole identical" in result["checks"][2]["detail"]
     assert [row["N"] for row in result["rows"]] == [8, 64]
     for row in result["rows"]:

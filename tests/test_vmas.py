@@ -246,3 +246,89 @@ def test_dict_spaces_give_the_same_transitions_as_lists():
     assert as_lists["next", "done"].sum() >= 8  # the horizon ended every row twice
     for key in (("next", "agents", "observation"), ("agents", "observation"), ("next", "agents", "reward")):
         torch.testing.assert_close(as_dicts[key], as_lists[key])
+
+
+# ------------------------------------------------------------------------------ videos
+def _decode(path):
+    av = pytest.importorskip("av")
+    import numpy as np
+
+    with av.open(str(path)) as container:
+        return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]).astype(float)
+
+
+def test_record_episodes_films_vmas_with_its_renderer_and_the_true_final_frame(tmp_path):
+    """Each video is VMAS's own drawing of the episode, frame by frame, and ends on the state before the reset."""
+    pytest.importorskip("av")
+    from gpu_envs.transforms import RecordEpisodes, TransformedEnv
+
+    n, horizon, rows = 5, 4, (1, 3)
+    kwargs = dict(num_envs=n, max_steps=horizon, terminated_truncated=True)
+    env = gpu_envs.wrap(vmas.make_env("navigation", seed=3, **kwargs))
+    g = torch.Generator().manual_seed(0)
+    actions = [env.full_action_spec.rand(generator=g) for _ in range(2 * horizon)]
+    # the reference first, by hand: two VMAS viewers open at once in one process draw stale buffers
+    ref = vmas.make_env("navigation", seed=3, **kwargs)
+    ref.reset(seed=7)
+    want: dict[int, list] = {row: [[ref.render(mode="rgb_array", env_index=row)]] for row in rows}
+    resets: dict[int, list] = {row: [] for row in rows}  # the frame after each end: what a video must NOT end on
+    for step in actions:
+        a = step["agents", "action"]
+        ref.step([a[:, k].clone() for k in range(a.shape[1])])
+        for row in rows:
+            want[row][-1].append(ref.render(mode="rgb_array", env_index=row))
+        if len(want[rows[0]][-1]) == horizon + 1:  # every row ends at the horizon: VMAS resets them all
+            ref.reset()
+            for row in rows:
+                first = ref.render(mode="rgb_array", env_index=row)
+                resets[row].append(first)
+                want[row].append([first])
+    ref.viewer.close()
+    ref.viewer = None
+    rec = RecordEpisodes.for_env(env, tmp_path, rows=rows)
+    tenv = TransformedEnv(env, rec)
+    root = tenv.reset(seed=7)
+    for step in actions:
+        td, root = tenv.step_and_maybe_reset(root.update(step))
+    assert td["next", "done"].all()
+    videos = rec.close()
+    assert len(videos) == 2 * len(rows)
+    for row in rows:
+        for episode in range(2):
+            got = _decode(tmp_path / f"row{row}-episode{episode}.mp4")
+            frames = [f.astype(float) for f in want[row][episode]]
+            assert got.shape == (horizon + 1, *frames[0].shape)  # first frame .. the final state
+            for t, frame in enumerate(frames):
+                assert abs(got[t] - frame).mean() < 1.5, (row, episode, t)  # H.264 differs by < 1 grey level
+            reset = resets[row][episode].astype(float)  # the last frame is the final state, not the reset that followed
+            assert abs(got[-1] - frames[-1]).mean() * 2 < abs(got[-1] - reset).mean()
+
+
+def test_record_episodes_on_vmas_draws_only_filmed_rows_and_stops_after_close(tmp_path, monkeypatch):
+    pytest.importorskip("av")
+    from gpu_envs.transforms import RecordEpisodes, TransformedEnv
+
+    env = gpu_envs.wrap(vmas.make_env("navigation", num_envs=6, max_steps=3, seed=0))
+    drawn: list[int] = []
+    draw = env.backend.env.render
+
+    def counted(*args, env_index=0, **kwargs):
+        drawn.append(env_index)
+        return draw(*args, env_index=env_index, **kwargs)
+
+    monkeypatch.setattr(env.backend.env, "render", counted)
+    rec = RecordEpisodes.for_env(env, tmp_path, rows=[2], every=2, size=(64, 48))
+    tenv = TransformedEnv(env, rec)
+    tenv.reset(seed=0)
+    collect(tenv, steps=12)  # 4 episodes of row 2: episodes 0 and 2 filmed
+    assert set(drawn) == {2}
+    # two filmed episodes of 3 steps (first frame + one per step), and the first frame of the filmed episode 4,
+    # drawn when episode 3 ended (the step that begins it would find the state gone); nothing else
+    assert len(drawn) == 2 * (3 + 1) + 1
+    videos = rec.close()
+    assert [p.name for p in videos] == ["row2-episode0.mp4", "row2-episode2.mp4"]
+    assert _decode(videos[0]).shape == (4, 64, 48, 3)
+    drawn.clear()
+    tenv.reset(seed=0)
+    collect(tenv, steps=6)
+    assert drawn == []  # closed: the simulator draws nothing more for it

@@ -10,6 +10,8 @@
   ``env.set_state(state, rows)`` can snapshot and restore its rows (:mod:`gpu_envs.core.snapshot`).
 * :class:`FusedCollectEnv` -- what an env offers a random-action collection that writes
   its tensors straight into a buffer (``transition_values``; ``BatchedEnv`` has it).
+* :class:`SimulatorFrames` -- a backend whose frames come from its simulator's own
+  renderer (VMAS), which ``RecordEpisodes`` films with the true final frame.
 * :class:`LiveStateEnv` -- an env whose per-step state is live tensors
   (``live_state``/``load_live_state``), which a CUDA-graph collection replays.
 * :class:`BackendPlugin` -- the registry entry of one backend family
@@ -44,6 +46,7 @@ __all__ = [
     "LiveStateEnv",
     "OptionalPluginHooks",
     "RowStateEnv",
+    "SimulatorFrames",
     "TorchVectorEnv",
     "require_env_api",
 ]
@@ -157,6 +160,35 @@ class RowStateEnv(Protocol):
 
     def get_state(self, rows: torch.Tensor) -> Any: ...
     def set_state(self, state: TensorDictBase, rows: torch.Tensor) -> None: ...
+
+
+@runtime_checkable
+class SimulatorFrames(Protocol):
+    """A backend whose frames are drawn by its simulator from the simulator's state, not from observations.
+
+    VMAS renders a world; an observation does not hold enough to draw it. A same-step
+    auto-reset resets an ended row inside ``step``, so the frame of its final state must be
+    drawn there, before the reset, for the rows a recorder films:
+
+    * ``render_rows(rows)``: uint8 ``[len(rows), H, W, 3]`` frames of those rows' state now
+      (between steps: the state the next step starts from);
+    * ``keep_final_frames(rows)``: from the next ``step`` on, each of those rows that ends
+      is rendered before its reset (``[]`` stops it: rendering costs the simulator's time);
+    * ``final_frames``: ``{row: uint8 [H, W, 3]}`` drawn by the last ``step``, for its ended
+      kept rows only.
+
+    Example::
+
+        backend.keep_final_frames([0, 1])
+        env.step_and_maybe_reset(td)
+        backend.final_frames          # {1: frame of row 1's last state} where row 1 ended
+    """
+
+    final_frames: dict[int, torch.Tensor]
+
+    def render_rows(self, rows: list[int]) -> torch.Tensor: ...
+
+    def keep_final_frames(self, rows: list[int]) -> None: ...
 
 
 @runtime_checkable

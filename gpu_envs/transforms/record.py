@@ -29,6 +29,11 @@ Where frames come from (``render=``):
   camera, or a gymnasium env's ``rgb_array`` render through
   ``gpu_envs.make(id, backend="gymnasium", from_pixels=True, pixels_only=False)``
   (gymnasium renders every sub-env then: that cost is the simulator's);
+* a backend whose simulator draws its own frames from its state
+  (:class:`~gpu_envs.contract.protocols.SimulatorFrames`: VMAS): :meth:`RecordEpisodes.for_env`
+  picks it; the backend draws the filmed rows that end inside ``step``, before their
+  reset, so the last frame is still the true final state, and the recorder draws the
+  others between steps (on the host, whatever the device);
 * ``None``: the lone image observation group, if there is one.
 
 Frames are drawn from the observations this transform sees: put it before transforms
@@ -62,6 +67,7 @@ import torch
 from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import BackendError, InvalidArgumentError
+from gpu_envs.contract.protocols import SimulatorFrames
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.utils.arguments import as_int
 from gpu_envs.utils.video import Mp4Stream, add_gif_summary, require_av
@@ -112,7 +118,8 @@ class RecordEpisodes(Transform):
             them names one video (``max_videos`` is then 1).
         rows: the rows to film (K distinct indices in ``[0, num_envs)``), default row 0.
         every: record episodes 0, M, 2M, ... of each row (M = ``every`` >= 1).
-        render: where frames come from: a callable, an image observation key, or None.
+        render: where frames come from: a callable, an image observation key, a backend
+            with simulator frames, or None.
         fps: frames per second of the videos (default 30; :meth:`for_env` takes the env's).
         max_videos: stop recording after this many videos (None: never stop).
         tensorboard: a ``SummaryWriter`` or a log folder; each video is also added as an
@@ -129,7 +136,7 @@ class RecordEpisodes(Transform):
         *,
         rows: Sequence[int] = (0,),
         every: int = 1,
-        render: Render | str | None = None,
+        render: Render | SimulatorFrames | str | None = None,
         fps: float | None = None,
         max_videos: int | None = None,
         tensorboard: Any = None,
@@ -141,11 +148,14 @@ class RecordEpisodes(Transform):
         _check_writable(self.template)  # a folder that cannot be written fails here, not in the middle of collect
         self._ready = False  # set up (setup() completed): flush/close have something to finish
         self.every = as_int(every, "every (record every M-th episode)", minimum=1)
-        if render is not None and not callable(render) and not isinstance(render, (str, tuple)):
+        simulator = isinstance(render, SimulatorFrames)
+        if render is not None and not simulator and not callable(render) and not isinstance(render, (str, tuple)):
             raise InvalidArgumentError(
-                f"render must be a callable obs -> uint8 [B, H, W, 3], an image observation key or None, got {type(render).__name__}."
+                "render must be a callable obs -> uint8 [B, H, W, 3], an image observation key, a backend with "
+                f"simulator frames (RecordEpisodes.for_env finds it) or None, got {type(render).__name__}."
             )
         self.render = render
+        self._frame_size: tuple[int, int] | None = None  # simulator frames resized to (height, width); None: as drawn
         self.fps = DEFAULT_FPS if fps is None else float(fps)
         if not self.fps > 0:
             raise InvalidArgumentError(f"fps must be > 0, got {fps!r}.")
@@ -161,9 +171,16 @@ class RecordEpisodes(Transform):
         """A recorder whose frames and fps suit ``env``: its built-in renderer, else its image observation.
 
         ``size=(height, width)`` sets the built-in renderer's frame size (default:
-        gymnasium's). Other arguments are the constructor's.
+        gymnasium's); a simulator's frames (VMAS) are resized to it. Other arguments are
+        the constructor's.
         """
-        raw = getattr(getattr(env, "backend", None), "env", None)
+        backend = getattr(env, "backend", None)
+        if kwargs.get("render") is None and isinstance(backend, SimulatorFrames):
+            kwargs["render"] = backend
+            recorder = cls(path, **kwargs)
+            recorder._frame_size = None if size is None else _frame_size(size)
+            return recorder
+        raw = getattr(backend, "env", None)
         hook = getattr(raw, "render_observations", None)
         if kwargs.get("render") is None and callable(hook):
             keys = list(env.single_observation_spec.keys(include_nested=True, leaves_only=True))
@@ -189,6 +206,8 @@ class RecordEpisodes(Transform):
                 f"RecordEpisodes rows {bad} are not rows of this env (num_envs={specs.num_envs})."
             )
         self._obs_keys = [key for key, _ in specs.observation_spec.items(include_nested=True, leaves_only=True)]
+        self._simulator = self.render if isinstance(self.render, SimulatorFrames) else None
+        self._pending: dict[int, np.ndarray] = {}  # simulator frames: the first frame of each row about to be filmed
         self._frames = self._frame_source(specs)
         self._index = torch.tensor(self.rows, dtype=torch.long, device=specs.device)
         self._host = [_Row(r) for r in self.rows]
@@ -201,12 +220,15 @@ class RecordEpisodes(Transform):
         self._active = True
         # on the CPU the host sees each step at once and renders only what videos take; on an
         # accelerator every chosen row is rendered and its frames reach the host asynchronously
-        self._host_knows = specs.device.type == "cpu"
+        # (a simulator draws on the host, so its frames always take the host's way)
+        self._host_knows = specs.device.type == "cpu" or self._simulator is not None
         self._ready = True
         return specs
 
     def _frame_source(self, specs: EnvSpecs) -> Render:
         render = self.render
+        if isinstance(render, SimulatorFrames):
+            return self._no_observation_frames
         if callable(render):
             return render
         keys = _image_keys(specs)
@@ -233,9 +255,16 @@ class RecordEpisodes(Transform):
 
         return frames
 
+    @staticmethod
+    def _no_observation_frames(obs: TensorDictBase) -> torch.Tensor:
+        raise BackendError("RecordEpisodes draws a simulator's frames from its state, not from observations.")
+
     # ------------------------------------------------------------- data hooks
     def step(self, td: TensorDictBase) -> TensorDictBase:
         if not self._active:
+            return td
+        if self._simulator is not None:
+            self._step_from_simulator(td, self._simulator)
             return td
         if self._host_knows:
             self._step_on_host(td)
@@ -271,21 +300,80 @@ class RecordEpisodes(Transform):
             nexts = {j: frames[len(first) + i] for i, j in enumerate(then)}
         self._process(roots, nexts, done, missing)
 
+    def _step_from_simulator(self, td: TensorDictBase, simulator: SimulatorFrames) -> None:
+        """The simulator's frames: ended rows' drawn in ``step`` before their reset, the others' drawn now."""
+        nxt = td.get("next")
+        index = self._index
+        done = nxt.get("done").reshape(-1)[index].cpu().numpy()
+        missing = nxt.get("final_obs_missing", None)
+        missing = np.zeros_like(done) if missing is None else missing.reshape(-1)[index].cpu().numpy()
+        filmed = self._filmed_rows()
+        roots = {j: self._pending.pop(j) for j in filmed if self._host[j].starting and j in self._pending}
+        finals = simulator.final_frames
+        lost = [self.rows[j] for j in filmed if done[j] and self.rows[j] not in finals]
+        if lost:
+            raise BackendError(
+                f"the simulator drew no final frame for the filmed rows {lost} that ended: its keep_final_frames() "
+                "was not honoured (was the backend stepped by another recorder?)."
+            )
+        nexts = {j: self._sized(finals[self.rows[j]][None])[0].numpy() for j in filmed if done[j]}
+        live = [j for j in filmed if not done[j]]
+        for j, frame in zip(live, self._simulator_frames(simulator, live), strict=True):
+            nexts[j] = frame
+        self._process(roots, nexts, done, missing)
+        self._prepare_simulator(simulator)
+
+    def _filmed_rows(self) -> list[int]:
+        """The host rows whose next step is filmed: a video in progress, or a filmed episode about to begin."""
+        return [
+            j for j, row in enumerate(self._host) if row.video is not None or (row.starting and self._will_record(row))
+        ]
+
+    def _simulator_frames(self, simulator: SimulatorFrames, host_rows: list[int]) -> np.ndarray:
+        if not host_rows:
+            return np.empty((0, 0, 0, 3), dtype=np.uint8)
+        frames = simulator.render_rows([self.rows[j] for j in host_rows])
+        return self._sized(self._checked(frames, len(host_rows))).numpy()
+
+    def _sized(self, frames: torch.Tensor) -> torch.Tensor:
+        if self._frame_size is None or tuple(frames.shape[1:3]) == self._frame_size:
+            return frames
+        pixels = frames.permute(0, 3, 1, 2).float()
+        resized = torch.nn.functional.interpolate(pixels, size=self._frame_size, mode="area")
+        return resized.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+    def _prepare_simulator(self, simulator: SimulatorFrames) -> None:
+        """Between steps: draw the first frame of each filmed episode about to begin, and ask for the final ones."""
+        if not self._active:
+            simulator.keep_final_frames([])
+            return
+        filmed = self._filmed_rows()
+        starting = [j for j in filmed if self._host[j].starting and j not in self._pending]
+        for j, frame in zip(starting, self._simulator_frames(simulator, starting), strict=True):
+            self._pending[j] = frame
+        simulator.keep_final_frames([self.rows[j] for j in filmed])
+
     def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
         """The reset rows' episodes in progress are interrupted: not recorded (rows that just ended are not affected)."""
         if not self._active:
             return td
         reset = mask.reshape(-1)[self._index]
         if self._host_knows:
-            for row, was_reset in zip(self._host, reset.numpy(), strict=True):
+            for j, (row, was_reset) in enumerate(zip(self._host, reset.cpu().numpy(), strict=True)):
                 if was_reset:
                     self._drop(row)
+                    self._pending.pop(j, None)  # drawn before this reset: not the new episode's first frame
+            if self._simulator is not None:
+                self._prepare_simulator(self._simulator)
         elif self._ring is not None:  # before the first step every row starts afresh anyway
             self._send("reset", {"reset": reset})
         return td
 
     def _render(self, obs: TensorDictBase, count: int) -> torch.Tensor:
-        frames = self._frames(obs)
+        return self._checked(self._frames(obs), count)
+
+    @staticmethod
+    def _checked(frames: torch.Tensor, count: int) -> torch.Tensor:
         if (
             not isinstance(frames, torch.Tensor)
             or frames.dtype != torch.uint8
@@ -412,6 +500,8 @@ class RecordEpisodes(Transform):
                 self._writer.abort(row.video)
                 row.video = None
         self._active = False
+        if self._simulator is not None:
+            self._simulator.keep_final_frames([])  # the simulator stops drawing for this recorder
         self._writer.close()
         return list(self.videos)
 
@@ -474,6 +564,14 @@ def _check_writable(template: str) -> None:
         raise InvalidArgumentError(
             f"RecordEpisodes cannot write videos into {str(folder)!r} (no write permission); choose another path."
         )
+
+
+def _frame_size(size: Any) -> tuple[int, int]:
+    try:
+        height, width = (as_int(v, "size (height, width)", minimum=2) for v in size)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"size must be (height, width) in pixels, got {size!r}.") from None
+    return height, width
 
 
 def _rows(rows: Any) -> tuple[int, ...]:

@@ -347,7 +347,7 @@ FOREIGN_PRIVATE = {
     # (_sys_v / _mjx_model_v, named in brax._RANDOMIZATION, and _in_axes): read in one function
     ("gpu_envs.backends.jax.brax", "_in_axes"): ("randomized_models",),
     # a SummaryWriter of torch.utils.tensorboard, recognised by its writer method
-    ("gpu_envs.transforms.record", "_get_file_writer"): ("_board",),
+    ("gpu_envs.utils.video_writer", "_get_file_writer"): ("_board",),
     # benchmarks: torch._dynamo's counters; ManiSkillVectorEnv's inner env, to time its own calls
     ("benchmarks.gpu_check", "_dynamo"): ("check_no_sync_loop",),
     ("benchmarks.simulator_rows", "_env"): ("maniskill_rows",),

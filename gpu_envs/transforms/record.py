@@ -51,12 +51,8 @@ as an animated image, if TensorBoard is installed (it is not a dependency).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import queue
 import re
-import threading
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +66,8 @@ from gpu_envs.contract.errors import BackendError, InvalidArgumentError
 from gpu_envs.contract.protocols import SimulatorFrames
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.utils.arguments import as_int
-from gpu_envs.utils.video import Mp4Stream, add_gif_summary, require_av
+from gpu_envs.utils.video import require_av
+from gpu_envs.utils.video_writer import VideoWriter
 
 __all__ = ["RecordEpisodes"]
 
@@ -78,7 +75,6 @@ Render = Callable[[TensorDictBase], torch.Tensor]
 DEFAULT_FPS = 30.0
 RING_SLOTS = 32  # steps whose frames may be in flight to the host before one is waited for
 _DEFAULT_NAME = "row{row}-episode{episode}.mp4"
-_GIF_SIDE = 160  # TensorBoard GIFs are downscaled to this longer side (their frames are kept until the end)
 
 
 @dataclass
@@ -215,7 +211,7 @@ class RecordEpisodes(Transform):
         self._next_slot = 0
         self._ring: dict[str, torch.Tensor] | None = None  # allocated at the first step (the frame size)
         self._arrays: dict[str, np.ndarray] = {}
-        self._writer = _Writer(self.fps, self.tensorboard, self.videos)
+        self._writer = VideoWriter(self.fps, self.tensorboard, self.videos, "RecordEpisodes")
         self._started = 0  # videos begun
         self._active = True
         # on the CPU the host sees each step at once and renders only what videos take; on an
@@ -587,131 +583,3 @@ def _rows(rows: Any) -> tuple[int, ...]:
     if len(set(values)) != len(values):
         raise InvalidArgumentError(f"rows must be distinct, got {list(values)}.")
     return values
-
-
-class _Writer:
-    """A background thread streaming frames into mp4 files (one open file per recorded episode)."""
-
-    def __init__(self, fps: float, tensorboard: Any, done: list[Path]) -> None:
-        self.fps, self.done = fps, done
-        self.board = _board(tensorboard)
-        self.queue: queue.Queue = queue.Queue(maxsize=256)  # full: the caller waits (frames are not dropped)
-        self.error: BaseException | None = None
-        self.ids = 0
-        self.thread: threading.Thread | None = None
-
-    def _raise_error(self) -> None:
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise BackendError(f"RecordEpisodes could not write a video: {type(error).__name__}: {error}") from error
-
-    def _put(self, message: tuple) -> None:
-        self._raise_error()
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name="gpu_envs-RecordEpisodes", daemon=True)
-            self.thread.start()
-        self.queue.put(message)
-
-    def begin(self, path: Path, tag: str, step: int) -> int:
-        self.ids += 1
-        self._put(("begin", self.ids, path, tag, step))
-        return self.ids
-
-    def frame(self, video: int, image: np.ndarray) -> None:
-        self._put(("frame", video, np.array(image)))  # a copy: the ring slot is reused
-
-    def end(self, video: int) -> None:
-        self._put(("end", video))
-
-    def abort(self, video: int) -> None:
-        self._put(("abort", video))
-
-    def wait(self) -> None:
-        if self.thread is not None:
-            self.queue.join()
-        self._raise_error()
-
-    def close(self) -> None:
-        self.wait()
-        if self.thread is not None:
-            self.queue.put(("stop",))
-            self.thread.join(timeout=60)
-            self.thread = None
-
-    def _run(self) -> None:
-        open_: dict[int, _Video] = {}
-        while True:
-            message = self.queue.get()
-            try:
-                kind = message[0]
-                if kind == "stop":
-                    for video in open_.values():
-                        video.abort()
-                    return
-                if kind == "begin":
-                    _, video, path, tag, step = message
-                    open_[video] = _Video(path, self.fps, tag, step, self.board is not None)
-                elif kind == "frame":
-                    if message[1] in open_:
-                        open_[message[1]].add(message[2])
-                elif kind == "end":
-                    video = open_.pop(message[1], None)
-                    if video is not None:
-                        self.done.append(video.finish(self.board))
-                elif kind == "abort":
-                    video = open_.pop(message[1], None)
-                    if video is not None:
-                        video.abort()
-            except BaseException as err:  # raised to the caller at its next call
-                self.error = err
-                for video in open_.values():
-                    with contextlib.suppress(Exception):
-                        video.abort()
-                open_.clear()
-            finally:
-                self.queue.task_done()
-
-
-def _board(tensorboard: Any) -> Any:
-    if tensorboard is None:
-        return None
-    if isinstance(tensorboard, (str, os.PathLike)):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            warnings.warn(
-                "RecordEpisodes(tensorboard=...) needs TensorBoard (pip install tensorboard); videos go to mp4 only.",
-                stacklevel=3,
-            )
-            return None
-        return SummaryWriter(os.fspath(tensorboard))
-    if not hasattr(tensorboard, "file_writer") and not hasattr(tensorboard, "_get_file_writer"):
-        raise InvalidArgumentError(
-            f"tensorboard must be a torch.utils.tensorboard.SummaryWriter or a log folder, got {type(tensorboard).__name__}."
-        )
-    return tensorboard
-
-
-class _Video:
-    """One episode's mp4 being written (and its TensorBoard GIF frames, when a board is given)."""
-
-    def __init__(self, path: Path, fps: float, tag: str, step: int, keep_for_gif: bool) -> None:
-        self.mp4 = Mp4Stream(path, fps)
-        self.fps, self.tag, self.step = fps, tag, step
-        self.gif: list[np.ndarray] | None = [] if keep_for_gif else None
-
-    def add(self, image: np.ndarray) -> None:
-        self.mp4.add(image)
-        if self.gif is not None:
-            step = max(1, -(-max(image.shape[:2]) // _GIF_SIDE))
-            self.gif.append(image[::step, ::step])
-
-    def finish(self, board: Any) -> Path:
-        path = self.mp4.finish()
-        if board is not None and self.gif:
-            add_gif_summary(board, self.tag, np.stack(self.gif), self.step, self.fps)
-            board.flush()
-        return path
-
-    def abort(self) -> None:
-        self.mp4.abort()

@@ -332,3 +332,29 @@ def test_record_episodes_on_vmas_draws_only_filmed_rows_and_stops_after_close(tm
     tenv.reset(seed=0)
     collect(tenv, steps=6)
     assert drawn == []  # closed: the simulator draws nothing more for it
+
+
+@pytest.mark.parametrize(
+    ("continuous", "bad", "words"),
+    [(True, float("nan"), "non-finite"), (True, 1.5, "outside"), (False, 9, "outside"), (False, -1, "outside")],
+)
+def test_a_bad_action_is_a_clear_error_before_vmas_asserts_and_the_env_goes_on(continuous, bad, words):
+    """VMAS refuses these with a bare AssertionError; gpu_envs names the group first and nothing moves."""
+    env = gpu_envs.make("vmas/navigation", num_envs=4, seed=0, continuous_actions=continuous)
+    root = env.reset(seed=0)
+    before = root["agents", "observation"].clone()
+    root.update(env.full_action_spec.rand())
+    root["agents", "action"][1, 0] = bad
+    with pytest.raises(ActionError, match=rf"\('agents', 'action'\).*{words}"):
+        env.step_and_maybe_reset(root)
+    assert torch.equal(env.root()["agents", "observation"], before)  # refused before VMAS moved
+    td, _ = env.step_and_maybe_reset(env.root().update(env.full_action_spec.rand()))  # usable: no reset needed
+    assert torch.isfinite(td["next", "agents", "observation"]).all()
+
+    def policy(td):
+        td.update(env.full_action_spec.rand())
+        td["agents", "action"][2, 1] = bad
+        return td
+
+    with pytest.raises(ActionError, match=words):
+        collect(env, policy, steps=3)

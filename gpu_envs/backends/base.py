@@ -82,6 +82,11 @@ class Capabilities:
             outside. False for simulators that make state tensors during a step and
             update them in place later (VMAS's scenarios): ``collect`` then steps them
             under ``torch.no_grad`` only.
+        check_action_values: every step's action values are checked before the backend
+            steps (finite, in the spec's range: one host sync), as ``validate=True`` does.
+            For simulators that refuse bad actions themselves with a bare assertion and
+            sync with the host every step anyway (VMAS: +0.2..0.7% a step): the refusal
+            is then an ``ActionError`` naming the group and the fix, and the env stays usable.
 
     Example::
 
@@ -99,6 +104,7 @@ class Capabilities:
     partial_reset: bool = False
     snapshot_rows: bool = False
     inference_mode: bool = True
+    check_action_values: bool = False
 
     def replace(self, **changes: Any) -> Capabilities:
         """A copy with some fields changed: ``caps.replace(partial_reset=False)``."""

@@ -290,7 +290,11 @@ class StepPath:
             direct = backend.direct_step() if capabilities.direct_step else None
             stepper: Advance = BackendStep(backend) if direct is None else DirectStep(direct)
             self.stepper = stepper if capabilities.trusted_outputs else WatchedStep(stepper, validator.outputs)
-        values = (self._discrete and (self.validate_actions or self.first)) or (self._box and self.validate_actions)
+        values = (
+            (self._discrete and (self.validate_actions or self.first))
+            or (self._box and self.validate_actions)
+            or capabilities.check_action_values
+        )
         self.check_values: Callable[[torch.Tensor], None] | None = validator.action_values if values else None
         monitor = self.monitor
         self.watch = monitor.watch if monitor is not None and monitor.every_step else None

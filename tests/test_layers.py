@@ -348,6 +348,7 @@ FOREIGN_PRIVATE = {
     ("gpu_envs.backends.jax.brax", "_in_axes"): ("randomized_models",),
     # a SummaryWriter of torch.utils.tensorboard, recognised by its writer method
     ("gpu_envs.utils.video_writer", "_get_file_writer"): ("_board",),
+    ("gpu_envs.utils.call_site", "_getframe"): ("unpacked_into",),  # sys._getframe: the caller's frame, cheaply
     # benchmarks: torch._dynamo's counters; ManiSkillVectorEnv's inner env, to time its own calls
     ("benchmarks.gpu_check", "_dynamo"): ("check_no_sync_loop",),
     ("benchmarks.simulator_rows", "_env"): ("maniskill_rows",),

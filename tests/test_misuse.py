@@ -9,7 +9,10 @@
 * ``load_live_state`` of the env's own un-copied live_state from an earlier moment is
   refused (it would move the roots back but not the simulator);
 * ``EpisodeStats`` behind a ``TransformedEnv`` restarts when the env below is reset directly;
-* a gym-era env using ``np.float_`` on numpy 2 is told what helps.
+* a gym-era env using ``np.float_`` on numpy 2 is told what helps;
+* gymnasium's ``obs, r, terminated, truncated, info = env.step(td)`` at N=5 and
+  ``td, root = env.step(td)`` at N=2, which would unpack the TensorDict's rows without an
+  error, are refused before anything moves (other unpackings stay Python's own errors).
 """
 
 from __future__ import annotations
@@ -361,3 +364,25 @@ def test_numpy2_advice_reads_numpys_message_only():
     advice = numpy2_advice(message)
     assert "np.bool8" in advice and "np.bool " in advice and "numpy<2" in advice
     assert numpy2_advice("AttributeError: 'Foo' object has no attribute 'float_'") == ""
+
+
+@pytest.mark.parametrize("transformed", [False, True], ids=["env", "transformed"])
+@pytest.mark.parametrize("n", [5, 2])
+def test_unpacking_a_step_into_its_rows_is_refused_before_anything_moves(n, transformed):
+    env = gpu_envs.make("CartPole-v1", num_envs=n, seed=0)
+    if transformed:
+        env = TransformedEnv(env, EpisodeStats())
+    td = env.reset(seed=0)
+    td["action"] = env.action_spec.rand()
+    before = env.root()["observation"].clone()
+    with pytest.raises(gpu_envs.InvalidArgumentError, match="ROWS of the one TensorDict") as info:
+        if n == 5:
+            _obs, _reward, _terminated, _truncated, _info = env.step(td)
+        else:
+            _out, _root = env.step(td)
+    assert ("obs, reward, terminated, truncated, info" in str(info.value)) == (n == 5)
+    assert torch.equal(env.root()["observation"], before)  # nothing was stepped
+    out = env.step(td)  # the same call, not unpacked: fine, and the env was usable
+    assert out["next", "reward"].shape == (n, 1)
+    rows = list(out)  # iterating a step's rows on purpose stays possible
+    assert len(rows) == n

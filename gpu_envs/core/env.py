@@ -86,6 +86,7 @@ from gpu_envs.core.snapshot import Rows, RowSnapshots
 from gpu_envs.core.step_path import CLOSED, StepPath
 from gpu_envs.core.step_validation import StepValidator
 from gpu_envs.utils.arguments import as_bool, as_seed, check_td, optional_seconds
+from gpu_envs.utils.call_site import SILENT_UNPACK_SIZES, refuse_unpacking, unpacked_into
 from gpu_envs.utils.devices import normalize_device, same_device
 from gpu_envs.utils.live_state import DatedState, check_state, prefixed, refuse_stale, under
 from gpu_envs.utils.tensordicts import get_entry
@@ -319,6 +320,8 @@ class BatchedEnv(BatchedSpecs):
     # ------------------------------------------------------------------- step
     def step(self, td: TensorDictBase) -> TensorDictBase:
         """Step with ``td["action"]``; writes ``td["next"]`` and returns ``td`` (:meth:`StepPath.step`)."""
+        if self.num_envs in SILENT_UNPACK_SIZES and not torch.compiler.is_compiling():
+            refuse_unpacking(self.num_envs, unpacked_into(1))
         self._path.step(td)
         return td
 

@@ -46,6 +46,7 @@ from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.snapshot import get_transformed_state, set_transformed_state
 from gpu_envs.utils.arguments import check_td
 from gpu_envs.utils.call_guard import CallGuard
+from gpu_envs.utils.call_site import SILENT_UNPACK_SIZES, refuse_unpacking, unpacked_into
 from gpu_envs.utils.live_state import DatedState, check_state, check_values, copy_into, prefixed, under
 
 
@@ -209,6 +210,8 @@ class TransformedEnv(BatchedSpecs):
 
     def step(self, td: TensorDictBase) -> TensorDictBase:
         """Step with ``td["action"]`` (rewritten by the action transforms); returns ``td``."""
+        if self.num_envs in SILENT_UNPACK_SIZES and not torch.compiler.is_compiling():
+            refuse_unpacking(self.num_envs, unpacked_into(1))
         if self._needs_reset or self._guard.pending is not None:
             self._refuse("step")
         seen = self._seen_resets

@@ -207,3 +207,63 @@ def test_check_env_passes_on_batched_parallel_envs():
     cls = counting_parallel_env_class()
     report = gpu_envs.check_env(gpu_envs.wrap([cls(max_steps=6) for _ in range(3)]), steps=30, seed=0)
     assert report.ok, report.format()
+
+
+# ------------------------------------------------------------------------------ Quarantine over agent groups
+def _poisoned_class(what: str):
+    """The counting env whose episode 0 turns one entry non-finite at t = 2 (``what``: "obs" or "reward")."""
+    base = counting_parallel_env_class()
+
+    class Poisoned(base):
+        def step(self, actions: dict):
+            obs, rew, term, trunc, info = super().step(actions)
+            if self.episode == 0 and self.t == 2:
+                if what == "obs":
+                    obs["prey_0"] = np.full_like(obs["prey_0"], np.nan)
+                else:
+                    rew["predator_1"] = float("inf")
+            return obs, rew, term, trunc, info
+
+    return Poisoned
+
+
+@pytest.mark.parametrize("what", ["obs", "reward"])
+def test_quarantine_ends_every_agent_of_a_poisoned_row_and_the_run_goes_on(what):
+    from gpu_envs.wrappers import Quarantine
+
+    cls, poisoned = counting_parallel_env_class(), _poisoned_class(what)
+    rows = [cls(length=9, max_steps=9), poisoned(length=9, max_steps=9), cls(length=9, max_steps=9)]
+    env = Quarantine(gpu_envs.wrap(rows))
+    root = env.reset()
+    g = torch.Generator().manual_seed(0)
+    acted = None
+    for t in range(1, 4):
+        root.update(env.full_action_spec.rand(generator=g))
+        if t == 2:
+            acted = {group: root[group, "action"][1].clone() for group in GROUPS}
+            good = {group: root[group, "observation"][1].clone() for group in GROUPS}
+        td, root = env.step_and_maybe_reset(root)
+        quarantined = td["next", "quarantined"].view(-1).tolist()
+        assert quarantined == [False, t == 2, False]
+        if t != 2:
+            continue
+        assert td["next", "done"].view(-1).tolist() == [False, True, False]
+        for group in GROUPS:
+            flags = td["next", group]
+            assert flags["terminated"][1].all() and not flags["truncated"][1].any() and flags["done"][1].all()
+            assert not flags["done"][[0, 2]].any()  # the other rows go on
+            assert (flags["reward"][1] == 0).all()
+            assert torch.equal(flags["observation"][1], good[group])  # the observation acted on: finite
+            assert torch.isfinite(td["next", group, "observation"]).all()
+        # the row was reset below: its next root is a fresh episode's (t = 0) observation
+        fresh = cls(length=9)
+        fresh.reset()
+        second, _ = fresh.reset()  # episode 1's first observation
+        assert root["prey", "observation"][1, 0].tolist() == pytest.approx(second["prey_0"].tolist())
+    assert env.check() == 1
+    records = env.records()
+    assert records["row"].tolist() == [1]
+    for group in GROUPS:
+        assert torch.equal(records["action", group, "action"][0], acted[group])
+    traj = collect(env, steps=6)  # the default health checks agree: a quarantined row is no health failure
+    assert traj["next", "done"].any()

@@ -32,6 +32,11 @@ a full ``reset()``, :meth:`Quarantine.check` (which also returns the count) or
 (``TransformedEnv(Quarantine(env), EpisodeStats())``) so a quarantined row counts as an
 ended episode there.
 
+An env of agent groups (:mod:`gpu_envs.contract.groups`) is screened the same way, over
+every group's observations and per-agent rewards: a quarantined row ends for all its
+agents (each group's ``terminated`` / ``done`` set, ``truncated`` cleared, rewards 0, the
+observations acted on), and the record keeps each group's action.
+
 Needs an env that can reset single rows (built-in envs, torch vector envs with
 ``supports_reset_mask``, gymnasium, JAX, Isaac Lab with ``env_ids`` resets); other
 backends are refused when it is built.
@@ -98,15 +103,20 @@ class QuarantineMarks(Transform):
         self.reward_is_float = reward_dtype.is_floating_point
         obs = specs.observation_spec.zero((n,))
         action = specs.action_spec.zero((n,))
-        if not isinstance(action, torch.Tensor):
-            raise InvalidArgumentError(
-                f"Quarantine needs a single-tensor action, got a {type(action).__name__} action spec "
-                f"({specs.action_spec!r})."
-            )
+        if isinstance(action, torch.Tensor):
+            self.actions = {"action": action}
+        else:  # an env of agent groups: one action per group, {(group, "action"): [N, A, ...]}
+            self.actions = {key: action.get(key) for key in action.keys(include_nested=True, leaves_only=True)}
+        # agent groups: each group's reward and flags ("next", group, ...) [N, A, 1] are ended with the row's
+        info_keys = set(specs.info_spec.keys(include_nested=True, leaves_only=True))
+        self.groups = [
+            key[0]
+            for key in info_keys
+            if isinstance(key, tuple) and len(key) == 2 and key[1] == "reward" and (key[0], "terminated") in info_keys
+        ]
         # the record of each row's last quarantine
         self.last_good = {key: obs.get(key) for key in self.obs_keys}
         self.bad_obs = {key: obs.get(key).clone() for key in self.obs_keys}
-        self.action = action
         self.bad_reward = specs.reward_spec.zero((n,))
         self.at_step = torch.full((n,), -1, dtype=torch.int64, device=dev)
         self.per_row = torch.zeros(n, dtype=torch.int64, device=dev)
@@ -131,6 +141,8 @@ class QuarantineMarks(Transform):
         reward = nxt.get("reward")
         if self.reward_is_float:
             finite = finite & _finite_rows(reward)
+        for group in self.groups:
+            finite = finite & _finite_rows(nxt.get((group, "reward")))
         # a row acting on a placeholder (its reset observation was not finite) is quarantined
         # too, but was counted when it was reset
         bad = ~finite | self.pending
@@ -145,8 +157,9 @@ class QuarantineMarks(Transform):
             good = td.get(key)
             torch.where(_expand(counted, good), good, self.last_good[key], out=self.last_good[key])
             torch.where(_expand(counted, good), nxt.get(key), self.bad_obs[key], out=self.bad_obs[key])
-        action = td.get("action")
-        torch.where(_expand(counted, action), action.to(self.action.dtype), self.action, out=self.action)
+        for key, kept in self.actions.items():
+            action = td.get(key)
+            torch.where(_expand(counted, action), action.to(kept.dtype), kept, out=kept)
         torch.where(_expand(counted, reward), reward, self.bad_reward, out=self.bad_reward)
         torch.where(counted, self.steps, self.at_step, out=self.at_step)
         self.at_reset.logical_and_(~counted)
@@ -164,6 +177,15 @@ class QuarantineMarks(Transform):
         nxt.set("terminated", terminated)
         nxt.set("truncated", truncated)
         nxt.set("done", terminated | truncated)
+        for group in self.groups:  # every agent of a quarantined row ends with it, rewarded 0
+            agents = bad.view(-1, 1, 1)
+            group_reward = nxt.get((group, "reward"))
+            nxt.set((group, "reward"), torch.where(agents, torch.zeros_like(group_reward), group_reward))
+            group_terminated = nxt.get((group, "terminated")) | agents
+            group_truncated = nxt.get((group, "truncated")) & ~agents
+            nxt.set((group, "terminated"), group_terminated)
+            nxt.set((group, "truncated"), group_truncated)
+            nxt.set((group, "done"), group_terminated | group_truncated)
         nxt.set("quarantined", bad)
         return td
 
@@ -213,7 +235,9 @@ class QuarantineMarks(Transform):
 
     def live_state(self) -> dict[str, torch.Tensor]:
         state = {"per_row": self.per_row, "total": self.total, "steps": self.steps, "at_step": self.at_step}
-        state["action"], state["bad_reward"], state["to_reset"] = self.action, self.bad_reward, self.to_reset
+        state["bad_reward"], state["to_reset"] = self.bad_reward, self.to_reset
+        for i, kept in enumerate(self.actions.values()):
+            state["action" if i == 0 and len(self.actions) == 1 else f"action.{i}"] = kept
         state["pending"], state["at_reset"] = self.pending, self.at_reset
         for i, key in enumerate(self.obs_keys):
             state[f"last_good.{i}"] = self.last_good[key]
@@ -378,7 +402,9 @@ class Quarantine(TransformedEnv):
             "count": m.per_row[rows],
             "step": m.at_step[rows],
             "observation": _nest({key: m.last_good[key][rows] for key in m.obs_keys}),
-            "action": m.action[rows],
+            "action": _nest({key: kept[rows] for key, kept in m.actions.items()})
+            if len(m.actions) > 1 or "action" not in m.actions
+            else m.actions["action"][rows],
             "next_observation": _nest({key: m.bad_obs[key][rows] for key in m.obs_keys}),
             "reward": m.bad_reward[rows],
             "reset": m.at_reset[rows],

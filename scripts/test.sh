@@ -17,8 +17,9 @@
 #      and the JaxMARL tier (tests/jaxmarl/: MPE envs as agent groups against JaxMARL 0.2.0 driven by hand;
 #      its venv, built once by scripts/simulator_venv.sh jaxmarl, ~2 min and 1.8 GB, has gymnasium 1.3.0 for gymnax),
 #      and the Genesis tier (tests/genesis/: examples/genesis_cartpole.py, a SimulatorEnv on Genesis 1.4.5's CPU
-#      backend, against Genesis stepped by hand; its venv is built once by scripts/simulator_venv.sh genesis,
-#      ~2.5 min and 4.1 GB; the first run on a machine also compiles Genesis' kernels into ~/.cache/quadrants, ~30 s),
+#      backend, against Genesis stepped by hand, and a Go2 task in rsl_rl's VecEnv style through the rsl_rl_vec
+#      backend; its venv is built once by scripts/simulator_venv.sh genesis, ~2.5 min and 4.1 GB; the first run on
+#      a machine also compiles Genesis' kernels into ~/.cache/quadrants, ~2 min with the Go2 scene),
 #   7. the tensordict tier: the TensorDict-heavy tests against the NEWEST tensordict release a fresh
 #      install resolves (scripts/tensordict_newest.sh; the main suite runs CI's pinned one).
 # Extra arguments go to the main suite's pytest.

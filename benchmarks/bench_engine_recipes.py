@@ -5,7 +5,12 @@ For ``examples/mujoco_warp_cartpole.py`` (MuJoCo Warp), ``examples/newton_pendul
 (0.3 of a Box's range; action 1 of a Discrete space), each contender on its own instance:
 
 * ``raw``: the task's ``physics_step(action)`` and ``observe()``: the engine stepping and the
-  observation read, nothing else (the floor: no reward, no ends, no resets);
+  observation read, nothing else (no reward, no ends, no resets);
+* ``hand``: what a user writes around the engine without gpu_envs, the floor of any env of
+  the task: step, observe, reward, ends (the task's own and a step counter's limit) and, on
+  steps where a row ended, the task's ``reset_rows`` of those rows and a second
+  observation. A fixed push ends rows often in some recipes (Genesis' cart-pole: on most
+  steps), so the engine's reset is in this floor as it is in every env;
 * ``base``: the SimulatorEnv's own ``step`` (rewards, the time limit, the same-step masked
   reset, the true final observation): what the env contract costs on top of the engine;
 * ``gpu_envs``: ``gpu_envs.wrap(task)`` with ``step_and_maybe_reset``: the TensorDicts, checks
@@ -72,6 +77,32 @@ def fixed_action(task: gpu_envs.SimulatorEnv) -> torch.Tensor:
     return torch.full((task.num_envs, 1), 0.3)
 
 
+def hand_loop(task_class: type, n: int, action: torch.Tensor) -> Callable[[], object]:
+    """The task stepped by hand with its ended rows reset (no gpu_envs; the module docstring's ``hand``)."""
+    task = task_class(num_envs=n, device="cpu")
+    task.reset(seed=0)
+    limit = task.max_episode_steps
+    steps = torch.zeros(n, dtype=torch.int64)
+    generator = torch.Generator().manual_seed(0)
+    lanes = task.reset_noise
+
+    def step() -> object:
+        task.physics_step(action)
+        obs = task.observe()
+        task.reward()
+        steps.add_(1)
+        ended = task.terminated().reshape(n).to(torch.bool)
+        if limit is not None:
+            ended = ended | (steps >= limit)
+        if bool(ended.any()):  # on the CPU: the host reads the ends, as the SimulatorEnv does there
+            task.reset_rows(ended, torch.rand(n, lanes, generator=generator))  # fresh starts, as an env draws
+            steps.masked_fill_(ended, 0)
+            obs = task.observe()
+        return obs
+
+    return step
+
+
 def contenders(task_class: type, n: int) -> dict[str, Callable[[], object]]:
     raw = task_class(num_envs=n, device="cpu")
     action = fixed_action(raw)
@@ -91,18 +122,26 @@ def contenders(task_class: type, n: int) -> dict[str, Callable[[], object]]:
         _, state["root"] = env.step_and_maybe_reset(root)
         return state["root"]
 
-    return {"raw": raw_step, "base": lambda: base.step(action), "gpu_envs": gpu_envs_step}
+    return {
+        "raw": raw_step,
+        "hand": hand_loop(task_class, n, action),
+        "base": lambda: base.step(action),
+        "gpu_envs": gpu_envs_step,
+    }
 
 
 COLUMNS = [
     ("recipe", "recipe"),
     ("num_envs", "N"),
     ("raw_us", "engine us/step"),
+    ("hand_us", "by hand us"),
+    ("hand_overhead", "by hand vs engine"),
     ("base_us", "SimulatorEnv us"),
     ("base_overhead", "SimulatorEnv vs engine"),
     ("gpu_envs_us", "gpu_envs us"),
     ("gpu_envs_overhead", "gpu_envs vs engine"),
     ("own_us", "gpu_envs - SimulatorEnv us"),
+    ("vs_hand", "gpu_envs vs by hand"),
 ]
 
 
@@ -114,6 +153,7 @@ def run(recipe: str, sizes: tuple[int, ...] = (64, 1024), steps: int = 20, round
         times = interleave(contenders(task_class, n), steps=steps, rounds=rounds, timer=time.process_time)
         row = overhead_row(times, recipe=recipe, num_envs=n)
         row["own_us"] = round((times["gpu_envs"] - times["base"]) * 1e6, 1)
+        row["vs_hand"] = f"{times['gpu_envs'] / times['hand'] - 1:+.1%}"
         rows.append(row)
     return bench_result(f"{recipe}: engine step vs SimulatorEnv vs gpu_envs (process CPU time, medians)", rows, COLUMNS)
 

@@ -17,7 +17,13 @@ scenario's own (collisions cost time):
   (agent groups ``[N, A, ...]``, the team reward, each agent's flags, the TRUE final
   observation, TensorDicts);
 * ``torchrl``: torchrl's ``VmasEnv`` with its ``step_and_maybe_reset`` (skipped where
-  torchrl is not installed).
+  torchrl is not installed);
+* ``own``: gpu_envs' own part alone, the floor of what the contract costs: the gpu_envs
+  env with VMAS's ``step`` replaced by the result of one real step (the same tensors every
+  time, no episode end), so only the backend's regrouping, the checks, the TensorDicts and
+  the step path remain. VMAS's step scatters by tens of percent from round to round on
+  this VM while this part does not, so ``own / by hand`` says what the paired ratios
+  cannot resolve.
 
 Thread CPU time (VMAS steps in the calling thread), ``torch.set_num_threads(1)``,
 interleaved rounds, each round's ratios paired (its contenders ran seconds apart, under one
@@ -93,6 +99,16 @@ def gpu_envs_contender(n: int, horizon: int | None, actions: torch.Tensor, devic
     return group_loop(env, actions)
 
 
+def own_contender(n: int, actions: torch.Tensor, device: str = "cpu") -> Callable[[], object]:
+    """The gpu_envs contender with VMAS's ``step`` replaced by one real step's result (the module docstring's ``own``)."""
+    env = gpu_envs.make(f"vmas/{SCENARIO}", num_envs=n, device=device, seed=0, n_agents=AGENTS)
+    loop = group_loop(env, actions)  # resets first
+    simulator = env.backend.env
+    result = simulator.step([actions[:, k] for k in range(AGENTS)])
+    simulator.step = lambda _actions: result  # an instance attribute: this env only
+    return loop
+
+
 def torchrl_contender(n: int, horizon: int | None, actions: torch.Tensor) -> Callable[[], object] | None:
     if importlib.util.find_spec("torchrl") is None:
         return None
@@ -109,6 +125,8 @@ COLUMNS = [
     ("gpu_envs_us", "gpu_envs us/step"),
     ("gpu_envs_spread", "gpu_envs vs by hand: median [95% CI] (min..max)"),
     ("verdict", "+5% target"),
+    ("own_us", "gpu_envs' own us (VMAS step cached)"),
+    ("own_share", "own / by hand"),
     ("torchrl_us", "torchrl VmasEnv us/step"),
     ("torchrl_spread", "torchrl vs by hand"),
     ("torchrl_over_gpu_envs", "torchrl / gpu_envs"),
@@ -130,6 +148,7 @@ def run(
         contenders = {
             "raw": raw_contender(n, horizon, actions),
             "gpu_envs": gpu_envs_contender(n, horizon, actions),
+            "own": own_contender(n, actions),
         }
         torchrl = torchrl_contender(n, horizon, actions)
         if torchrl is not None:
@@ -137,9 +156,8 @@ def run(
         samples = interleave_clocks(contenders, steps=per_round, rounds=rounds, clocks={"cpu": time.thread_time})
         times = medians(samples["cpu"])
         row: dict = {"num_envs": n, **{f"{name}_us": round(seconds * 1e6, 1) for name, seconds in times.items()}}
-        row.update(
-            spread_columns(samples, 1.05, names=tuple(c for c in contenders if c != "raw"), thread=None, wall=None)
-        )
+        row.update(spread_columns(samples, 1.05, names=("gpu_envs", "torchrl"), thread=None, wall=None))
+        row["own_share"] = f"{times['own'] / times['raw']:.1%}"
         if "torchrl" in times:
             ratios = [a / b for a, b in zip(samples["cpu"]["torchrl"], samples["cpu"]["gpu_envs"], strict=True)]
             row["torchrl_over_gpu_envs"] = f"{statistics.median(ratios):.2f}x"

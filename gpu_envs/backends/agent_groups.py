@@ -100,7 +100,8 @@ class GroupLayout:
         out: dict = {}
         team: torch.Tensor | None = None
         for group, members in self.members.items():
-            stacked = torch.stack([per_agent[i].reshape(-1).to(torch.float32) for i in members], 1).unsqueeze(-1)
+            # one stack, then one reshape and one cast (each agent's reward is [N] or [N, 1])
+            stacked = torch.stack([per_agent[i] for i in members], 1).reshape(-1, len(members), 1).to(torch.float32)
             out[(group, REWARD)] = stacked
             total = stacked.sum(1)
             team = total if team is None else team + total

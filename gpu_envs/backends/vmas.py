@@ -210,9 +210,11 @@ class VmasBackend(Backend):
         info.update(self.layout.flags(terminated, truncated, done))
         for (group, key), spec in self._info_keys.items():
             members = self.layout.members[group]
-            info[group, "info", key] = torch.stack(
-                [infos[i][key].reshape(self.num_envs, *spec.shape[1:]) for i in members], 1
-            )
+            parts = [infos[i][key] for i in members]
+            want = (self.num_envs, *spec.shape[1:])
+            if parts[0].shape != want:  # e.g. [N, 1] where one value per env is [N]
+                parts = [part.reshape(want) for part in parts]
+            info[group, "info", key] = torch.stack(parts, 1)
         rows = done.view(-1).nonzero().view(-1).tolist()  # the ended rows, on the host: reset_at takes an index
         if self._filmed or self.final_frames:
             filmed = [row for row in rows if row in self._filmed]  # drawn now: the reset below loses that state

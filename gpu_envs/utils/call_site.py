@@ -9,11 +9,17 @@ next bytecode instruction (``UNPACK_SEQUENCE k``), so ``step`` can refuse before
 moves. It is asked only where a batch size makes the silent case possible, and each call
 site is disassembled once (a dict lookup afterwards).
 
-Example::
+Example (a function asking how its own result is used):
 
-    def step(self, td):
-        if self.num_envs in SILENT_UNPACK_SIZES:
-            refuse_unpacking(self.num_envs, unpacked_into(1))
+>>> from gpu_envs.utils.call_site import unpacked_into
+>>> def result():
+...     return unpacked_into(1), None
+>>> names, _ = result()          # unpacked into two names
+>>> names
+2
+>>> whole = result()             # kept whole
+>>> whole[0] is None
+True
 """
 
 from __future__ import annotations

@@ -5,15 +5,21 @@ module only writes. :class:`VideoWriter` takes messages on a bounded queue (a fu
 makes the caller wait: no frame is dropped), keeps one open :class:`~gpu_envs.utils.video.Mp4Stream`
 per episode, and raises an encoding error at the caller's next call.
 
-Example::
+Example (PyAV installed: the ``[video]`` extra):
 
-    done: list[Path] = []
-    writer = VideoWriter(fps=30, tensorboard=None, done=done, owner="MyRecorder")
-    video = writer.begin(Path("episode.mp4"), "episodes/row0", step=0)
-    for frame in frames:                  # uint8 [H, W, 3]
-        writer.frame(video, frame)
-    writer.end(video)
-    writer.close()                        # done == [Path("episode.mp4")]
+>>> import tempfile
+>>> from pathlib import Path
+>>> import numpy as np
+>>> from gpu_envs.utils.video_writer import VideoWriter
+>>> done: list = []
+>>> writer = VideoWriter(fps=10, tensorboard=None, done=done, owner="MyRecorder")
+>>> video = writer.begin(Path(tempfile.mkdtemp()) / "episode.mp4", "episodes/row0", 0)
+>>> for _ in range(3):
+...     writer.frame(video, np.zeros((16, 16, 3), np.uint8))
+>>> writer.end(video)
+>>> writer.close()                # waits for the file
+>>> [path.name for path in done]
+['episode.mp4']
 """
 
 from __future__ import annotations

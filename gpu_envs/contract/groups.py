@@ -60,6 +60,7 @@ __all__ = [
     "default_group_map",
     "group_entry_keys",
     "group_info_spec",
+    "groups_in",
     "missing_spec",
     "stack_spec",
 ]
@@ -206,6 +207,16 @@ def group_info_spec(group_map: Mapping[str, Sequence[str]], device: torch.device
         for key in DONE_KEYS:
             spec[group, key] = Binary((a, 1), device=device)
     return spec
+
+
+def groups_in(info_spec: Any) -> list[str]:
+    """The agent groups whose per-agent ``(group, "reward")`` rides in ``info_spec`` (:func:`group_info_spec`'s layout).
+
+    ``[]`` for a single-agent env (or ``info_spec`` None). Transforms and wrappers that
+    rewrite rewards or flags find the groups here, from the specs they are set up with.
+    """
+    keys = info_spec.keys(True, True) if info_spec is not None else []
+    return [key[0] for key in keys if isinstance(key, tuple) and len(key) == 2 and key[1] == REWARD]
 
 
 def missing_spec(group_map: Mapping[str, Sequence[str]], device: torch.device | str) -> Composite:

@@ -22,6 +22,7 @@ import torch
 from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError, SpecError
+from gpu_envs.contract.groups import groups_in
 from gpu_envs.contract.specs import Box
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.utils.arguments import as_number
@@ -33,8 +34,7 @@ REWARD = ("next", "reward")
 
 def group_rewards(info_spec: Any) -> list[tuple[str, str, str]]:
     """``("next", group, "reward")`` of every agent group (their per-agent rewards ride in the info spec)."""
-    keys = info_spec.keys(True, True) if info_spec is not None else []
-    return [("next", *key) for key in keys if isinstance(key, tuple) and len(key) == 2 and key[1] == "reward"]
+    return [("next", group, "reward") for group in groups_in(info_spec)]
 
 
 def _reward_box(spec: object, who: str) -> Box:

@@ -59,6 +59,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.contract.errors import BackendError, InvalidArgumentError, SpecError
+from gpu_envs.contract.groups import groups_in
 from gpu_envs.contract.keys import NEXT, QUARANTINED
 from gpu_envs.contract.specs import Binary, Composite
 from gpu_envs.core.snapshot import row_indices
@@ -108,12 +109,7 @@ class QuarantineMarks(Transform):
         else:  # an env of agent groups: one action per group, {(group, "action"): [N, A, ...]}
             self.actions = {key: action.get(key) for key in action.keys(include_nested=True, leaves_only=True)}
         # agent groups: each group's reward and flags ("next", group, ...) [N, A, 1] are ended with the row's
-        info_keys = set(specs.info_spec.keys(include_nested=True, leaves_only=True))
-        self.groups = [
-            key[0]
-            for key in info_keys
-            if isinstance(key, tuple) and len(key) == 2 and key[1] == "reward" and (key[0], "terminated") in info_keys
-        ]
+        self.groups = groups_in(specs.info_spec)
         # the record of each row's last quarantine
         self.last_good = {key: obs.get(key) for key in self.obs_keys}
         self.bad_obs = {key: obs.get(key).clone() for key in self.obs_keys}
@@ -177,8 +173,8 @@ class QuarantineMarks(Transform):
         nxt.set("terminated", terminated)
         nxt.set("truncated", truncated)
         nxt.set("done", terminated | truncated)
+        agents = bad.view(-1, 1, 1)  # [N, 1, 1]: over each group's [N, A, 1]
         for group in self.groups:  # every agent of a quarantined row ends with it, rewarded 0
-            agents = bad.view(-1, 1, 1)
             group_reward = nxt.get((group, "reward"))
             nxt.set((group, "reward"), torch.where(agents, torch.zeros_like(group_reward), group_reward))
             group_terminated = nxt.get((group, "terminated")) | agents
@@ -236,8 +232,8 @@ class QuarantineMarks(Transform):
     def live_state(self) -> dict[str, torch.Tensor]:
         state = {"per_row": self.per_row, "total": self.total, "steps": self.steps, "at_step": self.at_step}
         state["bad_reward"], state["to_reset"] = self.bad_reward, self.to_reset
-        for i, kept in enumerate(self.actions.values()):
-            state["action" if i == 0 and len(self.actions) == 1 else f"action.{i}"] = kept
+        for i, (key, kept) in enumerate(self.actions.items()):
+            state["action" if key == "action" else f"action.{i}"] = kept
         state["pending"], state["at_reset"] = self.pending, self.at_reset
         for i, key in enumerate(self.obs_keys):
             state[f"last_good.{i}"] = self.last_good[key]
@@ -402,9 +398,9 @@ class Quarantine(TransformedEnv):
             "count": m.per_row[rows],
             "step": m.at_step[rows],
             "observation": _nest({key: m.last_good[key][rows] for key in m.obs_keys}),
-            "action": _nest({key: kept[rows] for key, kept in m.actions.items()})
-            if len(m.actions) > 1 or "action" not in m.actions
-            else m.actions["action"][rows],
+            "action": m.actions["action"][rows]  # one action tensor, or one per agent group
+            if "action" in m.actions
+            else _nest({key: kept[rows] for key, kept in m.actions.items()}),
             "next_observation": _nest({key: m.bad_obs[key][rows] for key in m.obs_keys}),
             "reward": m.bad_reward[rows],
             "reset": m.at_reset[rows],

@@ -358,3 +358,13 @@ def test_a_bad_action_is_a_clear_error_before_vmas_asserts_and_the_env_goes_on(c
 
     with pytest.raises(ActionError, match=words):
         collect(env, policy, steps=3)
+
+
+@pytest.mark.parametrize(("size", "words"), [((1, 64), "RecordEpisodes frame height"), ("big", "an int or")])
+def test_a_bad_frame_size_for_vmas_videos_is_named(tmp_path, size, words):
+    pytest.importorskip("av")
+    from gpu_envs.transforms import RecordEpisodes
+
+    env = gpu_envs.wrap(vmas.make_env("navigation", num_envs=2, seed=0))
+    with pytest.raises(gpu_envs.InvalidArgumentError, match=words):
+        RecordEpisodes.for_env(env, tmp_path, size=size)

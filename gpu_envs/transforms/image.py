@@ -56,7 +56,7 @@ from gpu_envs.contract.specs import Box, Composite
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.keys import Key, as_keys, read, write
 from gpu_envs.transforms.streams import next_state_, seeded_states, unit_uniform
-from gpu_envs.utils.arguments import as_int, as_number
+from gpu_envs.utils.arguments import as_number, as_size
 
 __all__ = ["CenterCrop", "Grayscale", "Normalize", "Permute", "RandomCrop", "Resize", "ToFloat"]
 
@@ -68,14 +68,6 @@ def _layout(value: object, name: str = "layout") -> str:
     if value not in LAYOUTS:
         raise InvalidArgumentError(f"{name} must be 'HWC' (channels last) or 'CHW' (channels first), got {value!r}.")
     return cast(str, value)
-
-
-def _size(value: object, owner: str) -> tuple[int, int]:
-    if isinstance(value, (int,)) and not isinstance(value, bool):
-        value = (value, value)
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise InvalidArgumentError(f"{owner} size must be an int or (height, width), got {value!r}.")
-    return as_int(value[0], f"{owner} height", minimum=1), as_int(value[1], f"{owner} width", minimum=1)
 
 
 class ImageTransform(Transform):
@@ -225,7 +217,7 @@ class Resize(ImageTransform):
 
     def __init__(self, keys: Key | Sequence[Key] = "pixels", size: int | tuple[int, int] = 84, layout: str = "HWC"):
         super().__init__(keys, layout)
-        self.size = _size(size, "Resize")
+        self.size = as_size(size, "Resize")
 
     def _out(self, c: int, h: int, w: int, dtype: torch.dtype) -> tuple[int, int, int, torch.dtype]:
         return c, *self.size, dtype
@@ -240,7 +232,7 @@ class CenterCrop(ImageTransform):
 
     def __init__(self, keys: Key | Sequence[Key] = "pixels", size: int | tuple[int, int] = 84, layout: str = "HWC"):
         super().__init__(keys, layout)
-        self.size = _size(size, "CenterCrop")
+        self.size = as_size(size, "CenterCrop")
 
     def _out(self, c: int, h: int, w: int, dtype: torch.dtype) -> tuple[int, int, int, torch.dtype]:
         if self.size[0] > h or self.size[1] > w:
@@ -258,7 +250,7 @@ class RandomCrop(ImageTransform):
 
     def __init__(self, keys: Key | Sequence[Key] = "pixels", size: int | tuple[int, int] = 84, layout: str = "HWC"):
         super().__init__(keys, layout)
-        self.size = _size(size, "RandomCrop")
+        self.size = as_size(size, "RandomCrop")
         self.row_state = ("draws", "offsets")
         self._image: tuple[int, int] | None = None
 

@@ -65,7 +65,7 @@ from tensordict import TensorDictBase
 from gpu_envs.contract.errors import BackendError, InvalidArgumentError
 from gpu_envs.contract.protocols import SimulatorFrames
 from gpu_envs.transforms.base import EnvSpecs, Transform
-from gpu_envs.utils.arguments import as_int
+from gpu_envs.utils.arguments import as_int, as_size
 from gpu_envs.utils.video import require_av
 from gpu_envs.utils.video_writer import VideoWriter
 
@@ -174,7 +174,7 @@ class RecordEpisodes(Transform):
         if kwargs.get("render") is None and isinstance(backend, SimulatorFrames):
             kwargs["render"] = backend
             recorder = cls(path, **kwargs)
-            recorder._frame_size = None if size is None else _frame_size(size)
+            recorder._frame_size = None if size is None else as_size(size, "RecordEpisodes frame", minimum=2)
             return recorder
         raw = getattr(backend, "env", None)
         hook = getattr(raw, "render_observations", None)
@@ -284,8 +284,8 @@ class RecordEpisodes(Transform):
         done = nxt.get("done").reshape(-1)[index].numpy()
         missing = nxt.get("final_obs_missing", None)
         missing = np.zeros_like(done) if missing is None else missing.reshape(-1)[index].numpy()
-        first = [j for j, row in enumerate(self._host) if row.starting and self._will_record(row)]
-        then = [j for j, row in enumerate(self._host) if row.video is not None or j in first]
+        then = self._filmed_rows()
+        first = [j for j in then if self._host[j].starting]  # (a row with a video in progress is not starting)
         roots, nexts = {}, {}
         if then:
             pick = lambda rows: torch.tensor([self.rows[j] for j in rows], dtype=torch.long)  # noqa: E731
@@ -560,14 +560,6 @@ def _check_writable(template: str) -> None:
         raise InvalidArgumentError(
             f"RecordEpisodes cannot write videos into {str(folder)!r} (no write permission); choose another path."
         )
-
-
-def _frame_size(size: Any) -> tuple[int, int]:
-    try:
-        height, width = (as_int(v, "size (height, width)", minimum=2) for v in size)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"size must be (height, width) in pixels, got {size!r}.") from None
-    return height, width
 
 
 def _rows(rows: Any) -> tuple[int, ...]:

@@ -90,6 +90,22 @@ def as_int(value: Any, name: str, *, minimum: int | None = None, maximum: int | 
     return number
 
 
+def as_size(value: Any, owner: str, *, minimum: int = 1) -> tuple[int, int]:
+    """An image size ``(height, width)`` (an int ``s`` is ``(s, s)``), each side an int >= ``minimum``.
+
+    >>> as_size(84, "Resize"), as_size((64, 48), "Resize")
+    ((84, 84), (64, 48))
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise InvalidArgumentError(f"{owner} size must be an int or (height, width), got {value!r}.")
+    return (
+        as_int(value[0], f"{owner} height", minimum=minimum),
+        as_int(value[1], f"{owner} width", minimum=minimum),
+    )
+
+
 def as_seed(value: Any, name: str = "seed") -> int | None:
     """``None`` or an int seed in ``[0, 2**63)``; the same rule for every backend."""
     if value is None:

@@ -72,7 +72,12 @@ class StepValidator:
         self.num_envs = num_envs
         self.device = device
         self.box = isinstance(action_spec, Box)
-        self._finite: dict[int, tuple[Spec, bool]] = {}  # per action spec: are its bounds all finite
+        # the group action specs (held above) whose bounds are all finite: a value inside them is finite too
+        self._finite_boxes = {
+            id(spec)
+            for spec in (self.action_leaves or {}).values()
+            if isinstance(spec, Box) and bool(torch.isfinite(spec.low).all() and torch.isfinite(spec.high).all())
+        }
         self.obs_meta = {
             key: (torch.Size((num_envs, *leaf.shape)), leaf.dtype)
             for key, leaf in observation_spec.items(include_nested=True, leaves_only=True)
@@ -134,7 +139,7 @@ class StepValidator:
 
     def leaf_values(self, action: torch.Tensor, spec: Spec, what: str) -> None:
         """One action tensor's values against ``spec`` (batched): finite for a Box, in range; one host sync."""
-        if spec.contains(action) and (not action.dtype.is_floating_point or self._finite_bounds(spec)):
+        if spec.contains(action) and (not action.dtype.is_floating_point or id(spec) in self._finite_boxes):
             return  # inside finite bounds: finite too (NaN fails every comparison), so one check did both
         single = spec.unbatched()
         if isinstance(spec, Box) and action.dtype.is_floating_point and not bool(torch.isfinite(action).all()):
@@ -149,14 +154,6 @@ class StepValidator:
                 f"(min {action.min().item()}, max {action.max().item()}). "
                 "Sample actions from env.action_spec, or clamp them to its range (e.g. the ClipAction transform)."
             )
-
-    def _finite_bounds(self, spec: Spec) -> bool:
-        """A Box whose every bound is finite (cached per spec: bounds do not change)."""
-        known = self._finite.get(id(spec))
-        if known is None or known[0] is not spec:
-            finite = isinstance(spec, Box) and bool(torch.isfinite(spec.low).all() and torch.isfinite(spec.high).all())
-            known = self._finite[id(spec)] = (spec, finite)
-        return known[1]
 
     def _explain_action(self, action: Any) -> str:
         want = f"shape {tuple(self.action_shape)}, dtype {self.action_dtype}, device {self.device}"

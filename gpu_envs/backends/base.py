@@ -85,7 +85,7 @@ class Capabilities:
         check_action_values: every step's action values are checked before the backend
             steps (finite, in the spec's range: one host sync), as ``validate=True`` does.
             For simulators that refuse bad actions themselves with a bare assertion and
-            sync with the host every step anyway (VMAS: +0.2..0.7% a step): the refusal
+            sync with the host every step anyway (VMAS): the refusal
             is then an ``ActionError`` naming the group and the fix, and the env stays usable.
 
     Example::

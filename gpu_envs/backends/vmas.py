@@ -31,11 +31,12 @@ batch at once, but has no auto-reset: an env whose episode ended stays ended unt
 * Videos: the backend offers VMAS's own renderer as simulator frames
   (:class:`~gpu_envs.contract.protocols.SimulatorFrames`): ``RecordEpisodes.for_env(env, ...)``
   films chosen rows, each ended row drawn inside ``step`` before its reset, so a video's
-  last frame is the episode's true final state (VMAS draws one env at a time on the host:
-  ~35 ms a frame at 700x700 on a CPU, for the filmed rows only).
+  last frame is the episode's true final state (VMAS draws one env at a time on the host,
+  for the filmed rows only).
 * Actions: VMAS refuses a NaN or out-of-range action with a bare ``AssertionError``;
-  gpu_envs checks each step's action values first (one host sync, +0.2..0.7% of a step)
-  and raises an ``ActionError`` naming the group and the fix, the env still usable.
+  gpu_envs checks each step's action values first (one host sync, counted in
+  ``benchmarks/bench_multiagent.py``'s "own" column) and raises an ``ActionError``
+  naming the group and the fix, the env still usable.
 * Per-agent info entries of the scenario (``info(agent)``: metrics such as
   ``"pos_rew"``) are ``("next", group, "info", key)`` ``[N, A, ...]``.
 

@@ -1,11 +1,13 @@
 """Health checks of a hand-written loop (the default ``health_checks="collect"``), without a host sync per step.
 
-The README's first example is a manual ``step_and_maybe_reset`` loop. On the CPU each step
-is looked at in place by a C call per tensor (:mod:`gpu_envs.core.health_look`; the faulty
-step's rows recorded at once); elsewhere, or without a C compiler, the steps are kept
+The README's first example is a manual ``step_and_maybe_reset`` loop. On the CPU the
+built-in envs' native step checks its own values and the monitor only reads its verdict
+(``SelfCheckedStep``: a step it did not clear gets the look); other CPU steps are looked
+at in place by a C call per tensor (:mod:`gpu_envs.core.health_look`; the faulty step's
+rows recorded at once); elsewhere, or without a C compiler, the steps are kept
 (references to the env's own outputs) and scanned in batches
-(:meth:`gpu_envs.core.health.HealthMonitor.defer` / ``flush``). Every test runs both ways
-(the ``way`` fixture), so a NaN action, a NaN observation or an out-of-range discrete
+(:meth:`gpu_envs.core.health.HealthMonitor.defer` / ``flush``). Every test runs all three
+ways (the ``way`` fixture), so a NaN action, a NaN observation or an out-of-range discrete
 action at ANY step is raised by
 ``env.check_health()``, the next full ``env.reset()`` and the end of the next ``collect``,
 naming the row and the exact step -- and ``collect`` itself does not count its own
@@ -18,6 +20,7 @@ import pytest
 import torch
 
 import gpu_envs
+from gpu_envs.backends.torch_envs import TorchVectorBackend
 from gpu_envs.builtin import CartPoleEnv
 from gpu_envs.core import health
 from gpu_envs.rollout import collect
@@ -25,13 +28,16 @@ from gpu_envs.utils.native_library import compiler
 from tests.sync_guard import no_sync
 
 
-@pytest.fixture(autouse=True, params=["look", "batched"])
+@pytest.fixture(autouse=True, params=["self_checked", "look", "batched"])
 def way(request, monkeypatch):
-    """Each test twice: the CPU's per-step look (where a C compiler is) and the batched scan CUDA uses."""
+    """Each test three ways: the native step's own verdict, the CPU's per-step look (both where a C compiler
+    is) and the batched scan CUDA uses."""
     if request.param == "batched":
         monkeypatch.setattr(health, "look_for", lambda *args: None)
     elif compiler() is None:
         pytest.skip("no C compiler here: the per-step look is off and the batched scan runs (its own variant)")
+    if request.param == "look":  # the built-in envs' step does not vouch for itself: every step is looked at
+        monkeypatch.setattr(TorchVectorBackend, "self_checked_step", lambda self: None)
     return request.param
 
 
@@ -100,7 +106,7 @@ def test_many_steps_are_scanned_in_batches_and_every_step_counts(way):
     _loop(env, steps, lambda t, td: td.set("action", torch.full((2,), 9 if t == steps - 1 else 0)))
     if way == "batched":
         assert 0 < len(monitor._pending) < monitor.defer_steps
-    else:  # looked at where they lay: nothing kept
+    else:  # looked at where they lay, or vouched for by the native step: nothing kept
         assert monitor.host_look is not None and monitor._pending == []
     with pytest.raises(gpu_envs.HealthCheckError, match=rf"action 9 .* at step {steps - 1}"):
         env.check_health()
@@ -211,3 +217,30 @@ def test_switching_to_step_checks_mid_loop_keeps_counting_the_steps_before():
     with pytest.raises(gpu_envs.HealthCheckError, match=r"row 1: action nan not finite at step 6") as info:
         env.check_health()
     assert info.value.steps == [6]
+
+
+def test_a_self_checked_step_is_looked_at_only_where_the_simulator_found_something(way, monkeypatch):
+    """The native step's verdict stands in for the look on clean steps; a step it flags gets the look and the record.
+
+    (The look of each later step where the native step does not vouch; none where steps are kept and scanned.)
+    """
+    env = gpu_envs.make("CartPole-v1", num_envs=3, seed=0)
+    monitor = env.health_monitor
+    looked: list[int] = []
+    look = monitor.look
+    monkeypatch.setattr(monitor, "look", lambda *args: looked.append(monitor._host_steps) or look(*args))
+    _loop(env, 12, lambda t, td: td.set("action", torch.tensor([0, 5 if t == 7 else 1, 1])))
+    # the clean steps are only counted
+    assert looked == {"self_checked": [7], "look": list(range(12)), "batched": []}[way]
+    with pytest.raises(gpu_envs.HealthCheckError, match=r"row 1: action 5 outside .* at step 7"):
+        env.check_health()
+    # a NaN state stays bad until its row resets: every step after the NaN action is looked at
+    env = gpu_envs.make("Pendulum-v1", num_envs=4, seed=0, max_episode_steps=10)
+    monitor, looked[:] = env.health_monitor, []
+    look = monitor.look
+    monkeypatch.setattr(monitor, "look", lambda *args: looked.append(monitor._host_steps) or look(*args))
+    _loop(env, 14, _pendulum_nan_at(row=1, step=6))
+    # (row 1 resets at its step limit, after step 9)
+    assert looked == {"self_checked": [6, 7, 8, 9], "look": list(range(14)), "batched": []}[way]
+    with pytest.raises(gpu_envs.HealthCheckError, match=r"row 1: action nan not finite at step 6"):
+        env.check_health()

@@ -113,3 +113,33 @@ def test_a_build_from_an_empty_cache(monkeypatch, tmp_path):
     lib = native.build_into(tmp_path)
     assert lib is not None
     assert [p.suffix for p in tmp_path.iterdir()] == [".so"]
+
+
+@needs_cc
+@pytest.mark.parametrize("cls", [CartPoleEnv, PendulumEnv])
+def test_the_native_step_reports_whether_its_values_passed_the_health_checks(monkeypatch, cls):
+    """``last_step_clean`` (SelfCheckedStep): True after a clean native step, False after a bad value or a torch step."""
+    n = 6
+    fast, slow = _pair(monkeypatch, cls, n, seed=0)
+    fast.reset(seed=0)
+    slow.reset(seed=0)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(40):  # through episode ends: the reset rows' draws are checked too
+        action = _action(cls, n, g)
+        fast.raw_step(action)
+        slow.raw_step(action)
+        assert fast.last_step_clean and not slow.last_step_clean
+    if cls is CartPoleEnv:
+        bad_actions = [torch.tensor([0, 1, 2, 0, 1, 0]), torch.tensor([0, 1, -1, 0, 1, 0])]
+    else:
+        bad_actions = [torch.full((n, 1), v) for v in (float("nan"), float("inf"), -float("inf"))]
+        bad_actions[0][1:] = 0.0  # one NaN row among clean ones
+    for action in bad_actions:
+        fast.raw_step(action)
+        assert not fast.last_step_clean, action
+        fast.reset(seed=0)  # (a NaN state would stay bad)
+        fast.raw_step(_action(cls, n, g))
+        assert fast.last_step_clean
+    # an action the kernel does not take runs the torch step, which checks nothing
+    fast.raw_step(_action(cls, n, g).to(torch.int32 if cls is CartPoleEnv else torch.float64))
+    assert not fast.last_step_clean

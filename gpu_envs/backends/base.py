@@ -46,6 +46,7 @@ from tensordict import TensorDictBase
 from gpu_envs.contract.errors import RolloutError, SnapshotError
 from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
+from gpu_envs.contract.protocols import SelfCheckedStep
 from gpu_envs.contract.raw_step import NO_INFO, RawStep
 from gpu_envs.contract.specs import Composite, Spec
 
@@ -215,6 +216,16 @@ class Backend(ABC):
         ``raw_step`` this way: a built-in step is one call of the env). ``None`` (the
         default, and whenever the backend is in a state where ``step`` does more): the
         env calls :meth:`step`.
+        """
+        return None
+
+    def self_checked_step(self) -> SelfCheckedStep | None:
+        """The object whose ``last_step_clean`` reports on the step :meth:`direct_step` hands out, or None.
+
+        Only where the direct step is the simulator's own step with nothing between
+        (:class:`~gpu_envs.contract.protocols.SelfCheckedStep`): the env's default health
+        look then skips a step that simulator already checked and found clean. The
+        default, None: every step is looked at.
         """
         return None
 

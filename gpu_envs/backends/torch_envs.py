@@ -105,6 +105,13 @@ from gpu_envs.backends.common import (
     observation_spec_from_space,
 )
 from gpu_envs.backends.reuse import ReuseDetector
+from gpu_envs.backends.torch_protocol import (
+    REQUIRED_ATTRIBUTES,
+    REQUIRED_METHODS,
+    final_obs_in,
+    looks_like_torch_vector_env,
+    raw_step_of,
+)
 from gpu_envs.contract.errors import (
     BackendError,
     InvalidArgumentError,
@@ -115,71 +122,11 @@ from gpu_envs.contract.errors import (
 )
 from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
+from gpu_envs.contract.protocols import SelfCheckedStep
 from gpu_envs.contract.specs import Composite, Spec, spec_from_gym
 from gpu_envs.utils.arguments import as_bool, as_int, keywords_of
 from gpu_envs.utils.arrays import framework_of, from_torch, to_torch
 from gpu_envs.utils.live_state import prefixed, same_memory, under
-
-REQUIRED_METHODS = ("reset", "step")
-REQUIRED_ATTRIBUTES = ("num_envs", "single_observation_space", "single_action_space")
-# (final observations, their [N] validity mask) in a step's info: ours, then ManiSkill3's.
-FINAL_OBS_KEYS = (("final_obs", "_final_obs"), ("final_observation", "_final_observation"))
-
-
-def looks_like_torch_vector_env(obj: Any) -> bool:
-    """True if ``obj`` has the methods and attributes of the protocol above.
-
-    A gymnasium env without a ``device`` attribute speaks numpy: it is left to the
-    gymnasium backend.
-    """
-    shaped = all(callable(getattr(obj, m, None)) for m in REQUIRED_METHODS) and all(
-        hasattr(obj, a) for a in REQUIRED_ATTRIBUTES
-    )
-    if not shaped:
-        return False
-    import gymnasium as gym
-
-    return getattr(obj, "device", None) is not None or not isinstance(obj, (gym.Env, gym.vector.VectorEnv))
-
-
-def raw_step_of(env: Any) -> Callable[[torch.Tensor], RawStep] | None:
-    """The env's ``raw_step`` when it stands for its ``step``, else None.
-
-    A subclass that overrides ``step`` below the class defining ``raw_step`` (or
-    overrides it on the instance) changes what a step does, and calling the
-    ``raw_step`` would bypass that, so the plain ``step`` is used. An env with the
-    method's old name, ``step_transition`` (a plain tuple of the fields), is taken with
-    a DeprecationWarning.
-    """
-    # the old name only for an env that predates raw_step (`raw_step = None` says: no fast path)
-    name = "raw_step" if hasattr(env, "raw_step") else "step_transition"
-    method = getattr(env, name, None)
-    if not callable(method) or "step" in getattr(env, "__dict__", {}):
-        return None
-    mro = type(env).__mro__
-    owner = next((c for c in mro if name in c.__dict__), None)  # None: set on the instance
-    stepper = next((c for c in mro if "step" in c.__dict__), None)
-    if owner is not None and stepper is not None and mro.index(stepper) < mro.index(owner):
-        return None  # step overridden below the class that wrote the raw step
-    if name == "raw_step":
-        return cast("Callable[[torch.Tensor], RawStep]", method)
-    warnings.warn(
-        f"{type(env).__name__}.step_transition is the old name of the torch protocol's fast path: name it raw_step "
-        "and return a gpu_envs.contract.raw_step.RawStep; the old name goes away in the next release.",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return lambda action: RawStep(*cast("tuple[Any, ...]", method(action)))
-
-
-def final_obs_in(info: Mapping | None) -> tuple[str, Any, Any]:
-    """``(key, final observations, [N] mask or None)`` from a step's info; ``final`` is None if absent."""
-    if info:
-        for key, mask_key in FINAL_OBS_KEYS:
-            final = info.get(key)
-            if final is not None:
-                return key, final, info.get(mask_key)
-    return "", None, None
 
 
 class TorchVectorBackend(Backend):
@@ -256,11 +203,9 @@ class TorchVectorBackend(Backend):
         # the env's raw_step (module docstring), used once the env is known to speak torch
         self._raw_step = None if copy_buffers else raw_step_of(env)
         claim_simulator(innermost(env), self)
-        from gpu_envs.builtin import BUILTIN_ENVS
-
         # the built-in envs' outputs are ours: fresh tensors in the layout of their specs (no reuse to
         # detect, nothing to compare per step); a user env's are watched
-        if type(env) in BUILTIN_ENVS.values():
+        if type(env) in builtin_envs().values():
             self._reuse = None
             kind = FinalObsKind.SIMULATOR if env.expose_final_obs else FinalObsKind.PLACEHOLDER
             self.capabilities = self.capabilities.replace(final_obs=kind, trusted_outputs=True)
@@ -304,6 +249,12 @@ class TorchVectorBackend(Backend):
             assert self._raw_step is not None
             return self._raw_step
         return MethodType(plain, self)
+
+    def self_checked_step(self) -> SelfCheckedStep | None:
+        """:meth:`Backend.self_checked_step`: the env, where :meth:`direct_step` is its own checking ``raw_step``."""
+        env, step = self.env, self._raw_step
+        direct = self._reuse is None and self._plain is None and getattr(step, "__self__", None) is env
+        return env if direct and isinstance(env, SelfCheckedStep) else None
 
     def reuse_outputs(self, on: bool) -> bool:
         """:meth:`Backend.reuse_outputs` by the env's own (the built-in envs'), once no reuse detector watches its outputs."""
@@ -569,6 +520,13 @@ def _live_state_methods(env: Any) -> tuple[Callable[[], Any], Callable[[Any], No
     return None
 
 
+def builtin_envs() -> dict[str, type]:
+    """The built-in envs by id (imported late: ``gpu_envs.builtin`` sits above the backends)."""
+    from gpu_envs.builtin import BUILTIN_ENVS
+
+    return BUILTIN_ENVS
+
+
 def _copy(value: Any) -> Any:
     return value.clone() if isinstance(value, torch.Tensor) else value
 
@@ -583,29 +541,21 @@ class TorchPlugin:
         return True
 
     def env_ids(self) -> list[str]:
-        from gpu_envs.builtin import BUILTIN_ENVS
-
-        return sorted(BUILTIN_ENVS)
+        return sorted(builtin_envs())
 
     def can_make(self, env_id: str) -> bool:
         return env_id in self.env_ids()
 
     def make(self, env_id: str, num_envs: int, device: torch.device, **kwargs: Any) -> Backend:
-        from gpu_envs.builtin import BUILTIN_ENVS
-
-        return TorchVectorBackend(BUILTIN_ENVS[env_id](num_envs=num_envs, device=device, **kwargs))
+        return TorchVectorBackend(builtin_envs()[env_id](num_envs=num_envs, device=device, **kwargs))
 
     def make_kwargs(self, env_id: str) -> list[str] | None:
         """Options of a built-in env (``make`` takes ``seed`` itself)."""
-        from gpu_envs.builtin import BUILTIN_ENVS
-
-        return keywords_of(BUILTIN_ENVS[env_id].__init__, skip=("self", "num_envs", "device", "seed"))
+        return keywords_of(builtin_envs()[env_id].__init__, skip=("self", "num_envs", "device", "seed"))
 
     def min_bytes_per_env(self, env_id: str) -> int:
         """A lower bound of one built-in env's memory: its state, held twice (state and observation)."""
-        from gpu_envs.builtin import BUILTIN_ENVS
-
-        return 8 * int(getattr(BUILTIN_ENVS[env_id], "state_size", 1)) + 8
+        return 8 * int(getattr(builtin_envs()[env_id], "state_size", 1)) + 8
 
     def wrap_kwargs(self, obj: Any) -> list[str] | None:
         return keywords_of(TorchVectorBackend.__init__, skip=("self", "env", "device"))

@@ -85,6 +85,10 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         state: ``[N, state_size]`` float32, updated in place by ``reset``/``step`` (assigning
             to it copies into it).
         elapsed_steps: ``[N]`` int64, steps since each row's episode began (in place too).
+        last_step_clean: True when the last step was the native CPU step and it found
+            every action valid and every value it wrote finite (the health look's checks,
+            :class:`~gpu_envs.contract.protocols.SelfCheckedStep`); False after any other
+            step, or where it found a bad value.
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -128,6 +132,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         self._rng = CounterRNG(self.num_envs, self.state_size, self.device, seed, env_index_offset)
         self._needs_reset = True
         self._closed = False
+        self.last_step_clean = False
         # views made once (neither tensor is ever re-bound): the state's columns, and
         # elapsed_steps as [N, 1] for the TensorDict layout (see _state_columns, _elapsed_view)
         self._columns = self._state.unbind(1)

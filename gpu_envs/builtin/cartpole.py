@@ -285,6 +285,8 @@ class CartPoleEnv(BatchedTorchEnv):
             and native_allowed()
         ):
             return self._native_advance(action, columns)
+        if self.last_step_clean and native_allowed():  # an eager step whose values were not looked at
+            self.last_step_clean = False  # (traced or captured steps leave it: no Python state changes there)
         s = self._state
         if self.randomized:
             new = self._row_dynamics(action)
@@ -355,7 +357,7 @@ class CartPoleEnv(BatchedTorchEnv):
         if kernel is None:  # (only called where _advance found the kernel)
             raise BackendError(f"{type(self).__name__}: the native step ran without its kernel.")
         self._rng.count_advance()  # the kernel advances the counters of the rows that end
-        kernel(
+        self.last_step_clean = not kernel(
             a[0], a[1], cos.data_ptr(), sin.data_ptr(), action.data_ptr(), *a[2:],
             obs.data_ptr(), new.data_ptr(), reward.data_ptr(),
             terminated.data_ptr(), truncated.data_ptr(), done.data_ptr(),

@@ -13,6 +13,11 @@ one C loop over the rows, in place on the env's own tensors (their data pointers
   ``add`` with an exact ``alpha * action`` for 0/1 actions, IEEE division), and the draws
   are the generator's integer hash (:mod:`gpu_envs.builtin.counter_rng`). The tests step
   both paths side by side over many steps and resets and compare every output bit.
+* **Its own health check.** Each step returns 0 only if every action was valid
+  (CartPole: 0 or 1; Pendulum: finite) and every value it wrote is finite, read off the
+  bits while they are in registers; the env keeps the verdict as ``last_step_clean``
+  (:class:`~gpu_envs.contract.protocols.SelfCheckedStep`), so the default health checks
+  of a hand-written loop skip their own look of a clean step.
 * **Built at first use, cached.** The source below is compiled by the system C compiler
   into ``~/.cache/gpu_envs/native/kernels-<hash>.so`` once per machine and loaded by later
   processes (:class:`gpu_envs.utils.native_library.NativeLibrary`: ``$CC``,
@@ -54,6 +59,13 @@ SOURCE = r"""
 #define KERNEL
 #endif
 
+/* Not finite (inf or NaN): the exponent bits all ones, read on the bits (no arithmetic). */
+static inline int nonfinite(float v) {
+    union { float f; uint32_t u; } b;
+    b.f = v;
+    return (b.u & 0x7F800000u) == 0x7F800000u;
+}
+
 static inline uint32_t mix32(uint32_t x) {
     x ^= x >> 16; x *= 0x236F7153u;
     x ^= x >> 12; x *= 0x33CD8663u;
@@ -63,8 +75,10 @@ static inline uint32_t mix32(uint32_t x) {
 }
 
 /* One CartPole-v1 step of every row (see gpu_envs/builtin/cartpole.py for the torch twin).
-   c: force_neg, force_step, k_pml, den_const, den_cos2, tau[4], bounds[4]. */
-KERNEL void cartpole_step(
+   c: force_neg, force_step, k_pml, den_const, den_cos2, tau[4], bounds[4].
+   Returns 0 when every action was 0 or 1 and every observation written is finite (the
+   health look's checks, made on values already in registers), else 1. */
+KERNEL int cartpole_step(
     int64_t n, float *state, const float *cosv, const float *sinv, const int64_t *action,
     int64_t *elapsed, int64_t limit, const int64_t *key, int64_t *counter,
     const float *low, const float *scale, const float *below_high, int needs_clamp,
@@ -73,6 +87,7 @@ KERNEL void cartpole_step(
 {
     const float force_neg = c[0], force_step = c[1], k_pml = c[2], den_const = c[3], den_cos2 = c[4];
     const float neg_k_pml = -k_pml;
+    int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         float *s = state + 4 * i;
         const float x = s[0], x_dot = s[1], theta = s[2], theta_dot = s[3];
@@ -94,6 +109,8 @@ KERNEL void cartpole_step(
         const int d = term | trunc;
         float *o = obs + 4 * i, *f = final_obs + 4 * i;
         for (int j = 0; j < 4; j++) f[j] = nw[j];
+        bad |= ((uint64_t)action[i] > 1u) | nonfinite(nw[0]) | nonfinite(nw[1]) | nonfinite(nw[2])
+               | nonfinite(nw[3]);
         if (d) {
             const uint64_t start = (uint64_t)key[2 * i], step = (uint64_t)key[2 * i + 1];
             const uint64_t base = (uint64_t)counter[i] * 4u;
@@ -109,20 +126,23 @@ KERNEL void cartpole_step(
         } else {
             elapsed[i] = e;
         }
-        for (int j = 0; j < 4; j++) { o[j] = nw[j]; s[j] = nw[j]; }
+        for (int j = 0; j < 4; j++) { o[j] = nw[j]; s[j] = nw[j]; bad |= nonfinite(nw[j]); }
         reward[i] = 1.0f;
         terminated[i] = (uint8_t)term;
         truncated[i] = (uint8_t)trunc;
         done[i] = (uint8_t)d;
     }
+    return bad;
 }
 
 /* One Pendulum-v1 step of every row, up to the observation's trigonometry (see
    gpu_envs/builtin/pendulum.py). sinv/cosv/angle: sin th, cos th, atan2(sin, cos) of the
    pre-step state. Writes the reward, the flags, the new state (auto-reset included), the
    step counts and counters, new thdot into new_thdot and [post th | new th] into angles [2N].
-   c: max_torque, max_speed, dt, k_sin, k_u. */
-KERNEL void pendulum_step(
+   c: max_torque, max_speed, dt, k_sin, k_u.
+   Returns 0 when every action, reward and state written is finite (the health look's
+   checks: the observation is the trigonometry of a finite state), else 1. */
+KERNEL int pendulum_step(
     int64_t n, float *state, const float *sinv, const float *angle, const float *action,
     int64_t *elapsed, int64_t limit, const int64_t *key, int64_t *counter,
     const float *low, const float *scale, const float *below_high, int needs_clamp,
@@ -131,6 +151,7 @@ KERNEL void pendulum_step(
 {
     const float max_torque = c[0], max_speed = c[1], dt = c[2], k_sin = c[3], k_u = c[4];
     const float k_thdot = -0.1f, k_u2 = -0.001f;
+    int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         float *s = state + 2 * i;
         const float th = s[0], thdot = s[1], sn = sinv[i], a = angle[i];
@@ -161,6 +182,8 @@ KERNEL void pendulum_step(
         } else {
             elapsed[i] = e;
         }
+        bad |= nonfinite(action[i]) | nonfinite(r) | nonfinite(nt) | nonfinite(nd) | nonfinite(post[0])
+               | nonfinite(post[1]);
         s[0] = post[0];
         s[1] = post[1];
         reward[i] = r;
@@ -170,6 +193,7 @@ KERNEL void pendulum_step(
         angles[i] = post[0];
         angles[n + i] = nt;
     }
+    return bad;
 }
 
 /* A partial reset: rows where mask[i] take their next counter-based draw (lanes values),
@@ -211,10 +235,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     fn = lib.cartpole_step
     fn.argtypes = [i64, p, p, p, p, p, i64, p, p, p, p, p, i32, p, p, p, p, p, p, p]
-    fn.restype = None
+    fn.restype = i32  # 0: the step's actions and outputs passed the health look's checks
     fn = lib.pendulum_step
     fn.argtypes = [i64, p, p, p, p, p, i64, p, p, p, p, p, i32, p, p, p, p, p, p]
-    fn.restype = None
+    fn.restype = i32
     fn = lib.reset_rows
     fn.argtypes = [i64, i64, p, p, p, p, p, p, p, p, i32]
     fn.restype = None

@@ -223,6 +223,8 @@ class PendulumEnv(BatchedTorchEnv):
             and native_allowed()
         ):
             return self._native_advance(action, columns)
+        if self.last_step_clean and native_allowed():  # an eager step whose values were not looked at
+            self.last_step_clean = False  # (traced or captured steps leave it: no Python state changes there)
         th, thdot = self._state_columns()
         u = action.reshape(self.num_envs)
         if u.dtype != torch.float32:  # a dtype check, not a data read
@@ -293,7 +295,7 @@ class PendulumEnv(BatchedTorchEnv):
         if kernel is None:  # (only called where _advance found the kernel)
             raise BackendError(f"{type(self).__name__}: the native step ran without its kernel.")
         self._rng.count_advance()  # the kernel advances the counters of the rows that end
-        kernel(
+        self.last_step_clean = not kernel(
             n, self._state.data_ptr(), sin.data_ptr(), angle.data_ptr(), action.data_ptr(), *a,
             reward.data_ptr(), terminated.data_ptr(), truncated.data_ptr(), thdot.data_ptr(), angles.data_ptr(),
         )  # fmt: skip

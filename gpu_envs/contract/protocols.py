@@ -40,12 +40,14 @@ from gpu_envs.contract.errors import InvalidArgumentError
 
 __all__ = [
     "ENV_API",
+    "NOT_SELF_CHECKED",
     "BackendPlugin",
     "EnvAPI",
     "FusedCollectEnv",
     "LiveStateEnv",
     "OptionalPluginHooks",
     "RowStateEnv",
+    "SelfCheckedStep",
     "SimulatorFrames",
     "TorchVectorEnv",
     "require_env_api",
@@ -189,6 +191,38 @@ class SimulatorFrames(Protocol):
     def render_rows(self, rows: list[int]) -> torch.Tensor: ...
 
     def keep_final_frames(self, rows: list[int]) -> None: ...
+
+
+@runtime_checkable
+class SelfCheckedStep(Protocol):
+    """An env whose step looks at its own action and outputs, as the default health look would.
+
+    ``last_step_clean`` is True only when the last step checked every action against the
+    action space (integer actions in range, float actions finite) and found every
+    observation and reward it wrote finite; False when that step checked nothing (a path
+    without the check) or found something. A hand-written loop in the default health
+    mode then skips its own look of a clean step (:mod:`gpu_envs.core.health`); a step
+    reported not clean gets the full look and the exact per-row record. The built-in
+    envs' native CPU step checks while its values are in registers, for nearly nothing.
+
+    Example::
+
+        raw = env.raw_step(action)
+        if not env.last_step_clean:
+            ...  # look at the step's values yourself
+    """
+
+    last_step_clean: bool
+
+
+class _NeverChecked:
+    """A simulator that never checks its own steps (every step is looked at)."""
+
+    last_step_clean = False
+
+
+NOT_SELF_CHECKED: SelfCheckedStep = _NeverChecked()
+"""The stand-in where no simulator checks its own steps: ``last_step_clean`` is always False."""
 
 
 @runtime_checkable

@@ -28,7 +28,10 @@ What is checked (``health_checks`` of :func:`gpu_envs.make` / :class:`~gpu_envs.
   The steps of a hand-written loop (``env.step`` / ``step_and_maybe_reset`` outside a
   collection) are checked too. On the CPU, :meth:`HealthMonitor.look` looks at each
   step's tensors where they lie, one C call per step (:mod:`gpu_envs.core.health_look`),
-  and records a faulty step's rows exactly, at once. Elsewhere (or with no C compiler)
+  and records a faulty step's rows exactly, at once; where the simulator checks its own
+  step (:class:`~gpu_envs.contract.protocols.SelfCheckedStep`: the built-in envs' native
+  step), :meth:`HealthMonitor.look_unless_clean` reads its verdict and looks only at a
+  step it flagged. Elsewhere (or with no C compiler)
   :meth:`HealthMonitor.defer` keeps references to each step's tensors (no op: they are
   the env's outputs, never written again) and every :attr:`~HealthMonitor.defer_steps`
   steps, or wherever the record is read, scans them as one collection
@@ -66,8 +69,9 @@ from tensordict import TensorDict
 
 from gpu_envs.contract.errors import HealthCheckError, InvalidArgumentError
 from gpu_envs.contract.keys import QUARANTINED
+from gpu_envs.contract.protocols import NOT_SELF_CHECKED, SelfCheckedStep
 from gpu_envs.contract.specs import Spec
-from gpu_envs.core.health_look import ActionCheck, HostLook, healthy_on_host, look_for
+from gpu_envs.core.health_look import ActionCheck, HostLook, first_bad, healthy_on_host, look_for, row_sum
 from gpu_envs.utils.tensordicts import nest
 
 __all__ = ["HEALTH_MODES", "HealthMonitor", "health_mode"]
@@ -136,6 +140,7 @@ class HealthMonitor:
         )
         self._looked = 0
         self._faulty_step = -1
+        self._checked: SelfCheckedStep = NOT_SELF_CHECKED  # the simulator that checks its own steps (hand_step_for)
 
     @property
     def mode(self) -> str:
@@ -163,6 +168,29 @@ class HealthMonitor:
     def hand_step(self) -> Any:
         """What a hand-written step calls in ``"collect"`` mode: :meth:`look` on the CPU, else :meth:`defer`."""
         return self.defer if self.host_look is None else self.look
+
+    def hand_step_for(self, checked: SelfCheckedStep | None) -> Any:
+        """:attr:`hand_step` for steps of ``checked`` (or None): :meth:`look_unless_clean` where it checks itself on the CPU."""
+        if checked is None or self.host_look is None:
+            return self.hand_step
+        self._checked = checked
+        return self.look_unless_clean
+
+    def look_unless_clean(
+        self, root_obs: dict, action: torch.Tensor, next_obs: dict, reward: torch.Tensor, missing: torch.Tensor
+    ) -> None:
+        """:meth:`look`, except for a step the simulator checked itself and found clean: only counted.
+
+        The simulator (:class:`~gpu_envs.contract.protocols.SelfCheckedStep`) made the look's
+        checks on the step's values (a superset: every row, before placeholders); a step it
+        did not clear gets the look, and a fault its exact record.
+        """
+        if self._checked.last_step_clean:
+            if not self._collecting and self._mode == "collect":
+                self._host_steps += 1
+                self._looked += 1
+            return
+        self.look(root_obs, action, next_obs, reward, missing)
 
     def look(
         self, root_obs: dict, action: torch.Tensor, next_obs: dict, reward: torch.Tensor, missing: torch.Tensor
@@ -279,18 +307,18 @@ class HealthMonitor:
         if check.active:
             a = action.reshape(rows, -1)
             if check.finite:
-                found.append((_ACTION_NAN, *_first(a, ~torch.isfinite(a))))
+                found.append((_ACTION_NAN, *first_bad(a, ~torch.isfinite(a))))
             else:
                 low, high = check.bounds()
-                found.append((_ACTION_RANGE, *_first(a, (a < low.reshape(-1)) | (a > high.reshape(-1)))))
+                found.append((_ACTION_RANGE, *first_bad(a, (a < low.reshape(-1)) | (a > high.reshape(-1)))))
         r = reward.reshape(rows, -1)
-        found.append((_REWARD_NAN, *_first(r, ~torch.isfinite(r))))
+        found.append((_REWARD_NAN, *first_bad(r, ~torch.isfinite(r))))
         keep = ~missing.reshape(rows, 1)
         keys = self.obs_keys if obs_keys is None else obs_keys
         for i, key in enumerate(self.obs_keys):
             if key in keys and key in obs:
                 x = obs[key].reshape(rows, -1)
-                found.append((_OBS + i, *_first(x, ~torch.isfinite(x) & keep)))
+                found.append((_OBS + i, *first_bad(x, ~torch.isfinite(x) & keep)))
         code = torch.zeros(rows, dtype=torch.int64, device=self.device)
         value = torch.zeros(rows, dtype=torch.float64, device=self.device)
         for kind, bad, val in reversed(found):  # the first listed wins where several are bad
@@ -320,7 +348,7 @@ class HealthMonitor:
                 entries.append((_ACTION_RANGE, (a >= low) & (a <= high), a))
             else:
                 low, high = check.bounds()
-                bad, value = _first(a, (a < low.reshape(-1)) | (a > high.reshape(-1)))
+                bad, value = first_bad(a, (a < low.reshape(-1)) | (a > high.reshape(-1)))
                 entries.append((_ACTION_RANGE, ~bad, value))
         r = reward.view(n) if reward.shape[-1] == 1 else reward.reshape(n, -1).sum(1)
         entries.append((_REWARD_NAN, torch.isfinite(r), r))
@@ -370,16 +398,16 @@ class HealthMonitor:
         if check.active:
             a = data.get("action").reshape(n, t, -1)
             if check.finite:
-                total = _row_sum(a)
+                total = row_sum(a)
                 found.append((_ACTION_NAN, ~torch.isfinite(total), total))
             else:
                 low, high = torch.aminmax(a.reshape(n, t) if a.shape[2] == 1 else a, dim=1)  # [N, k] or [N]
                 low, high = low.reshape(n, -1), high.reshape(n, -1)
                 valid_low, valid_high = check.bounds()
                 over, under = high > valid_high.reshape(-1), low < valid_low.reshape(-1)
-                bad, value = _first(torch.where(over, high, low), over | under)
+                bad, value = first_bad(torch.where(over, high, low), over | under)
                 found.append((_ACTION_RANGE, bad, value))
-        reward = _row_sum(nxt.get("reward"))
+        reward = row_sum(nxt.get("reward"))
         found.append((_REWARD_NAN, ~torch.isfinite(reward), reward))
         missing = nxt.get("final_obs_missing").reshape(n, t)
         # (a sum of bytes: bool any() over rows is several times slower on the CPU)
@@ -389,8 +417,8 @@ class HealthMonitor:
                 # the next observations; rows with a placeholder in this collection: the observations
                 # they acted on (which never hold one) and the last step's next one
                 following = nxt.get(key)
-                last = torch.where(last_missing, 0.0, _row_sum(following[:, -1]))
-                total = torch.where(some_missing, _row_sum(data.get(key)) + last, _row_sum(following))
+                last = torch.where(last_missing, 0.0, row_sum(following[:, -1]))
+                total = torch.where(some_missing, row_sum(data.get(key)) + last, row_sum(following))
                 found.append((_OBS + i, ~torch.isfinite(total), total))
         # on the CPU the host reads the flags in place for free: a healthy collection records nothing
         if self._cuda or any(bad.numpy().any() for _, bad, _ in found):
@@ -542,20 +570,6 @@ def _span(first: int, span: int) -> str:
     if span == 1:
         return ""
     return f" (somewhere in steps {first}..{first + span - 1}: that collection's buffer was overwritten since)"
-
-
-def _row_sum(x: torch.Tensor) -> torch.Tensor:
-    """``[N]``: each row's sum (one fast reduction; half floats summed in float32, so they do not overflow)."""
-    flat = x.reshape(x.shape[0], -1)
-    return flat.sum(1, dtype=torch.float32) if flat.element_size() < 4 else flat.sum(1)
-
-
-def _first(x: torch.Tensor, bad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(any bad [rows], the first bad element's value [rows] as float64)`` of ``[rows, k]`` tensors."""
-    if bad.shape[1] == 1:
-        return bad.view(-1), x.view(-1).to(torch.float64)
-    first = bad.to(torch.uint8).argmax(1, keepdim=True)
-    return bad.any(1), x.gather(1, first).view(-1).to(torch.float64)
 
 
 # the bytes of hand-written steps a monitor keeps before scanning them (references to the env's own

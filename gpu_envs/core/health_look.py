@@ -50,7 +50,7 @@ from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete, Spec
 from gpu_envs.utils.native_library import NativeLibrary
 
-__all__ = ["ActionCheck", "HostLook", "healthy_on_host", "host_look", "look_for", "np_sum"]
+__all__ = ["ActionCheck", "HostLook", "first_bad", "healthy_on_host", "host_look", "look_for", "np_sum", "row_sum"]
 
 SOURCE = r"""
 #include <stdint.h>
@@ -366,6 +366,20 @@ def healthy_on_host(data: Any, nxt: Any, check: ActionCheck, obs_keys: list) -> 
         return bool(np.isfinite(total))
     except (TypeError, RuntimeError):  # bfloat16, or a tensor numpy cannot view
         return False
+
+
+def row_sum(x: torch.Tensor) -> torch.Tensor:
+    """``[N]``: each row's sum (one fast reduction; half floats summed in float32, so they do not overflow)."""
+    flat = x.reshape(x.shape[0], -1)
+    return flat.sum(1, dtype=torch.float32) if flat.element_size() < 4 else flat.sum(1)
+
+
+def first_bad(x: torch.Tensor, bad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(any bad [rows], the first bad element's value [rows] as float64)`` of ``[rows, k]`` tensors."""
+    if bad.shape[1] == 1:
+        return bad.view(-1), x.view(-1).to(torch.float64)
+    first = bad.to(torch.uint8).argmax(1, keepdim=True)
+    return bad.any(1), x.gather(1, first).view(-1).to(torch.float64)
 
 
 def np_sum(array: np.ndarray) -> float:

@@ -32,8 +32,11 @@ changes), never per step:
 * the action value check: none, or ``StepValidator.action_values`` (Discrete ranges on
   the first step; every range with ``validate_actions``);
 * the health watch: none, ``HealthMonitor.watch`` (``health_checks="step"``: every
-  transition's values flagged on the device, no sync) or ``HealthMonitor.defer`` (the
-  default: a hand-written step's tensors kept, and scanned in batches;
+  transition's values flagged on the device, no sync) or, by default, the monitor's
+  hand-step check: on the CPU ``HealthMonitor.look`` (one C look at the step's tensors),
+  or ``HealthMonitor.look_unless_clean`` where the direct step's simulator checks its
+  own values (``Backend.self_checked_step``: the built-in envs' native step), elsewhere
+  ``HealthMonitor.defer`` (the tensors kept and scanned in batches;
   :mod:`gpu_envs.core.health`);
 * the TensorDict build: flat keys (one dict, built without re-validation) or nested
   ones (tuple keys become sub-TensorDicts).
@@ -284,12 +287,14 @@ class StepPath:
         """Choose the parts of the path (module docstring); called whenever what they depend on changes."""
         backend, validator = self.backend, self.validator
         capabilities = backend.capabilities
+        checked = None  # the simulator that checks its own steps, where its step is called directly
         if self.first:
             self.stepper: Advance = FirstStep(backend, validator, weakref.WeakMethod(self.first_step_done))
         else:
             direct = backend.direct_step() if capabilities.direct_step else None
             stepper: Advance = BackendStep(backend) if direct is None else DirectStep(direct)
             self.stepper = stepper if capabilities.trusted_outputs else WatchedStep(stepper, validator.outputs)
+            checked = None if direct is None else backend.self_checked_step()
         values = (
             (self._discrete and (self.validate_actions or self.first))
             or (self._box and self.validate_actions)
@@ -300,7 +305,7 @@ class StepPath:
         self.watch = monitor.watch if monitor is not None and monitor.every_step else None
         # hand-written steps in the default mode: looked at in place on the CPU, else kept and scanned in
         # batches (a collection scans its own buffer)
-        self.defer = monitor.hand_step if monitor is not None and monitor.deferring else None
+        self.defer = monitor.hand_step_for(checked) if monitor is not None and monitor.deferring else None
         info_spec = getattr(backend, "info_spec", None)
         info_keys = [] if info_spec is None else list(info_spec.keys(include_nested=True, leaves_only=True))
         nested = any(isinstance(key, tuple) for key in [*self.keys, *info_keys])

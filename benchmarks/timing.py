@@ -144,6 +144,7 @@ def interleave_clocks(
     rounds: int,
     clocks: dict[str, Callable[[], float]],
     warmup: int = 1,
+    device: torch.device | None = None,
 ) -> dict[str, dict[str, list[float]]]:
     """Seconds per call of each contender in every round, on every clock: ``{clock: {contender: [per round]}}``.
 
@@ -151,7 +152,8 @@ def interleave_clocks(
     paired round by round: contenders of one round ran seconds apart, under the same load)
     and reads several clocks around the same calls -- e.g. ``time.process_time`` (every
     thread: a simulator's workers too), ``time.thread_time`` (the calling thread: where a
-    wrapper's own Python runs) and ``time.perf_counter`` (wall).
+    wrapper's own Python runs) and ``time.perf_counter`` (wall). A CUDA ``device`` is
+    synchronised around each round, as :func:`interleave` does.
 
         samples = interleave_clocks({"raw": raw, "gpu_envs": ours}, 20, 15, {"cpu": time.process_time})
         paired_ratios(samples["cpu"], "gpu_envs")  # one gpu_envs/raw ratio per round
@@ -160,9 +162,11 @@ def interleave_clocks(
     readers = list(clocks.items())
     for r in range(warmup + rounds):
         for name, fn in contenders.items():
+            sync(device)
             start = [read() for _, read in readers]
             for _ in range(steps):
                 fn()
+            sync(device)
             end = [read() for _, read in readers]
             if r >= warmup:
                 for (clock, _), a, b in zip(readers, start, end, strict=True):

@@ -228,7 +228,9 @@ def test_a_self_checked_step_is_looked_at_only_where_the_simulator_found_somethi
     monitor = env.health_monitor
     looked: list[int] = []
     look = monitor.look
-    monkeypatch.setattr(monitor, "look", lambda *args: looked.append(monitor._host_steps) or look(*args))
+    monkeypatch.setattr(
+        monitor, "look", lambda *args: looked.append(monitor._host_steps + monitor.vouched_steps) or look(*args)
+    )
     _loop(env, 12, lambda t, td: td.set("action", torch.tensor([0, 5 if t == 7 else 1, 1])))
     # the clean steps are only counted
     assert looked == {"self_checked": [7], "look": list(range(12)), "batched": []}[way]
@@ -238,9 +240,24 @@ def test_a_self_checked_step_is_looked_at_only_where_the_simulator_found_somethi
     env = gpu_envs.make("Pendulum-v1", num_envs=4, seed=0, max_episode_steps=10)
     monitor, looked[:] = env.health_monitor, []
     look = monitor.look
-    monkeypatch.setattr(monitor, "look", lambda *args: looked.append(monitor._host_steps) or look(*args))
+    monkeypatch.setattr(
+        monitor, "look", lambda *args: looked.append(monitor._host_steps + monitor.vouched_steps) or look(*args)
+    )
     _loop(env, 14, _pendulum_nan_at(row=1, step=6))
     # (row 1 resets at its step limit, after step 9)
     assert looked == {"self_checked": [6, 7, 8, 9], "look": list(range(14)), "batched": []}[way]
     with pytest.raises(gpu_envs.HealthCheckError, match=r"row 1: action nan not finite at step 6"):
+        env.check_health()
+
+
+def test_steps_counted_around_a_collection_number_a_later_fault_exactly():
+    """Hand-written steps (vouched for, looked at or kept), a collection, then a fault: its step counts them all."""
+    env = gpu_envs.make("CartPole-v1", num_envs=3, seed=0)
+    _loop(env, 5, lambda t, td: td.set("action", torch.ones(3, dtype=torch.int64)))
+    collect(env, steps=8)
+    td = env.root()
+    for t in range(3):
+        td["action"] = torch.tensor([0, 1, 4 if t == 2 else 0])
+        td = env.step_and_maybe_reset(td)[1]
+    with pytest.raises(gpu_envs.HealthCheckError, match=r"row 2: action 4 outside .* at step 15"):
         env.check_health()

@@ -30,8 +30,8 @@ What is checked (``health_checks`` of :func:`gpu_envs.make` / :class:`~gpu_envs.
   step's tensors where they lie, one C call per step (:mod:`gpu_envs.core.health_look`),
   and records a faulty step's rows exactly, at once; where the simulator checks its own
   step (:class:`~gpu_envs.contract.protocols.SelfCheckedStep`: the built-in envs' native
-  step), :meth:`HealthMonitor.look_unless_clean` reads its verdict and looks only at a
-  step it flagged. Elsewhere (or with no C compiler)
+  step), the step path reads its verdict and only counts a clean step
+  (:meth:`HealthMonitor.trusted`); a step it flagged gets the look. Elsewhere (or with no C compiler)
   :meth:`HealthMonitor.defer` keeps references to each step's tensors (no op: they are
   the env's outputs, never written again) and every :attr:`~HealthMonitor.defer_steps`
   steps, or wherever the record is read, scans them as one collection
@@ -140,7 +140,11 @@ class HealthMonitor:
         )
         self._looked = 0
         self._faulty_step = -1
-        self._checked: SelfCheckedStep = NOT_SELF_CHECKED  # the simulator that checks its own steps (hand_step_for)
+        # hand-written steps a self-checking simulator found clean, counted by the step path while
+        # `counting` (hand-written steps are counted now: "collect" mode, outside a collection), and
+        # added to the host step counts whenever those are read (_settle)
+        self.vouched_steps = 0
+        self.counting = mode == "collect"
 
     @property
     def mode(self) -> str:
@@ -153,6 +157,7 @@ class HealthMonitor:
             self.flush()
             self._fold()
         self._mode = value
+        self.counting = value == "collect" and not getattr(self, "_collecting", 0)
 
     @property
     def every_step(self) -> bool:
@@ -169,28 +174,13 @@ class HealthMonitor:
         """What a hand-written step calls in ``"collect"`` mode: :meth:`look` on the CPU, else :meth:`defer`."""
         return self.defer if self.host_look is None else self.look
 
-    def hand_step_for(self, checked: SelfCheckedStep | None) -> Any:
-        """:attr:`hand_step` for steps of ``checked`` (or None): :meth:`look_unless_clean` where it checks itself on the CPU."""
-        if checked is None or self.host_look is None:
-            return self.hand_step
-        self._checked = checked
-        return self.look_unless_clean
+    def trusted(self, checked: SelfCheckedStep | None) -> SelfCheckedStep:
+        """Whose verdict stands in for :meth:`look` on a clean step: ``checked`` where the CPU look would run.
 
-    def look_unless_clean(
-        self, root_obs: dict, action: torch.Tensor, next_obs: dict, reward: torch.Tensor, missing: torch.Tensor
-    ) -> None:
-        """:meth:`look`, except for a step the simulator checked itself and found clean: only counted.
-
-        The simulator (:class:`~gpu_envs.contract.protocols.SelfCheckedStep`) made the look's
-        checks on the step's values (a superset: every row, before placeholders); a step it
-        did not clear gets the look, and a fault its exact record.
+        The step path reads ``last_step_clean`` after each hand-written step: clean, it only
+        adds the step to :attr:`vouched_steps` (while :attr:`counting`), else calls :attr:`hand_step`.
         """
-        if self._checked.last_step_clean:
-            if not self._collecting and self._mode == "collect":
-                self._host_steps += 1
-                self._looked += 1
-            return
-        self.look(root_obs, action, next_obs, reward, missing)
+        return checked if checked is not None and self.host_look is not None else NOT_SELF_CHECKED
 
     def look(
         self, root_obs: dict, action: torch.Tensor, next_obs: dict, reward: torch.Tensor, missing: torch.Tensor
@@ -203,6 +193,7 @@ class HealthMonitor:
         look = self.host_look
         if self._collecting or look is None or self._mode != "collect":
             return
+        self._settle()
         if action.__class__ is dict:  # agent groups' actions ({key: tensor}): not checked (the action check is off)
             action = self._no_action
         step = self._host_steps
@@ -214,8 +205,17 @@ class HealthMonitor:
         self._record(code > 0, step, code, value)
         self._faulty_step = step
 
+    def _settle(self) -> None:
+        """Count the :attr:`vouched_steps` as looked at (the host's step numbers read after this are exact)."""
+        vouched = self.vouched_steps
+        if vouched:
+            self._host_steps += vouched
+            self._looked += vouched
+            self.vouched_steps = 0
+
     def _fold(self) -> None:
         """Bring the device step counter up to date with the steps :meth:`look` counted on the host."""
+        self._settle()
         if self._looked:
             self.steps.add_(self._looked)
             self._looked = 0
@@ -245,6 +245,7 @@ class HealthMonitor:
         is read). Without a kept step (inside a collection) it does nothing: the
         collection's buffer carries the wrapper's ``("next", "quarantined")`` itself.
         """
+        self._settle()
         if self._pending:
             self._pending[-1][5] = rows
         elif self._faulty_step >= 0 and self._faulty_step == self._host_steps - 1:  # the last looked step recorded
@@ -278,11 +279,14 @@ class HealthMonitor:
     def collecting(self) -> Iterator[None]:
         """Inside, hand-written-step deferral is off (a collection scans its own buffer); kept steps are scanned first."""
         self.flush()
+        self._settle()
         self._collecting += 1
+        self.counting = False
         try:
             yield
         finally:
             self._collecting -= 1
+            self.counting = self._mode == "collect" and not self._collecting
 
     def _action_check(self, spec: Spec) -> ActionCheck:
         check = self._actions.get(id(spec))
@@ -458,7 +462,7 @@ class HealthMonitor:
         """A full reset: steps are counted from 0 again (the record stays until it is raised)."""
         self.flush()
         self.steps.zero_()
-        self._host_steps = self._looked = 0
+        self._host_steps = self._looked = self.vouched_steps = 0
         self._faulty_step = -1
         self._scans = []
 

@@ -34,8 +34,9 @@ changes), never per step:
 * the health watch: none, ``HealthMonitor.watch`` (``health_checks="step"``: every
   transition's values flagged on the device, no sync) or, by default, the monitor's
   hand-step check: on the CPU ``HealthMonitor.look`` (one C look at the step's tensors),
-  or ``HealthMonitor.look_unless_clean`` where the direct step's simulator checks its
-  own values (``Backend.self_checked_step``: the built-in envs' native step), elsewhere
+  or, where the direct step's simulator checks its own values
+  (``Backend.self_checked_step``: the built-in envs' native step), only a count of the
+  steps it found clean (``HealthMonitor.trusted``), elsewhere
   ``HealthMonitor.defer`` (the tensors kept and scanned in batches;
   :mod:`gpu_envs.core.health`);
 * the TensorDict build: flat keys (one dict, built without re-validation) or nested
@@ -98,6 +99,7 @@ from gpu_envs.backends.base import Backend, RawStep
 from gpu_envs.contract.errors import ClosedEnvError, ResetNeededError, StaleInputError
 from gpu_envs.contract.final_obs import FinalObsRule
 from gpu_envs.contract.keys import ObsDict, transition_keys
+from gpu_envs.contract.protocols import NOT_SELF_CHECKED
 from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete
 from gpu_envs.core.health import HealthMonitor
 from gpu_envs.core.step_validation import StepValidator
@@ -305,7 +307,8 @@ class StepPath:
         self.watch = monitor.watch if monitor is not None and monitor.every_step else None
         # hand-written steps in the default mode: looked at in place on the CPU, else kept and scanned in
         # batches (a collection scans its own buffer)
-        self.defer = monitor.hand_step_for(checked) if monitor is not None and monitor.deferring else None
+        self.defer = monitor.hand_step if monitor is not None and monitor.deferring else None
+        self.checked = NOT_SELF_CHECKED if self.defer is None or monitor is None else monitor.trusted(checked)
         info_spec = getattr(backend, "info_spec", None)
         info_keys = [] if info_spec is None else list(info_spec.keys(include_nested=True, leaves_only=True))
         nested = any(isinstance(key, tuple) for key in [*self.keys, *info_keys])
@@ -475,7 +478,11 @@ class StepPath:
         set_entry(td, "next", following)
         self.last_done = done
         if self.defer is not None and dated:  # (not inside a compiled chunk)
-            self.defer(previous, action, next_obs, raw.reward, out.final_obs_missing)
+            monitor = self.monitor
+            if self.checked.last_step_clean and monitor is not None and monitor.counting:
+                monitor.vouched_steps += 1  # the simulator checked this step itself: counted, not looked at
+            else:
+                self.defer(previous, action, next_obs, raw.reward, out.final_obs_missing)
         self.finish(call)
         return done
 

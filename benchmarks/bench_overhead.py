@@ -16,7 +16,8 @@ a TensorDict:
 (c) gpu_envs: the same env through ``gpu_envs.wrap`` with ``step_and_maybe_reset``;
 (d) torchrl: ``GymWrapper(env, convert_actions_to_numpy=False)`` with its
     ``step_and_maybe_reset``, when torchrl is installed (for reference);
-(e) gpu_envs with ``health_checks=False`` and with ``health_checks="step"``: what the
+(e) gpu_envs with ``health_checks=False`` and with ``health_checks="step"`` (the same env
+    as (c), switched between rounds, so only the checks differ): what the
     default checks of a hand-written loop cost ((c) against checks off: "default checks
     cost", points of the raw step, paired round by round, with its 95% confidence
     interval and the verdict on the 3-point target; on the CPU the built-in envs' native
@@ -111,31 +112,40 @@ def floor_step_fn(n: int, device: torch.device, action: torch.Tensor):
     return step
 
 
-def contenders(n: int, device: torch.device) -> dict:
+CHECK_MODES = {"gpu_envs": True, "checks_off": False, "checks_step": "step"}
+"""The health mode each gpu_envs contender runs its rounds in (one env, switched between rounds)."""
+
+
+def check_setups(env) -> dict:
+    """For :func:`~benchmarks.timing.interleave_clocks`: set the shared env's health mode before each contender's round."""
+    return {name: lambda mode=mode: setattr(env, "health_checks", mode) for name, mode in CHECK_MODES.items()}
+
+
+def contenders(n: int, device: torch.device) -> tuple[dict, object]:
+    """The step contenders, and the gpu_envs env three of them share (:data:`CHECK_MODES`)."""
     action = (torch.arange(n, device=device) % 2).long()
 
     raw_env = CartPoleEnv(n, device=device, expose_final_obs=False)
     raw_env.reset(seed=0)
 
-    def ours_step_fn(health_checks):
-        ours = gpu_envs.wrap(CartPoleEnv(n, device=device, expose_final_obs=False), health_checks=health_checks)
-        state = {"ours": ours.reset(seed=0)}
+    # one env for gpu_envs and its two other health modes (switched between rounds: check_setups): the
+    # checks' cost is then the only difference, not two env objects' places in memory
+    ours = gpu_envs.wrap(CartPoleEnv(n, device=device, expose_final_obs=False))
+    ours_state = {"ours": ours.reset(seed=0)}
 
-        def ours_step():
-            td = state["ours"]
-            td.set("action", action)
-            state["ours"] = ours.step_and_maybe_reset(td)[1]
-
-        return ours_step
+    def ours_step():
+        td = ours_state["ours"]
+        td.set("action", action)
+        ours_state["ours"] = ours.step_and_maybe_reset(td)[1]
 
     state: dict = {}
     out = {
         "raw": lambda: raw_env.step(action),
         "floor": floor_step_fn(n, device, action),
-        "gpu_envs": ours_step_fn(True),
+        "gpu_envs": ours_step,
         # the health checks: off, and on every step ("collect", the default, checks nothing per step)
-        "checks_off": ours_step_fn(False),
-        "checks_step": ours_step_fn("step"),
+        "checks_off": ours_step,
+        "checks_step": ours_step,
     }
     if importlib.util.find_spec("torchrl") is not None:
         from torchrl.envs import GymWrapper
@@ -156,7 +166,7 @@ def contenders(n: int, device: torch.device) -> dict:
             state["torchrl"] = theirs.step_and_maybe_reset(td)[1]
 
         out["torchrl"] = torchrl_step
-    return out
+    return out, ours
 
 
 class LinearArgmaxPolicy:
@@ -292,7 +302,8 @@ def measure(sizes: list[int], steps: int, rounds: int, device: torch.device, war
     rows = []
     for n in sizes:
         clocks = {"cpu": clock(device)}
-        per_round = interleave_clocks(contenders(n, device), steps, rounds, clocks, warmup, device)["cpu"]
+        fns, ours = contenders(n, device)
+        per_round = interleave_clocks(fns, steps, rounds, clocks, warmup, device, check_setups(ours))["cpu"]
         times = medians(per_round)
         row = overhead_row(times, N=n)
         row["checks_step_cost"] = f"{(times['checks_step'] - times['checks_off']) / times['raw'] * 100:+.1f} pts"

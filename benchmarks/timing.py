@@ -145,6 +145,7 @@ def interleave_clocks(
     clocks: dict[str, Callable[[], float]],
     warmup: int = 1,
     device: torch.device | None = None,
+    setups: dict[str, Callable[[], object]] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
     """Seconds per call of each contender in every round, on every clock: ``{clock: {contender: [per round]}}``.
 
@@ -153,7 +154,9 @@ def interleave_clocks(
     and reads several clocks around the same calls -- e.g. ``time.process_time`` (every
     thread: a simulator's workers too), ``time.thread_time`` (the calling thread: where a
     wrapper's own Python runs) and ``time.perf_counter`` (wall). A CUDA ``device`` is
-    synchronised around each round, as :func:`interleave` does.
+    synchronised around each round, as :func:`interleave` does. ``setups[name]``, where
+    given, runs untimed before each of that contender's rounds (contenders that are one
+    object in different settings).
 
         samples = interleave_clocks({"raw": raw, "gpu_envs": ours}, 20, 15, {"cpu": time.process_time})
         paired_ratios(samples["cpu"], "gpu_envs")  # one gpu_envs/raw ratio per round
@@ -162,6 +165,8 @@ def interleave_clocks(
     readers = list(clocks.items())
     for r in range(warmup + rounds):
         for name, fn in contenders.items():
+            if setups is not None and name in setups:
+                setups[name]()
             sync(device)
             start = [read() for _, read in readers]
             for _ in range(steps):

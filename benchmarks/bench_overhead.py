@@ -17,7 +17,8 @@ a TensorDict:
 (d) torchrl: ``GymWrapper(env, convert_actions_to_numpy=False)`` with its
     ``step_and_maybe_reset``, when torchrl is installed (for reference);
 (e) gpu_envs with ``health_checks=False`` and with ``health_checks="step"`` (the same env
-    as (c), switched between rounds, so only the checks differ): what the
+    as (c), switched between rounds, so only the checks differ; every other round runs the
+    contenders in reverse order, so neither follows the other every time): what the
     default checks of a hand-written loop cost ((c) against checks off: "default checks
     cost", points of the raw step, paired round by round, with its 95% confidence
     interval and the verdict on the 3-point target; on the CPU the built-in envs' native
@@ -303,7 +304,8 @@ def measure(sizes: list[int], steps: int, rounds: int, device: torch.device, war
     for n in sizes:
         clocks = {"cpu": clock(device)}
         fns, ours = contenders(n, device)
-        per_round = interleave_clocks(fns, steps, rounds, clocks, warmup, device, check_setups(ours))["cpu"]
+        setups = check_setups(ours)
+        per_round = interleave_clocks(fns, steps, rounds, clocks, warmup, device, setups, alternate=True)["cpu"]
         times = medians(per_round)
         row = overhead_row(times, N=n)
         row["checks_step_cost"] = f"{(times['checks_step'] - times['checks_off']) / times['raw'] * 100:+.1f} pts"

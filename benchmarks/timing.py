@@ -146,6 +146,7 @@ def interleave_clocks(
     warmup: int = 1,
     device: torch.device | None = None,
     setups: dict[str, Callable[[], object]] | None = None,
+    alternate: bool = False,
 ) -> dict[str, dict[str, list[float]]]:
     """Seconds per call of each contender in every round, on every clock: ``{clock: {contender: [per round]}}``.
 
@@ -156,7 +157,8 @@ def interleave_clocks(
     wrapper's own Python runs) and ``time.perf_counter`` (wall). A CUDA ``device`` is
     synchronised around each round, as :func:`interleave` does. ``setups[name]``, where
     given, runs untimed before each of that contender's rounds (contenders that are one
-    object in different settings).
+    object in different settings). ``alternate`` runs every other round in reverse order, so
+    no contender always follows the same one (a paired difference then carries no order bias).
 
         samples = interleave_clocks({"raw": raw, "gpu_envs": ours}, 20, 15, {"cpu": time.process_time})
         paired_ratios(samples["cpu"], "gpu_envs")  # one gpu_envs/raw ratio per round
@@ -164,7 +166,8 @@ def interleave_clocks(
     samples: dict[str, dict[str, list[float]]] = {c: {name: [] for name in contenders} for c in clocks}
     readers = list(clocks.items())
     for r in range(warmup + rounds):
-        for name, fn in contenders.items():
+        items = list(contenders.items())
+        for name, fn in reversed(items) if alternate and r % 2 else items:
             if setups is not None and name in setups:
                 setups[name]()
             sync(device)

@@ -77,6 +77,10 @@ its gymnasium shape. Every returned tensor must be fresh (never written again by
 env), as for ``step``; a user env's outputs are checked against its specs on every step
 (metadata only). A subclass overriding ``step`` (not ``raw_step``) is stepped through
 its ``step``. (``step_transition``, the old name, still works, with a DeprecationWarning.)
+An env whose ``raw_step`` checks its own action and outputs may say so with a
+``last_step_clean`` bool (:class:`~gpu_envs.contract.protocols.SelfCheckedStep`, as the
+built-in envs' native step does): on the CPU the default health checks of a hand-written
+loop then skip their own look of the steps it calls clean.
 
 Example::
 

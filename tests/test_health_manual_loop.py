@@ -261,3 +261,36 @@ def test_steps_counted_around_a_collection_number_a_later_fault_exactly():
         td = env.step_and_maybe_reset(td)[1]
     with pytest.raises(gpu_envs.HealthCheckError, match=r"row 2: action 4 outside .* at step 15"):
         env.check_health()
+
+
+def test_a_collection_the_native_step_vouched_for_is_not_scanned_and_a_fault_still_is(way, monkeypatch):
+    """Every step vouched clean: the buffer scan is skipped (the steps still count); a flagged step brings it back."""
+    scans: list[int] = []
+    scan = health.healthy_on_host
+    monkeypatch.setattr(health, "healthy_on_host", lambda *args: scans.append(1) or scan(*args))
+    env = gpu_envs.make("CartPole-v1", num_envs=3, seed=0)
+    collect(env, steps=6)  # the first step of all is validated, not vouched for: scanned
+    scans.clear()
+    collect(env, steps=6)
+    collect(env, lambda td: td.set("action", torch.ones(3, dtype=torch.int64)), steps=6)
+    # scanned where the native step does not vouch (the look or the batched scan stands in for it)
+    assert len(scans) == {"self_checked": 0, "look": 2, "batched": 2}[way]
+    env.check_health()
+
+    def bad_at_its_step_3(td, calls=[0]):  # noqa: B006 - a call counter
+        calls[0] += 1
+        return td.set("action", torch.tensor([0, 5 if calls[0] == 4 else 1, 0]))
+
+    with pytest.raises(gpu_envs.HealthCheckError, match=r"row 1: action 5 outside .* at step 21\b"):
+        collect(env, bad_at_its_step_3, steps=6)  # (3 collections of 6 steps before it)
+    # a TransformedEnv's buffer holds what its transforms wrote: always scanned
+    from gpu_envs.transforms import Transform, TransformedEnv
+
+    class NanReward(Transform):
+        def step(self, td):
+            return td.set(("next", "reward"), td.get(("next", "reward")) * float("nan"))
+
+    collect_env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=3, seed=0), NanReward())
+    for _ in range(2):  # (the first collection's first step is validated, not vouched for; the second's is)
+        with pytest.raises(gpu_envs.HealthCheckError, match="reward nan not finite"):
+            collect(collect_env, steps=6)

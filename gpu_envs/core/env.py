@@ -405,6 +405,15 @@ class BatchedEnv(BatchedSpecs):
         """The device record of bad values that ``collect`` scans into and polls; None with ``health_checks=False``."""
         return None if self._health.mode == "off" else self._health
 
+    @property
+    def collection_vouched(self) -> bool:
+        """The last collection's steps were all vouched for clean by the simulator (``SelfCheckedStep``).
+
+        Then its buffer, which holds exactly what the simulator wrote, needs no scan
+        (:func:`gpu_envs.rollout.loop.check_health_after`); False with the checks off.
+        """
+        return self._health.mode != "off" and self._health.collection_vouched
+
     def check_health(self) -> None:
         """Raise :class:`~gpu_envs.contract.errors.HealthCheckError` if a flagged value is pending (one host sync).
 

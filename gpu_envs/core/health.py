@@ -71,6 +71,15 @@ from gpu_envs.contract.errors import HealthCheckError, InvalidArgumentError
 from gpu_envs.contract.keys import QUARANTINED
 from gpu_envs.contract.protocols import NOT_SELF_CHECKED, SelfCheckedStep
 from gpu_envs.contract.specs import Spec
+from gpu_envs.core.health_codes import (
+    ACTION_NAN,
+    ACTION_RANGE,
+    OBS,
+    REWARD_NAN,
+    describe_fault,
+    fault_fix,
+    span_note,
+)
 from gpu_envs.core.health_look import ActionCheck, HostLook, first_bad, healthy_on_host, look_for, row_sum
 from gpu_envs.utils.tensordicts import nest
 
@@ -78,8 +87,6 @@ __all__ = ["HEALTH_MODES", "HealthMonitor", "health_mode"]
 
 HEALTH_MODES = ("collect", "step", "off")
 _SHOWN_ROWS = 8
-# what a row's record says went wrong (0: nothing); observation key i is _OBS + i
-_NONE, _ACTION_RANGE, _ACTION_NAN, _REWARD_NAN, _OBS = 0, 1, 2, 3, 4
 
 
 def health_mode(value: Any) -> str:
@@ -145,6 +152,10 @@ class HealthMonitor:
         # added to the host step counts whenever those are read (_settle)
         self.vouched_steps = 0
         self.counting = mode == "collect"
+        # steps (hand-written or collected, eager) no simulator vouched for, counted by the step path;
+        # a collection in which it did not grow needs no scan (collection_vouched)
+        self.unvouched_steps = 0
+        self._unvouched_at_start = 0
 
     @property
     def mode(self) -> str:
@@ -280,6 +291,8 @@ class HealthMonitor:
         """Inside, hand-written-step deferral is off (a collection scans its own buffer); kept steps are scanned first."""
         self.flush()
         self._settle()
+        if not self._collecting:
+            self._unvouched_at_start = self.unvouched_steps
         self._collecting += 1
         self.counting = False
         try:
@@ -287,6 +300,11 @@ class HealthMonitor:
         finally:
             self._collecting -= 1
             self.counting = self._mode == "collect" and not self._collecting
+
+    @property
+    def collection_vouched(self) -> bool:
+        """Every step since the last collection began was vouched for clean by its simulator (``SelfCheckedStep``)."""
+        return self.unvouched_steps == self._unvouched_at_start
 
     def _action_check(self, spec: Spec) -> ActionCheck:
         check = self._actions.get(id(spec))
@@ -311,18 +329,18 @@ class HealthMonitor:
         if check.active:
             a = action.reshape(rows, -1)
             if check.finite:
-                found.append((_ACTION_NAN, *first_bad(a, ~torch.isfinite(a))))
+                found.append((ACTION_NAN, *first_bad(a, ~torch.isfinite(a))))
             else:
                 low, high = check.bounds()
-                found.append((_ACTION_RANGE, *first_bad(a, (a < low.reshape(-1)) | (a > high.reshape(-1)))))
+                found.append((ACTION_RANGE, *first_bad(a, (a < low.reshape(-1)) | (a > high.reshape(-1)))))
         r = reward.reshape(rows, -1)
-        found.append((_REWARD_NAN, *first_bad(r, ~torch.isfinite(r))))
+        found.append((REWARD_NAN, *first_bad(r, ~torch.isfinite(r))))
         keep = ~missing.reshape(rows, 1)
         keys = self.obs_keys if obs_keys is None else obs_keys
         for i, key in enumerate(self.obs_keys):
             if key in keys and key in obs:
                 x = obs[key].reshape(rows, -1)
-                found.append((_OBS + i, *first_bad(x, ~torch.isfinite(x) & keep)))
+                found.append((OBS + i, *first_bad(x, ~torch.isfinite(x) & keep)))
         code = torch.zeros(rows, dtype=torch.int64, device=self.device)
         value = torch.zeros(rows, dtype=torch.float64, device=self.device)
         for kind, bad, val in reversed(found):  # the first listed wins where several are bad
@@ -345,20 +363,20 @@ class HealthMonitor:
             a = action.reshape(n, -1)
             if check.finite:
                 total = a.sum(1)
-                entries.append((_ACTION_NAN, torch.isfinite(total), total))
+                entries.append((ACTION_NAN, torch.isfinite(total), total))
             elif a.shape[1] == 1:
                 low, high = check.bounds()
                 a = a.view(n)
-                entries.append((_ACTION_RANGE, (a >= low) & (a <= high), a))
+                entries.append((ACTION_RANGE, (a >= low) & (a <= high), a))
             else:
                 low, high = check.bounds()
                 bad, value = first_bad(a, (a < low.reshape(-1)) | (a > high.reshape(-1)))
-                entries.append((_ACTION_RANGE, ~bad, value))
+                entries.append((ACTION_RANGE, ~bad, value))
         r = reward.view(n) if reward.shape[-1] == 1 else reward.reshape(n, -1).sum(1)
-        entries.append((_REWARD_NAN, torch.isfinite(r), r))
+        entries.append((REWARD_NAN, torch.isfinite(r), r))
         for i, key in enumerate(self.obs_keys):
             total = torch.where(missing.view(n), 0.0, obs[key].reshape(n, -1).sum(1))  # placeholders are no fault
-            entries.append((_OBS + i, torch.isfinite(total), total))
+            entries.append((OBS + i, torch.isfinite(total), total))
         kind, ok, value = entries[-1]
         code, value = torch.where(ok, 0, kind), torch.where(ok, 0.0, value)
         for kind, ok, val in reversed(entries[:-1]):
@@ -366,7 +384,7 @@ class HealthMonitor:
         self._record(code > 0, self.steps, code, value)
         self.steps.add_(1)
 
-    def scan(self, data: Any, action_spec: Spec, obs_keys: Iterable) -> None:
+    def scan(self, data: Any, action_spec: Spec, obs_keys: Iterable, vouched: bool = False) -> None:
         """A collection's ``[N, T]`` transitions (``"collect"`` mode): one reduction per entry, then ``[N]`` ops.
 
         ``action_spec`` and ``obs_keys`` are those of the env that collected (a
@@ -379,10 +397,15 @@ class HealthMonitor:
         somewhere in the collection (placeholders, ``final_obs_missing``) are checked on
         the observations they acted on instead. On the CPU a few numpy reductions over
         the buffer's memory first look for anything wrong at all: a healthy collection
-        costs only those.
+        costs only those. ``vouched``: ``data`` is exactly what the env's simulator wrote
+        and it checked every step itself (:attr:`collection_vouched`); the steps are counted.
         """
         self._fold()
         n, t = data.batch_size[0], data.batch_size[-1]
+        if vouched:
+            self.steps.add_(t)
+            self._host_steps += t
+            return
         nxt = data.get("next", None)
         if nxt is None or nxt.get("reward", None) is None or nxt.get("final_obs_missing", None) is None:
             return  # not transitions of this contract (a wrapper that dropped keys): nothing to check
@@ -403,16 +426,16 @@ class HealthMonitor:
             a = data.get("action").reshape(n, t, -1)
             if check.finite:
                 total = row_sum(a)
-                found.append((_ACTION_NAN, ~torch.isfinite(total), total))
+                found.append((ACTION_NAN, ~torch.isfinite(total), total))
             else:
                 low, high = torch.aminmax(a.reshape(n, t) if a.shape[2] == 1 else a, dim=1)  # [N, k] or [N]
                 low, high = low.reshape(n, -1), high.reshape(n, -1)
                 valid_low, valid_high = check.bounds()
                 over, under = high > valid_high.reshape(-1), low < valid_low.reshape(-1)
                 bad, value = first_bad(torch.where(over, high, low), over | under)
-                found.append((_ACTION_RANGE, bad, value))
+                found.append((ACTION_RANGE, bad, value))
         reward = row_sum(nxt.get("reward"))
-        found.append((_REWARD_NAN, ~torch.isfinite(reward), reward))
+        found.append((REWARD_NAN, ~torch.isfinite(reward), reward))
         missing = nxt.get("final_obs_missing").reshape(n, t)
         # (a sum of bytes: bool any() over rows is several times slower on the CPU)
         some_missing, last_missing = missing.view(torch.uint8).sum(1, dtype=torch.int32) > 0, missing[:, -1]
@@ -423,7 +446,7 @@ class HealthMonitor:
                 following = nxt.get(key)
                 last = torch.where(last_missing, 0.0, row_sum(following[:, -1]))
                 total = torch.where(some_missing, row_sum(data.get(key)) + last, row_sum(following))
-                found.append((_OBS + i, ~torch.isfinite(total), total))
+                found.append((OBS + i, ~torch.isfinite(total), total))
         # on the CPU the host reads the flags in place for free: a healthy collection records nothing
         if self._cuda or any(bad.numpy().any() for _, bad, _ in found):
             code = torch.zeros(n, dtype=torch.int64, device=self.device)
@@ -506,11 +529,11 @@ class HealthMonitor:
             self._refine(i, first, code, value, spans)
         kinds = {code[i] for i in rows}
         shown = "; ".join(
-            f"row {i}: {self._describe(code[i], value[i])} at step {first[i]}{_span(first[i], spans[i])}"
+            f"row {i}: {describe_fault(self.action, self.obs_keys, code[i], value[i])} at step {first[i]}{span_note(first[i], spans[i])}"
             for i in rows[:_SHOWN_ROWS]
         )
         more = f" (and {len(rows) - _SHOWN_ROWS} more rows)" if len(rows) > _SHOWN_ROWS else ""
-        fixes = " ".join(dict.fromkeys(self._fix(kind) for kind in sorted(kinds)))
+        fixes = " ".join(dict.fromkeys(fault_fix(kind) for kind in sorted(kinds)))
         raise HealthCheckError(
             f"{len(rows)} row(s) held bad values (flagged on the device, raised at {where}): {shown}{more}. Steps count "
             f"from the last full reset ({self._counted()}). {fixes} The flags are cleared and the env is usable; rows "
@@ -545,35 +568,6 @@ class HealthMonitor:
 
     def _counted(self) -> str:
         return "every step"
-
-    def _describe(self, code: int, value: float) -> str:
-        if code == _ACTION_RANGE:
-            return f"action {value:g} outside {self.action.spec!r} (valid: {self.action.valid})"
-        if code == _ACTION_NAN:
-            return f"action {value} not finite"
-        if code == _REWARD_NAN:
-            return f"reward {value} not finite"
-        return f"observation {self.obs_keys[code - _OBS]!r} holds {value}, not finite"
-
-    @staticmethod
-    def _fix(code: int) -> str:
-        if code == _ACTION_RANGE:
-            return (
-                "Fix the policy: sample actions from env.action_spec, or map its output into the range (an argmax "
-                "over logits)."
-            )
-        if code == _ACTION_NAN:
-            return "Fix the policy's outputs (a NaN loss, a diverged network), or clamp them (ClipAction)."
-        return (
-            "The simulator produced it: check the actions it was given and its physics; Quarantine(env) ends and "
-            "resets such rows and goes on."
-        )
-
-
-def _span(first: int, span: int) -> str:
-    if span == 1:
-        return ""
-    return f" (somewhere in steps {first}..{first + span - 1}: that collection's buffer was overwritten since)"
 
 
 # the bytes of hand-written steps a monitor keeps before scanning them (references to the env's own

@@ -477,11 +477,13 @@ class StepPath:
             stamp(following, -number)
         set_entry(td, "next", following)
         self.last_done = done
-        if self.defer is not None and dated:  # (not inside a compiled chunk)
-            monitor = self.monitor
-            if self.checked.last_step_clean and monitor is not None and monitor.counting:
-                monitor.vouched_steps += 1  # the simulator checked this step itself: counted, not looked at
+        monitor = self.monitor
+        if self.defer is not None and dated and monitor is not None:  # (not inside a compiled chunk)
+            if self.checked.last_step_clean:  # the simulator checked this step itself: counted, not looked at
+                if monitor.counting:
+                    monitor.vouched_steps += 1
             else:
+                monitor.unvouched_steps += 1
                 self.defer(previous, action, next_obs, raw.reward, out.final_obs_missing)
         self.finish(call)
         return done
@@ -524,6 +526,9 @@ class StepPath:
         if call is not None:  # (module docstring: compiled chunks)
             self.stamp += 1
             self._last_next = _NOTHING  # no td["next"] was handed out
+            monitor = self.monitor
+            if monitor is not None and not self.checked.last_step_clean:
+                monitor.unvouched_steps += 1
         self.last_done = false = self.false
         self.finish(call)
         missing = out.final_obs_missing

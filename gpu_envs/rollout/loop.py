@@ -248,7 +248,7 @@ def collecting(env: Any) -> contextlib.AbstractContextManager[None]:
     return cast("contextlib.AbstractContextManager[None]", collecting_of())  # HealthMonitor.collecting
 
 
-def check_health_after(env: Any, data: TensorDictBase, call: str) -> None:
+def check_health_after(env: Any, data: TensorDictBase, call: str, eager: bool = True) -> None:
     """After a collection: scan its transitions into the env's health record, then poll it (no wait).
 
     The env's :class:`~gpu_envs.core.health.HealthMonitor` (``env.health_monitor``;
@@ -256,13 +256,18 @@ def check_health_after(env: Any, data: TensorDictBase, call: str) -> None:
     own action spec and observation keys -- once per collection, in a few ops over the
     ``[N, T]`` buffer -- unless it already watched every step; then a poll raises
     :class:`~gpu_envs.contract.errors.HealthCheckError` for what it holds (on CUDA, what
-    the previous poll copied). Envs without a monitor are left alone.
+    the previous poll copied). Envs without a monitor are left alone. An ``eager``
+    collection of an env that says its buffer holds only what its simulator wrote and
+    vouched for on every step (``env.collection_vouched``: a ``BatchedEnv`` of a built-in
+    env's native step; never a ``TransformedEnv``) is counted without the scan.
     """
     monitor = getattr(env, "health_monitor", None)
     if monitor is None or not hasattr(monitor, "poll"):
         return
     if not monitor.every_step:
-        monitor.scan(data, env.single_action_spec, list(env.observation_spec.keys(True, True)))
+        obs_keys = list(env.observation_spec.keys(True, True))
+        vouched = eager and getattr(env, "collection_vouched", False) is True
+        monitor.scan(data, env.single_action_spec, obs_keys, vouched)
     monitor.poll(f"the end of {call}")
 
 

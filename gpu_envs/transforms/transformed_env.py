@@ -143,6 +143,14 @@ class TransformedEnv(BatchedSpecs):
         """
         return None
 
+    @property
+    def collection_vouched(self) -> bool:
+        """False: a collection's buffer holds what the transforms wrote, which no simulator checked.
+
+        (Defined here so that the inner env's :attr:`BatchedEnv.collection_vouched` is never forwarded.)
+        """
+        return False
+
     def __getattr__(self, name: str) -> Any:
         # only called for names not found normally: read them from the wrapped env
         if name.startswith("_") or "env" not in self.__dict__:

@@ -402,7 +402,8 @@ class HealthMonitor:
         """
         self._fold()
         n, t = data.batch_size[0], data.batch_size[-1]
-        if vouched:
+        if vouched:  # (kept as a scan without checks: a record from an earlier one sees its buffer refilled)
+            self._scans = [*self._scans[-1:], (self._host_steps, t, data, None, None)]
             self.steps.add_(t)
             self._host_steps += t
             return
@@ -545,7 +546,7 @@ class HealthMonitor:
 
     def _refine(self, row: int, first: list, code: list, value: list, spans: dict) -> None:
         """A scanned row's exact first faulty step, fault and value, from its collection's buffer (host path)."""
-        found = [i for i, entry in enumerate(self._scans) if entry[0] == first[row]]
+        found = [i for i, entry in enumerate(self._scans) if entry[0] == first[row] and entry[3] is not None]
         if not found:
             return
         start, t, data, check, keys = self._scans[found[-1]]

@@ -91,7 +91,7 @@ def _torch_action(env_id: str, n: int, device: torch.device) -> Callable[[], tor
     g = torch.Generator(device=device).manual_seed(0)
     if env_id == "CartPole-v1":
         return lambda: torch.randint(0, 2, (n,), generator=g, device=device)
-    return lambda: torch.rand(n, 1, generator=g, device=device).mul_(4).sub_(2)
+    return lambda: torch.empty(n, 1, device=device).uniform_(-2.0, 2.0, generator=g)  # one draw op, as numpy's
 
 
 def _numpy_action(env_id: str, n: int, shape: tuple = ()) -> Callable[[], np.ndarray]:

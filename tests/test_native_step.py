@@ -71,6 +71,13 @@ def test_native_step_equals_the_torch_step(monkeypatch, cls, n, expose_final_obs
             _same(fast.reset(options={"reset_mask": mask})[0], slow.reset(options={"reset_mask": mask})[0], "masked")
         if t == 300:  # a reseed
             _same(fast.reset(seed=9)[0], slow.reset(seed=9)[0], "reseed")
+        if t % 13 == 6:  # a user's in-place write into the state (Pendulum keeps the state's trigonometry)
+            for env in (fast, slow):
+                env.state[t % n, 0] += 0.75
+        if t == 150:  # rows of a snapshot written back elsewhere
+            rows, into = torch.arange(n // 2), torch.arange(n - n // 2, n)
+            for env in (fast, slow):
+                env.set_state(env.get_state(rows), into)
         if t % 2:
             _same(tuple(fast.raw_step(action)), tuple(slow.raw_step(action)), f"raw_step {t}")
         else:

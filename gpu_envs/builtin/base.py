@@ -378,9 +378,13 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
             if mask.is_contiguous():
                 self._rng.count_advance()  # counted first, as CounterRNG.advance counts
                 native(self.num_envs, self.state_size, self._state.data_ptr(), mask.data_ptr(), *self._native_rows)
+                self._forget_state_cache()  # written through a pointer: the version counter did not move
                 self._needs_reset = False
                 return
         self._apply_reset(self._reset_draws(bounds, mask), mask)
+
+    def _forget_state_cache(self) -> None:
+        """Subclasses: drop what they keep computed from the state (the state was written behind torch's back)."""
 
     def _native_reset_setup(self, lib: Any, pointers: tuple) -> None:
         """The native partial reset's library and its fixed pointers (elapsed, key, counter, bounds...)."""

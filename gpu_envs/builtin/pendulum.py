@@ -39,6 +39,7 @@ from gpu_envs.builtin.base import BatchedTorchEnv, native_allowed
 from gpu_envs.builtin.draw_pool import DrawPool
 from gpu_envs.builtin.render import render_pendulum
 from gpu_envs.contract.errors import BackendError
+from gpu_envs.utils.torch_internals import version_counter
 
 __all__ = ["PendulumEnv"]
 
@@ -154,6 +155,13 @@ class PendulumEnv(BatchedTorchEnv):
         # scratch the step rewrites (never returned): new thdot, and [post th | new th] for the trigonometry
         self._native_thdot = torch.empty(n, dtype=torch.float32)
         self._native_angles = torch.empty(2 * n, dtype=torch.float32)
+        # the trigonometry of [post th | new th], rewritten by each step: its first half is cos / sin of the
+        # state's th, the next step's input while the state is untouched (see _native_advance)
+        cos, sin, angle = torch.empty(3, 2 * n, dtype=torch.float32).unbind(0)  # views made once (never re-bound)
+        self._trig = (cos, sin, cos[:n], sin[:n], angle[:n])  # [2N] cos, sin; [N] cos th, sin th, atan2(sin th, cos th)
+        self._trig_of: int | None = None  # the state's version counter when _trig was computed (None: stale)
+        # an env built under torch.inference_mode has inference tensors: no version counter, so nothing is reused
+        self._trig_versioned = not self._state.is_inference()
         self._native = lib.pendulum_step
         self._native_obs = lib.pendulum_obs
 
@@ -268,6 +276,9 @@ class PendulumEnv(BatchedTorchEnv):
         final_obs = torch.stack((torch.cos(new_th), torch.sin(new_th), new_thdot), 1)
         return obs, reward, terminated, truncated, truncated, final_obs
 
+    # (no "done": it is truncated itself, nothing terminates)
+    output_names = ("reward", "terminated", "truncated", "observation", "final_observation")
+
     def _new_outputs(self, columns: bool) -> tuple[Any, ...]:
         """The native step's outputs, allocated: reward, terminated, truncated, obs, final obs (None if not exposed)."""
         n, f32, flag = self.num_envs, torch.float32, torch.bool
@@ -282,11 +293,21 @@ class PendulumEnv(BatchedTorchEnv):
         )
 
     def _native_advance(self, action: torch.Tensor, columns: bool) -> tuple:
-        """:meth:`_advance` in two native calls around torch's trigonometry (same values bit for bit)."""
-        th = self._columns[0]
-        sin = torch.sin(th)
-        angle = torch.atan2(sin, torch.cos(th))
+        """:meth:`_advance` in two native calls around torch's trigonometry (same values bit for bit).
+
+        The observation's ``cos``/``sin`` of the post-step ``th`` are the next step's
+        ``cos``/``sin`` of its pre-step ``th``: kept, and reused while the state's version
+        counter says nothing wrote it since (a reset, ``set_state``, a torch step or a
+        user's in-place write all move it; the native partial reset, which writes through
+        a pointer, forgets them itself: :meth:`_forget_state_cache`). Two torch ops of five saved.
+        """
         n = self.num_envs
+        cos, sin, cos_th, sin_th, angle_th = self._trig
+        if self._trig_of is None or self._trig_of != version_counter(self._state):
+            th = self._columns[0]
+            torch.cos(th, out=cos_th)
+            torch.sin(th, out=sin_th)
+        torch.atan2(sin_th, cos_th, out=angle_th)
         reward, terminated, truncated, obs, final = self._output_ring.take(columns, self._new_outputs)
         angles, thdot = self._native_angles, self._native_thdot
         a = self._native_args
@@ -294,18 +315,26 @@ class PendulumEnv(BatchedTorchEnv):
         kernel = self._native
         if kernel is None:  # (only called where _advance found the kernel)
             raise BackendError(f"{type(self).__name__}: the native step ran without its kernel.")
+        self._trig_of = None  # until the trigonometry below is that of the new state
         self._rng.count_advance()  # the kernel advances the counters of the rows that end
         self.last_step_clean = not kernel(
-            n, self._state.data_ptr(), sin.data_ptr(), angle.data_ptr(), action.data_ptr(), *a,
+            n, self._state.data_ptr(), sin_th.data_ptr(), angle_th.data_ptr(), action.data_ptr(), *a,
             reward.data_ptr(), terminated.data_ptr(), truncated.data_ptr(), thdot.data_ptr(), angles.data_ptr(),
         )  # fmt: skip
-        cos, sin = torch.cos(angles), torch.sin(angles)  # of [post th | new th]
+        torch.cos(angles, out=cos)  # of [post th | new th]
+        torch.sin(angles, out=sin)
+        if self._trig_versioned:  # the kernel wrote the state through its pointer: no bump
+            self._trig_of = version_counter(self._state)
         cos_p, sin_p = cos.data_ptr(), sin.data_ptr()
         self._native_obs(n, cos_p, sin_p, self._state.data_ptr() + 4, 2, obs.data_ptr())
         if final is None:
             return obs, reward, terminated, truncated, truncated, None
         self._native_obs(n, cos_p + 4 * n, sin_p + 4 * n, thdot.data_ptr(), 1, final.data_ptr())
         return obs, reward, terminated, truncated, truncated, final
+
+    def _forget_state_cache(self) -> None:
+        """The state was written where its version counter does not see it (a native reset): recompute its trigonometry."""
+        self._trig_of = None
 
     def _bounds(self, x: float, y: float):
         """Initial ``(th, thdot)`` bounds: ``[-x, x) x [-y, y)``."""

@@ -46,7 +46,7 @@ from tensordict import TensorDictBase
 from gpu_envs.contract.errors import RolloutError, SnapshotError
 from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
-from gpu_envs.contract.protocols import SelfCheckedStep
+from gpu_envs.contract.protocols import OutputTargets, SelfCheckedStep
 from gpu_envs.contract.raw_step import NO_INFO, RawStep
 from gpu_envs.contract.specs import Composite, Spec
 
@@ -239,6 +239,15 @@ class Backend(ABC):
         torch backend forwards it to a built-in env's native step.
         """
         return False
+
+    def output_targets(self) -> OutputTargets | None:
+        """The simulator whose next step can write its outputs where its caller names (while :meth:`reuse_outputs` is on), or None.
+
+        Only where the direct step is that simulator's own step with nothing between
+        (:class:`~gpu_envs.contract.protocols.OutputTargets`: the built-in envs' native CPU
+        step). The default: None.
+        """
+        return None
 
     def check_usable(self) -> None:  # noqa: B027 - optional hook
         """Raise a clear error if the simulator can no longer be used (died, closed).

@@ -126,7 +126,7 @@ from gpu_envs.contract.errors import (
 )
 from gpu_envs.contract.final_obs import FinalObsKind
 from gpu_envs.contract.keys import ObsDict
-from gpu_envs.contract.protocols import SelfCheckedStep
+from gpu_envs.contract.protocols import OutputTargets, SelfCheckedStep
 from gpu_envs.contract.specs import Composite, Spec, spec_from_gym
 from gpu_envs.utils.arguments import as_bool, as_int, keywords_of
 from gpu_envs.utils.arrays import framework_of, from_torch, to_torch
@@ -259,6 +259,12 @@ class TorchVectorBackend(Backend):
         env, step = self.env, self._raw_step
         direct = self._reuse is None and self._plain is None and getattr(step, "__self__", None) is env
         return env if direct and isinstance(env, SelfCheckedStep) else None
+
+    def output_targets(self) -> OutputTargets | None:
+        """:meth:`Backend.output_targets`: the env, where :meth:`direct_step` is its own ``raw_step`` and it takes targets."""
+        env, step = self.env, self._raw_step
+        direct = self._reuse is None and self._plain is None and getattr(step, "__self__", None) is env
+        return env if direct and isinstance(env, OutputTargets) else None
 
     def reuse_outputs(self, on: bool) -> bool:
         """:meth:`Backend.reuse_outputs` by the env's own (the built-in envs'), once no reuse detector watches its outputs."""

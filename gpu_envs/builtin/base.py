@@ -143,6 +143,7 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         # False until set_params: the step then reads every row's own constants (the pure-torch physics)
         self.randomized = False
         self._output_ring = OutputRing()  # off unless reuse_outputs(True)
+        self._output_layout: dict[str, tuple[tuple[int, ...], torch.dtype]] | None = None  # (output_layout)
         self._native: Any = None  # the native step's kernel, set by a subclass's _build where it runs
         self._build()
 
@@ -225,7 +226,85 @@ class BatchedTorchEnv(gymnasium.vector.VectorEnv):
         step allocates as before and this returns False.
         """
         self._output_ring.on = bool(on) and self._native is not None and self.device.type == "cpu"
+        self._output_ring.into = None
         return self._output_ring.on
+
+    output_names: tuple[str, ...] = ()
+    """The native step's outputs in the order it takes them (subclasses): names :meth:`write_next_step_into` takes."""
+
+    def output_layout(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """``{name: (shape, dtype)}`` of the native step's outputs (:attr:`output_names`) in the TensorDict layout.
+
+        Observations ``[N, obs_dim]`` float32, the reward ``[N, 1]`` float32, the flags
+        ``[N, 1]`` bool; empty for an env without a native step's outputs. Built once
+        (neither ``N`` nor the spaces change).
+        """
+        layout = self._output_layout
+        if layout is None:
+            n = self.num_envs
+            obs = (n, *(self.single_observation_space.shape or ()))
+            kinds = {"observation": (obs, torch.float32), "final_observation": (obs, torch.float32)}
+            kinds["reward"] = ((n, 1), torch.float32)
+            layout = self._output_layout = {name: kinds.get(name, ((n, 1), torch.bool)) for name in self.output_names}
+        return layout
+
+    def write_next_step_into(self, targets: dict[str, torch.Tensor]) -> None:
+        """While :meth:`reuse_outputs` is on: the next native step writes these outputs into ``targets`` (one step).
+
+        ``targets`` maps names of :attr:`output_names` (``"observation"``: the post-reset
+        observation, ``"final_observation"``: the pre-reset one, ``"reward"``, the flags) to
+        contiguous CPU tensors of :meth:`output_layout`'s shape and dtype; names left out
+        come from the reused sets. A random-action ``collect`` passes its buffer's slots of
+        that step (:func:`gpu_envs.rollout.loop.output_slots`), so its copy into the buffer
+        finds each value already in place. The caller must not read or write the targets
+        until the step returned, and copies every other output at once, as for
+        :meth:`reuse_outputs`. A step that does not run the native kernel ignores them.
+
+        Example (``reuse_outputs`` answers False where the native step does not run):
+
+        >>> import torch
+        >>> from gpu_envs.builtin import CartPoleEnv
+        >>> env = CartPoleEnv(4, seed=0)
+        >>> _ = env.reset()
+        >>> on = env.reuse_outputs(True)
+        >>> slot = torch.empty(4, 1)
+        >>> if on:
+        ...     env.write_next_step_into({"reward": slot})
+        >>> (env.raw_step(torch.zeros(4, dtype=torch.int64)).reward is slot) == on
+        True
+        """
+        ring = self._output_ring
+        if not ring.on:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.write_next_step_into needs reuse_outputs(True) first (it returned "
+                f"{ring.on}): only a caller that copies each step's outputs at once may name where they go."
+            )
+        layout = self.output_layout()
+        unknown = set(targets) - set(layout)
+        if unknown:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.write_next_step_into: unknown outputs {sorted(unknown)}; "
+                f"it writes {list(self.output_names)}."
+            )
+        for name, target in targets.items():
+            shape, dtype = layout[name]
+            if (
+                not isinstance(target, torch.Tensor)
+                or tuple(target.shape) != shape
+                or target.dtype != dtype
+                or target.device.type != "cpu"
+                or not target.is_contiguous()
+            ):
+                got = (
+                    f"{tuple(target.shape)} {target.dtype} on {target.device}"
+                    if isinstance(target, torch.Tensor)
+                    else type(target).__name__
+                )
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}.write_next_step_into: {name!r} must be a contiguous CPU tensor "
+                    f"{shape} {dtype}, got {got}."
+                )
+        ring.into = tuple(targets.get(name) for name in self.output_names)
 
     def live_state(self) -> dict[str, torch.Tensor]:
         """Every tensor a step reads and writes, live (not copies), by name.

@@ -332,6 +332,8 @@ class CartPoleEnv(BatchedTorchEnv):
         reward = torch.ones(self._reward_shape[columns], dtype=torch.float32, device=self.device)
         return post, reward, terminated, truncated, done, new
 
+    output_names = ("observation", "final_observation", "reward", "terminated", "truncated", "done")
+
     def _new_outputs(self, columns: bool) -> tuple[torch.Tensor, ...]:
         """The native step's outputs, allocated: obs, pre-reset obs, reward, terminated, truncated, done."""
         n, f32, flag = self.num_envs, torch.float32, torch.bool

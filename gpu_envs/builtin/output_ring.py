@@ -9,6 +9,11 @@ one: the observations of step t - 1 are still read in step t (they are what it a
 Off (the default), every step allocates, as the RawStep contract says ("never written
 again"): a transition handed out in a TensorDict stays as it was.
 
+While on, a caller may also name where ONE step's outputs go (:attr:`OutputRing.into`:
+a collection's buffer slots for that step), so the copy into the buffer finds its source
+already there (a copy of a tensor onto its own memory is skipped): the step writes each
+output once, where it stays. Outputs it names no target for come from the ring's set.
+
 Example::
 
     >>> import torch
@@ -42,6 +47,8 @@ class OutputRing:
         self.on = False
         self._turn = 0
         self._sets: dict[tuple[int, Any], tuple] = {}
+        # while on: targets for the next take's outputs (None: that output from the ring), for key True only
+        self.into: tuple | None = None
 
     def take(self, key: Any, make: Callable[[Any], tuple]) -> tuple:
         if not self.on:
@@ -50,4 +57,11 @@ class OutputRing:
         outs = self._sets.get((self._turn, key))
         if outs is None:
             outs = self._sets[(self._turn, key)] = make(key)
+        into = self.into
+        if into is not None:
+            self.into = None  # one step only
+            if key is True:
+                outs = tuple(
+                    out if target is None or out is None else target for out, target in zip(outs, into, strict=True)
+                )
         return outs

@@ -239,6 +239,20 @@ class FusedCollectEnv(Protocol):
 
 
 @runtime_checkable
+class OutputTargets(Protocol):
+    """A simulator whose next step can write its outputs into tensors its caller names (a collection's buffer slots).
+
+    ``output_layout()`` gives ``{name: (shape, dtype)}`` of what a step writes (the
+    TensorDict layout: ``"observation"``, ``"final_observation"``, ``"reward"`` and the flags);
+    ``write_next_step_into(targets)`` makes the next step write the named ones there
+    (:meth:`gpu_envs.builtin.base.BatchedTorchEnv.write_next_step_into`).
+    """
+
+    def output_layout(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]: ...
+    def write_next_step_into(self, targets: dict[str, torch.Tensor]) -> None: ...
+
+
+@runtime_checkable
 class LiveStateEnv(Protocol):
     """An env (or backend, or transform) whose per-step state is torch tensors, handed out LIVE.
 

@@ -79,6 +79,7 @@ from gpu_envs.contract.errors import ClosedEnvError, InvalidArgumentError, Reset
 from gpu_envs.contract.final_obs import FinalObsRule
 from gpu_envs.contract.groups import missing_spec
 from gpu_envs.contract.keys import DONE_KEYS
+from gpu_envs.contract.protocols import OutputTargets
 from gpu_envs.contract.specs import Binary, Box, Composite
 from gpu_envs.contract.specs.env_specs import BatchedSpecs
 from gpu_envs.core.health import HealthMonitor, health_mode
@@ -356,6 +357,16 @@ class BatchedEnv(BatchedSpecs):
         ``collect`` enters it; the built-in envs' native CPU step then allocates nothing).
         """
         return self._path.reusing_outputs()
+
+    def output_targets(self) -> OutputTargets | None:
+        """Inside :meth:`reusing_outputs`: the simulator whose next step writes its outputs where named, or None.
+
+        :meth:`gpu_envs.core.step_path.StepPath.output_targets` (the built-in envs' native
+        CPU step: :meth:`gpu_envs.builtin.base.BatchedTorchEnv.write_next_step_into`); a
+        random-action ``collect`` names its buffer's slots, so each value is written once,
+        where it stays. None outside, or where the backend cannot.
+        """
+        return self._path.output_targets()
 
     def rollout(self, steps: int, policy: Callable | None = None, *, reset: bool = True) -> TensorDictBase:
         """Run ``steps`` steps and return the transitions stacked as ``[N, T]``.

@@ -99,7 +99,7 @@ from gpu_envs.backends.base import Backend, RawStep
 from gpu_envs.contract.errors import ClosedEnvError, ResetNeededError, StaleInputError
 from gpu_envs.contract.final_obs import FinalObsRule
 from gpu_envs.contract.keys import ObsDict, transition_keys
-from gpu_envs.contract.protocols import NOT_SELF_CHECKED
+from gpu_envs.contract.protocols import NOT_SELF_CHECKED, OutputTargets
 from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete
 from gpu_envs.core.health import HealthMonitor
 from gpu_envs.core.step_validation import StepValidator
@@ -273,6 +273,7 @@ class StepPath:
         # a top-level observation key, and its tensor in the last td["next"] (a copy fed back is stepped from the root)
         self._next_marker = next((k for k in self.keys if isinstance(k, str)), None)
         self._last_next: object = _NOTHING
+        self._reusing = False  # inside reusing_outputs(), with the backend reusing its outputs
         # an env of agent groups (gpu_envs.contract.groups): the actions are one entry per group, handed to the
         # backend as {(group, "action"): tensor}; each group's ("next", group, "final_obs_missing") is the row's
         leaves = validator.action_leaves
@@ -571,12 +572,23 @@ class StepPath:
         observations are copied, so no root handed out later shares the reused memory.
         """
         on = self.backend.reuse_outputs(True)
+        self._reusing = on
         try:
             yield on
         finally:
+            self._reusing = False
             if on:
                 self.backend.reuse_outputs(False)
                 self.root_obs = {key: value.clone() for key, value in self.root_obs.items()}
+
+    def output_targets(self) -> OutputTargets | None:
+        """Inside :meth:`reusing_outputs` (when on): the backend's :meth:`Backend.output_targets`; else None.
+
+        A :meth:`values` step whose outputs were named lands them there; the root
+        observations it caches may then be such memory, which the way out of
+        :meth:`reusing_outputs` copies, as it copies the reused sets.
+        """
+        return self.backend.output_targets() if self._reusing else None
 
     def values_in(self, keys: list) -> Callable[[torch.Tensor], Any] | None:
         """``action -> the transition's tensors for keys`` (a buffer's layout, any order), or None.

@@ -295,6 +295,19 @@ class RolloutBuffer:
         """The transition keys stored, in layout order (empty until :attr:`bound`)."""
         return [key for key, _, _ in self._layout or ()]
 
+    def step_slots(self, t: int) -> dict[tuple, torch.Tensor]:
+        """Step ``t``'s slot of every bound key (as a tuple key): the very views :meth:`write_values` copies into.
+
+        Each is the ``[*B, ...]`` column ``t`` of its key, contiguous (time-major storage).
+        A step that already wrote a value into its slot makes that copy a no-op (torch
+        skips a copy of a tensor onto its own memory): what a random-action collection
+        uses to have the built-in envs' native step write its outputs in place
+        (:func:`gpu_envs.rollout.loop.output_slots`). Empty before the layout is bound.
+        """
+        if self._layout is None:
+            return {}
+        return {_key(key): column for (key, _, _), column in zip(self._layout, self._columns[t], strict=True)}
+
     def storage(self) -> list[torch.Tensor]:
         """The ``[*B, T, ...]`` tensor of every key of :attr:`keys`, in that order."""
         return [self.data.get(key) for key in self.keys]

@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -27,7 +28,8 @@ import torch
 from tensordict import TensorDictBase
 
 from gpu_envs.contract.errors import InvalidArgumentError, ResetNeededError, RolloutError
-from gpu_envs.contract.protocols import require_env_api
+from gpu_envs.contract.keys import OBSERVATION
+from gpu_envs.contract.protocols import OutputTargets, require_env_api
 from gpu_envs.rollout.buffer import RolloutBuffer, check_steps
 from gpu_envs.utils.arguments import as_bool
 from gpu_envs.utils.tensordicts import set_entry
@@ -41,6 +43,7 @@ __all__ = [
     "fused_writer",
     "keep_grad_mode",
     "make_step",
+    "output_slots",
     "rollout",
     "run_loop",
     "start",
@@ -123,6 +126,65 @@ def fused_writer(env: Any, buffer: RolloutBuffer) -> Callable[[int], None] | Non
     return write
 
 
+STEP_INTO_BUFFER_MIN_BYTES = 1 << 17
+"""From this many bytes of a step's outputs on, a fused collection has the step write them into the buffer.
+
+Naming the slots costs a few microseconds a step (a dict, the env's checks of each
+target); the copies it saves cost about a nanosecond per 16 bytes on a CPU (a built-in
+CartPole step's outputs are ~45 bytes a row), so below ~128 KB (N ~ 3000) it does not pay.
+"""
+
+# a step's outputs (gpu_envs.contract.protocols.OutputTargets) -> the buffer key each is written to, and the
+# step it lands in: the post-reset observation is the NEXT step's root observation
+_OUTPUT_KEYS = {
+    "observation": ((OBSERVATION,), 1),
+    "final_observation": (("next", OBSERVATION), 0),
+    "reward": (("next", "reward"), 0),
+    "terminated": (("next", "terminated"), 0),
+    "truncated": (("next", "truncated"), 0),
+    "done": (("next", "done"), 0),
+}
+
+
+def output_slots(env: Any, buffer: RolloutBuffer) -> Callable[[int], None] | None:
+    """``t -> None``: before fused step ``t``, name the buffer's slots as where the step's outputs go; or None.
+
+    Inside ``env.reusing_outputs()``, an env whose simulator takes output targets
+    (:class:`~gpu_envs.contract.protocols.OutputTargets`: ``env.output_targets()``, the
+    built-in envs' native CPU step) writes step ``t``'s reward, flags and final
+    observation into column ``t`` and its post-reset observation into column ``t + 1``'s
+    root observation, so :meth:`RolloutBuffer.write_values` finds them in place (a copy
+    onto the same memory is skipped) and each value is written once. The same values as
+    without: the copies still run, and any value the step path replaces (a placeholder)
+    is copied over its slot. None where the env cannot, or where a step's outputs are
+    below :data:`STEP_INTO_BUFFER_MIN_BYTES`.
+    """
+    targets_of = getattr(env, "output_targets", None)
+    sim = targets_of() if callable(targets_of) else None
+    if not isinstance(sim, OutputTargets):
+        return None
+    layout = sim.output_layout()
+    named = {name: _OUTPUT_KEYS[name] for name in layout if name in _OUTPUT_KEYS}
+    step_bytes = sum(math.prod(shape) * dtype.itemsize for shape, dtype in layout.values())
+    if step_bytes < STEP_INTO_BUFFER_MIN_BYTES or not named:
+        return None
+    slots = [buffer.step_slots(t) for t in range(buffer.steps)]
+    plans: list[dict[str, torch.Tensor]] = []
+    for t in range(buffer.steps):
+        plan = {}
+        for name, (key, ahead) in named.items():
+            slot = slots[t + ahead].get(key) if t + ahead < buffer.steps else None
+            if slot is not None and tuple(slot.shape) == layout[name][0] and slot.dtype == layout[name][1]:
+                plan[name] = slot
+        plans.append(plan)
+    write_into = sim.write_next_step_into
+
+    def name_slots(t: int) -> None:
+        write_into(plans[t])
+
+    return name_slots
+
+
 def start(env: Any) -> TensorDictBase:
     """The root to act on: ``env.root()`` if the env was reset, else ``env.reset()``.
 
@@ -189,7 +251,10 @@ def run_loop(
                         td = _write_step(step, td, buffer, t)
                 else:
                     with reusing_outputs(env):  # every step's tensors are copied into the buffer at once
+                        into = output_slots(env, buffer)
                         for t in range(1, steps - 1):
+                            if into is not None:
+                                into(t)
                             fused(t)
                     td = env.root()
         with torch.no_grad():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import sys
 
 import jaxmarl
 import numpy as np
@@ -22,6 +23,7 @@ from gpu_envs.backends.jax.jaxmarl import spec_from_jaxmarl
 from gpu_envs.contract.errors import InvalidArgumentError, NotAnEnvError, SpecError, UnknownEnvError
 from gpu_envs.contract.specs import Box, Discrete, MultiDiscrete
 from tests.jaxmarl.oracle import assert_matches, batched, random_actions, reference
+from tests.processes import run_tree
 
 pytestmark = pytest.mark.slow  # JaxMARL's import and the JIT compiles of its envs: seconds each
 N, SEED = 4, 9
@@ -99,6 +101,31 @@ def test_mpe_ends_are_truncations_unless_told():
     assert_matches(env, batched(env, actions, SEED), want, ending="terminated")
     assert want["done"].sum() == 4
     env.close()
+
+
+def test_making_a_jaxmarl_env_keeps_the_callers_output_streams():
+    """JaxMARL 0.2's first import sets sys.stdout/sys.stderr to the process's own; gpu_envs' import puts the caller's back.
+
+    In a fresh process (this one imported JaxMARL long ago): a redirect around
+    ``gpu_envs.make("jaxmarl/...")`` still catches what is printed after it, as a notebook's
+    output stream would.
+    """
+    code = (
+        "import contextlib, io, sys\n"
+        "import gpu_envs\n"
+        "out, err = io.StringIO(), io.StringIO()\n"
+        "with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):\n"
+        "    gpu_envs.make('jaxmarl/MPE_simple_spread_v3', num_envs=2, device='cpu').close()\n"
+        "    print('printed after make')\n"
+        "    print('written to stderr after make', file=sys.stderr)\n"
+        "assert 'printed after make' in out.getvalue(), out.getvalue()\n"
+        "assert 'written to stderr after make' in err.getvalue(), err.getvalue()\n"
+        "print('streams kept')\n"
+    )
+    done = run_tree([sys.executable, "-c", code], timeout=600)  # JaxMARL's import: ~10 s idle
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "streams kept"
+    assert "printed after make" not in done.stdout  # it went to the caller's buffer, not the terminal
 
 
 @pytest.mark.parametrize("name", ["gpu_envs.backends.jax.jaxmarl", "gpu_envs.backends.jax.jaxmarl_core"])

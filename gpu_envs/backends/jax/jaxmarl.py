@@ -49,10 +49,12 @@ N = 8), ``expose_info`` (JaxMARL's numeric per-row ``infos`` as ``("next", "info
 
 Detection never imports JAX or JaxMARL: it looks at class modules.
 
-Example (JaxMARL prints a line about its optional submodules when first imported):
+Example (JaxMARL 0.2 prints a line about its optional submodules when first imported, then sets
+``sys.stdout`` to the terminal's: ``redirect_stdout`` hides the line and puts the stream back):
 
->>> import jaxmarl
-...
+>>> import contextlib, io
+>>> with contextlib.redirect_stdout(io.StringIO()):
+...     import jaxmarl
 >>> import gpu_envs
 >>> env = gpu_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=64, device="cpu", seed=0)
 >>> env.group_map
@@ -65,7 +67,9 @@ Example (JaxMARL prints a line about its optional submodules when first imported
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import sys
 from typing import Any
 
 import numpy as np
@@ -134,8 +138,9 @@ def spec_from_jaxmarl(space: Any, device: torch.device | str = "cpu", *, action:
 
     Example:
 
-    >>> import jaxmarl
-    ...
+    >>> import contextlib, io
+    >>> with contextlib.redirect_stdout(io.StringIO()):  # JaxMARL's first-import message (module docstring)
+    ...     import jaxmarl
     >>> env = jaxmarl.make("MPE_simple_spread_v3")
     >>> spec_from_jaxmarl(env.action_space("agent_0"), action=True)
     Discrete(n=5, dtype=int64, device=cpu)
@@ -217,13 +222,27 @@ def jaxmarl_installed() -> bool:
     return importlib.util.find_spec("jaxmarl") is not None
 
 
+def jaxmarl_registration() -> Any:
+    """``jaxmarl.registration`` (``make``, ``registered_envs``), imported with the caller's output streams kept.
+
+    JaxMARL 0.2's MA-Brax module silences Brax's import and then sets ``sys.stdout`` and
+    ``sys.stderr`` to the process's own (``sys.__stdout__``): after a first import, a
+    notebook's output, a ``contextlib.redirect_stdout`` or a test runner's capture would
+    go to the terminal. The streams in place before the import are put back after it.
+    Without JaxMARL this raises ``ModuleNotFoundError`` (``make()`` says what to install).
+    """
+    prepare_jax()  # JaxMARL imports JAX
+    out, err = sys.stdout, sys.stderr
+    try:
+        return importlib.import_module("jaxmarl.registration")
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
 def _registered() -> list[str]:
     if not jaxmarl_installed():
         return []
-    prepare_jax()  # JaxMARL imports JAX
-    from jaxmarl.registration import registered_envs  # pyright: ignore[reportMissingImports]  # optional: own tier's venv
-
-    return list(registered_envs)
+    return list(jaxmarl_registration().registered_envs)
 
 
 def jaxmarl_env_ids() -> list[str]:
@@ -240,10 +259,7 @@ def make_jaxmarl_env(env_id: str, kwargs: dict) -> tuple[Any, dict]:
     kwargs = dict(kwargs)
     core_options = {k: kwargs.pop(k) for k in CORE_OPTIONS if k in kwargs}
     name = env_id[len(JAXMARL_PREFIX) :]
-    prepare_jax()
-    # without JaxMARL this raises ModuleNotFoundError, which make() turns into what to install
-    from jaxmarl.registration import make  # pyright: ignore[reportMissingImports]  # optional: own tier's venv
-
+    make = jaxmarl_registration().make  # without JaxMARL: ModuleNotFoundError, which make() turns into what to install
     registered = _registered()
     if name not in registered:
         raise UnknownEnvError(

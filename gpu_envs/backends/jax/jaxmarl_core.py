@@ -22,10 +22,12 @@ its final one. :class:`JaxMarlCore` does that step itself, as the other cores of
 The state is cast to the reset state's dtypes after every call (MPE's step counter is a
 weakly typed int), so every branch and every call of the jitted step see one signature.
 
-Example (JaxMARL prints a line about its optional submodules when first imported):
+Example (JaxMARL 0.2 prints a line about its optional submodules when first imported, then sets
+``sys.stdout`` to the terminal's: ``redirect_stdout`` hides the line and puts the stream back):
 
->>> import jaxmarl
-...
+>>> import contextlib, io
+>>> with contextlib.redirect_stdout(io.StringIO()):
+...     import jaxmarl
 >>> from gpu_envs.backends.jax.cores import row_keys
 >>> from gpu_envs.backends.jax.jaxmarl import make_jaxmarl_core
 >>> core = make_jaxmarl_core(jaxmarl.make("MPE_simple_spread_v3"), num_envs=8)

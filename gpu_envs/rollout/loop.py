@@ -45,6 +45,7 @@ __all__ = [
     "make_step",
     "output_slots",
     "rollout",
+    "run_fused",
     "run_loop",
     "start",
 ]
@@ -231,8 +232,10 @@ def run_loop(
     ``torch.no_grad()``. A reset the env still needs runs before, outside both.
 
     With ``random_actions`` (``step`` is :func:`make_step`'s for ``policy=None``), the
-    steps in between go through :func:`fused_writer` where the env offers it: the same
-    transitions, without the TensorDicts of each step.
+    steps go through :func:`fused_writer` where the env offers it: the same transitions,
+    without the TensorDicts of each step (:func:`run_fused`). That takes a bound buffer,
+    so the first collection into a buffer makes its first step the TensorDict way (which
+    binds it); later ones, with ``collect``'s cached buffer, are fused from step 0.
 
     The caller's grad mode is restored on the way out whatever happens
     (:func:`keep_grad_mode`): a learner that trains after a Ctrl-C still records.
@@ -240,27 +243,52 @@ def run_loop(
     td = start(env)
     steps = buffer.steps
     inference = inference and getattr(env, "inference_mode_safe", True)  # (a simulator may refuse inference mode)
+    fusable = random_actions and inference and steps > 2
     with keep_grad_mode(), collecting(env):
+        fused = fused_writer(env, buffer) if fusable and first_step is None else None
+        if fused is not None:
+            run_fused(env, buffer, fused, 0)
+            return buffer.data
         with torch.no_grad():
             td = _write_step(first_step or step, td, buffer, 0)
+        fused = fused_writer(env, buffer) if fusable else None
+        if fused is not None:
+            run_fused(env, buffer, fused, 1)
+            return buffer.data
         if inference and steps > 2:
-            fused = fused_writer(env, buffer) if random_actions else None
             with torch.inference_mode():
-                if fused is None:
-                    for t in range(1, steps - 1):
-                        td = _write_step(step, td, buffer, t)
-                else:
-                    with reusing_outputs(env):  # every step's tensors are copied into the buffer at once
-                        into = output_slots(env, buffer)
-                        for t in range(1, steps - 1):
-                            if into is not None:
-                                into(t)
-                            fused(t)
-                    td = env.root()
+                for t in range(1, steps - 1):
+                    td = _write_step(step, td, buffer, t)
         with torch.no_grad():
             for t in range(1 if not inference or steps <= 2 else steps - 1, steps):
                 td = _write_step(step, td, buffer, t)
     return buffer.data
+
+
+def run_fused(env: Any, buffer: RolloutBuffer, fused: Callable[[int], None], first: int) -> None:
+    """Fused steps ``first .. buffer.steps - 1`` (:func:`fused_writer`), with the env reusing its outputs.
+
+    As in :func:`run_loop`, the first step of the collection and its last one run under
+    ``torch.no_grad()`` and those between under ``torch.inference_mode()``, so what the
+    env holds afterwards (its next root, copied on the way out of ``reusing_outputs``)
+    is ordinary tensors. Where the env takes output targets, each step writes into the
+    buffer's slots itself (:func:`output_slots`).
+    """
+    steps = buffer.steps
+    with torch.no_grad(), reusing_outputs(env):  # every step's tensors are copied into the buffer at once
+        into = output_slots(env, buffer)
+
+        def one(t: int) -> None:
+            if into is not None:
+                into(t)
+            fused(t)
+
+        if first == 0:
+            one(0)
+        with torch.inference_mode():
+            for t in range(1, steps - 1):
+                one(t)
+        one(steps - 1)
 
 
 @contextlib.contextmanager

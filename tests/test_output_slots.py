@@ -155,3 +155,40 @@ def test_bad_targets_are_refused_with_the_layout(cls):
     assert env.raw_step(action).reward is not reward  # one step only
     assert not env.reuse_outputs(False)
     assert env.raw_step(action).reward is not reward
+
+
+def test_random_discrete_actions_are_drawn_into_the_buffers_action_slots(monkeypatch):
+    """Once the buffer is bound, each step's action is drawn in its own slot (same draws) and stepped from there."""
+    env = gpu_envs.make("CartPole-v1", num_envs=8, seed=0, max_episode_steps=4)
+    ref = gpu_envs.make("CartPole-v1", num_envs=8, seed=0, max_episode_steps=4)
+    ref.transition_values = lambda keys: None  # the TensorDict path: sampler() and a copy
+    _same(collect(env, steps=5).clone(), collect(ref, steps=5).clone())  # binds the buffer
+    buffer = collect_cache(env).buffers[5]
+    slots = loop.action_slots(env, buffer)
+    assert slots is not None
+    assert [slot.data_ptr() for slot in slots] == [buffer.data["action"][:, t].data_ptr() for t in range(5)]
+    stepped = []
+    values_for = env.transition_values
+
+    def spying(keys):
+        values = values_for(keys)
+
+        def spy(action):
+            stepped.append(action.data_ptr())
+            return values(action)
+
+        return spy
+
+    monkeypatch.setattr(env, "transition_values", spying)
+    for _ in range(3):  # episodes end and rows reset in between
+        _same(collect(env, steps=5).clone(), collect(ref, steps=5).clone())
+    assert stepped == [slot.data_ptr() for slot in slots] * 3
+    _same(env.root(), ref.root())
+
+
+def test_actions_without_a_draw_into_memory_are_sampled_and_copied():
+    """A Box action spec has no draw into given memory: the step samples and the buffer copies, as before."""
+    env = gpu_envs.make("Pendulum-v1", num_envs=8, seed=0)
+    collect(env, steps=5)
+    assert env.action_spec.sampler_into(generator=env.generator) is None
+    assert loop.action_slots(env, collect_cache(env).buffers[5]) is None

@@ -32,10 +32,12 @@ from gpu_envs.contract.keys import OBSERVATION
 from gpu_envs.contract.protocols import OutputTargets, require_env_api
 from gpu_envs.rollout.buffer import RolloutBuffer, check_steps
 from gpu_envs.utils.arguments import as_bool
+from gpu_envs.utils.devices import normalize_device
 from gpu_envs.utils.tensordicts import set_entry
 
 __all__ = [
     "Policy",
+    "action_slots",
     "advance",
     "check_health_after",
     "check_policy",
@@ -118,13 +120,50 @@ def fused_writer(env: Any, buffer: RolloutBuffer) -> Callable[[int], None] | Non
     values: Any = values_for(buffer.keys)
     if values is None:
         return None
-    sample = env.action_spec.sampler(generator=env.generator)
     write_values = buffer.write_values
+    slots = action_slots(env, buffer)
+    if slots is not None:  # each step's action drawn into its own slot: the buffer's copy finds it in place
+        draw_into = cast("Callable[[torch.Tensor], None]", env.action_spec.sampler_into(generator=env.generator))
+
+        def write_drawn(t: int) -> None:
+            action = slots[t]
+            draw_into(action)
+            write_values(t, values(action))
+
+        return write_drawn
+    sample = env.action_spec.sampler(generator=env.generator)
 
     def write(t: int) -> None:
         write_values(t, values(sample()))
 
     return write
+
+
+def action_slots(env: Any, buffer: RolloutBuffer) -> list[torch.Tensor] | None:
+    """The buffer's ``"action"`` slot of every step, where the action spec can draw into it; else None.
+
+    Where ``env.action_spec.sampler_into`` has a draw (:class:`~gpu_envs.contract.specs.Discrete`)
+    and each slot is a contiguous tensor of the spec's shape and dtype on its device (the
+    time-major buffer's column ``t``), a random-action step draws its action there: the
+    same numbers from ``env.generator`` as :meth:`~gpu_envs.contract.specs.Spec.sampler`,
+    with no tensor made and the copy into the buffer skipped (a copy onto its own memory).
+    """
+    spec = env.action_spec
+    sampler_into = getattr(spec, "sampler_into", None)
+    if not callable(sampler_into) or sampler_into(generator=env.generator) is None:
+        return None
+    shape, dtype, device = tuple(spec.shape), spec.dtype, normalize_device(spec.device)
+    slots = [buffer.step_slots(t).get(("action",)) for t in range(buffer.steps)]
+    for slot in slots:
+        if (
+            slot is None
+            or tuple(slot.shape) != shape
+            or slot.dtype != dtype
+            or normalize_device(slot.device) != device
+            or not slot.is_contiguous()
+        ):
+            return None
+    return cast("list[torch.Tensor]", slots)
 
 
 STEP_INTO_BUFFER_MIN_BYTES = 1 << 17

@@ -163,6 +163,30 @@ class Spec(ABC):
         _check_generator(generator, self.device)
         return functools.partial(self._rand, (*as_dims(shape), *self._batch_shape), generator)
 
+    def sampler_into(self, generator: torch.Generator | None = None) -> Callable[[torch.Tensor], None] | None:
+        """``draw(out)``: one batch drawn straight into ``out``, the values :meth:`sampler`'s would return; or None.
+
+        For loops that own the memory a draw lands in (a random-action collection draws
+        into its buffer's action slot of the step: no allocation, no copy). ``out`` holds
+        the spec's full shape, dtype and device, contiguous; the draw takes the same
+        numbers from ``generator`` as ``sampler(generator=generator)()``. None where the
+        spec has no such draw (the default: only :class:`Discrete` has one).
+
+        >>> import torch
+        >>> from gpu_envs.contract.specs import Discrete
+        >>> spec = Discrete(5).expand(4)
+        >>> out = torch.empty(4, dtype=torch.int64)
+        >>> spec.sampler_into(torch.Generator().manual_seed(0))(out)
+        >>> torch.equal(out, spec.sampler(generator=torch.Generator().manual_seed(0))())
+        True
+        """
+        _check_generator(generator, self.device)
+        return self._sampler_into(generator)
+
+    def _sampler_into(self, generator: torch.Generator | None) -> Callable[[torch.Tensor], None] | None:
+        """Subclasses with a draw into given memory: :meth:`sampler_into`'s function (its generator checked)."""
+        return None
+
     @abstractmethod
     def _zero(self, dims: tuple[int, ...]) -> Any:
         """Zeros (clamped into range) of shape ``(*dims, *event_shape)``."""

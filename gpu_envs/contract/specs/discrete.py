@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import gymnasium
@@ -24,6 +25,11 @@ def _int_tensor(value: Any, name: str) -> torch.Tensor:
     elif t.dtype not in INT_DTYPES:
         raise SpecError(f"{name} must be integers, got dtype {t.dtype}.")
     return t.detach().cpu().to(torch.int64)
+
+
+def _random_into(low: int, high: int, generator: torch.Generator | None, out: torch.Tensor) -> None:
+    """Uniform integers in ``[low, high)`` into ``out``: ``torch.randint`` is this very op on an empty tensor."""
+    out.random_(low, high, generator=generator)
 
 
 def _check_int_range(dtype: torch.dtype, lo: int, hi: int, what: str) -> None:
@@ -70,6 +76,10 @@ class Discrete(Spec):
         return torch.randint(
             self.start, self.start + self.n, dims, generator=generator, device=self.device, dtype=self.dtype
         )
+
+    def _sampler_into(self, generator: torch.Generator | None) -> Callable[[torch.Tensor], None]:
+        """:meth:`Spec.sampler_into`: ``out.random_(start, start + n)``, the very draw ``torch.randint`` makes."""
+        return functools.partial(_random_into, self.start, self.start + self.n, generator)
 
     def contains(self, x: Any) -> bool:
         """True for a tensor of dtype ``dtype`` ending with ``shape`` (any shape when per env) with values in range."""

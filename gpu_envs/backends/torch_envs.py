@@ -254,17 +254,21 @@ class TorchVectorBackend(Backend):
             return self._raw_step
         return MethodType(plain, self)
 
+    def _direct_env(self) -> Any:
+        """The env, where :meth:`direct_step` is its own ``raw_step`` with nothing between; else None."""
+        env = self.env
+        direct = self._reuse is None and self._plain is None and getattr(self._raw_step, "__self__", None) is env
+        return env if direct else None
+
     def self_checked_step(self) -> SelfCheckedStep | None:
         """:meth:`Backend.self_checked_step`: the env, where :meth:`direct_step` is its own checking ``raw_step``."""
-        env, step = self.env, self._raw_step
-        direct = self._reuse is None and self._plain is None and getattr(step, "__self__", None) is env
-        return env if direct and isinstance(env, SelfCheckedStep) else None
+        env = self._direct_env()
+        return env if isinstance(env, SelfCheckedStep) else None
 
     def output_targets(self) -> OutputTargets | None:
         """:meth:`Backend.output_targets`: the env, where :meth:`direct_step` is its own ``raw_step`` and it takes targets."""
-        env, step = self.env, self._raw_step
-        direct = self._reuse is None and self._plain is None and getattr(step, "__self__", None) is env
-        return env if direct and isinstance(env, OutputTargets) else None
+        env = self._direct_env()
+        return env if isinstance(env, OutputTargets) else None
 
     def reuse_outputs(self, on: bool) -> bool:
         """:meth:`Backend.reuse_outputs` by the env's own (the built-in envs'), once no reuse detector watches its outputs."""

@@ -80,16 +80,16 @@ def test_the_step_writes_into_the_named_slots(every_size):
         name_slots = loop.output_slots(env, buffer)
         assert name_slots is not None
         name_slots(2)
-        slots = buffer.step_slots(2)
-        slots[("next", "reward")].zero_()
+        reward = buffer.slots_of(("next", "reward"))[2]
+        reward.zero_()
         td = env.root()
         td["action"] = torch.zeros(8, dtype=torch.int64)
         td, root = env.step_and_maybe_reset(td)
-        assert torch.equal(slots[("next", "reward")], torch.ones(8, 1))  # the step wrote it there
-        assert td["next", "reward"].data_ptr() == slots[("next", "reward")].data_ptr()
-        assert root["observation"].data_ptr() == buffer.step_slots(3)[("observation",)].data_ptr()
+        assert torch.equal(reward, torch.ones(8, 1))  # the step wrote it there
+        assert td["next", "reward"].data_ptr() == reward.data_ptr()
+        assert root["observation"].data_ptr() == buffer.slots_of("observation")[3].data_ptr()
     # on the way out the env's root is copied: nothing it keeps shares the buffer's memory
-    assert env.root()["observation"].data_ptr() != buffer.step_slots(3)[("observation",)].data_ptr()
+    assert env.root()["observation"].data_ptr() != buffer.slots_of("observation")[3].data_ptr()
 
 
 @needs_cc

@@ -295,18 +295,22 @@ class RolloutBuffer:
         """The transition keys stored, in layout order (empty until :attr:`bound`)."""
         return [key for key, _, _ in self._layout or ()]
 
-    def step_slots(self, t: int) -> dict[tuple, torch.Tensor]:
-        """Step ``t``'s slot of every bound key (as a tuple key): the very views :meth:`write_values` copies into.
+    def slots_of(self, key: Any) -> list[torch.Tensor] | None:
+        """``key``'s slot at every step: the very ``[*B, ...]`` views :meth:`write_values` copies into; or None.
 
-        Each is the ``[*B, ...]`` column ``t`` of its key, contiguous (time-major storage).
-        A step that already wrote a value into its slot makes that copy a no-op (torch
-        skips a copy of a tensor onto its own memory): what a random-action collection
-        uses to have the built-in envs' native step write its outputs in place
-        (:func:`gpu_envs.rollout.loop.output_slots`). Empty before the layout is bound.
+        Slot ``t`` is column ``t`` of the key's time-major storage, contiguous; every slot
+        of a key has the same shape, dtype and strides. A step that already wrote a value
+        into its slot makes that copy a no-op (torch skips a copy of a tensor onto its own
+        memory): what a random-action collection uses to have the built-in envs' native
+        step write its outputs, and the action spec its draws, in place
+        (:func:`gpu_envs.rollout.loop.output_slots`, :func:`~gpu_envs.rollout.loop.action_slots`).
+        None for a key the buffer does not hold, or before its layout is bound.
         """
-        if self._layout is None:
-            return {}
-        return {_key(key): column for (key, _, _), column in zip(self._layout, self._columns[t], strict=True)}
+        wanted = _key(key)
+        index = next((i for i, (bound, _, _) in enumerate(self._layout or ()) if _key(bound) == wanted), None)
+        if index is None:
+            return None
+        return [columns[index] for columns in self._columns]
 
     def storage(self) -> list[torch.Tensor]:
         """The ``[*B, T, ...]`` tensor of every key of :attr:`keys`, in that order."""

@@ -152,18 +152,18 @@ def action_slots(env: Any, buffer: RolloutBuffer) -> list[torch.Tensor] | None:
     sampler_into = getattr(spec, "sampler_into", None)
     if not callable(sampler_into) or sampler_into(generator=env.generator) is None:
         return None
-    shape, dtype, device = tuple(spec.shape), spec.dtype, normalize_device(spec.device)
-    slots = [buffer.step_slots(t).get(("action",)) for t in range(buffer.steps)]
-    for slot in slots:
-        if (
-            slot is None
-            or tuple(slot.shape) != shape
-            or slot.dtype != dtype
-            or normalize_device(slot.device) != device
-            or not slot.is_contiguous()
-        ):
-            return None
-    return cast("list[torch.Tensor]", slots)
+    slots = buffer.slots_of("action")
+    if slots is None:
+        return None
+    slot = slots[0]  # every slot of a key has the same shape, dtype and strides (RolloutBuffer.slots_of)
+    if (
+        tuple(slot.shape) != tuple(spec.shape)
+        or slot.dtype != spec.dtype
+        or normalize_device(slot.device) != normalize_device(spec.device)
+        or not slot.is_contiguous()
+    ):
+        return None
+    return slots
 
 
 STEP_INTO_BUFFER_MIN_BYTES = 1 << 17
@@ -208,15 +208,15 @@ def output_slots(env: Any, buffer: RolloutBuffer) -> Callable[[int], None] | Non
     step_bytes = sum(math.prod(shape) * dtype.itemsize for shape, dtype in layout.values())
     if step_bytes < STEP_INTO_BUFFER_MIN_BYTES or not named:
         return None
-    slots = [buffer.step_slots(t) for t in range(buffer.steps)]
-    plans: list[dict[str, torch.Tensor]] = []
-    for t in range(buffer.steps):
-        plan = {}
-        for name, (key, ahead) in named.items():
-            slot = slots[t + ahead].get(key) if t + ahead < buffer.steps else None
-            if slot is not None and tuple(slot.shape) == layout[name][0] and slot.dtype == layout[name][1]:
-                plan[name] = slot
-        plans.append(plan)
+    slots_of = {}  # each named output's slots, where the buffer holds its key in the step's shape and dtype
+    for name, (key, ahead) in named.items():
+        slots = buffer.slots_of(key)
+        if slots is not None and tuple(slots[0].shape) == layout[name][0] and slots[0].dtype == layout[name][1]:
+            slots_of[name] = (slots, ahead)
+    steps = buffer.steps
+    plans = [
+        {name: slots[t + ahead] for name, (slots, ahead) in slots_of.items() if t + ahead < steps} for t in range(steps)
+    ]
     write_into = sim.write_next_step_into
 
     def name_slots(t: int) -> None:

@@ -358,20 +358,23 @@ class StepPath:
         )
 
     # ------------------------------------------------------------------- steps
-    def action_of(self, td: TensorDictBase) -> torch.Tensor:
-        """``td["action"]``, checked (metadata; values where bound), before anything moves."""
+    def action_of(self, td: TensorDictBase, eager: bool) -> torch.Tensor:
+        """``td["action"]``, checked (metadata; values where bound), before anything moves.
+
+        ``eager``: not inside a compiled chunk (``not is_compiling()``, asked once per step by the caller).
+        """
         entries = fast_entries(td)
         action: Any  # whatever td holds: check_action refuses all but a tensor
         if entries is not None:  # a plain TensorDict: its own entries, read without tensordict's dispatch
             action = entries.get("action") if self._action_keys is None else self.group_actions(td)
-            if not is_compiling():  # dated inputs: host bookkeeping, left out of compiled chunks (module docstring)
+            if eager:  # dated inputs: host bookkeeping, left out of compiled chunks (module docstring)
                 dated = stamp_of(td)
                 if (dated is not None and dated != self.stamp) or entries.get(self._next_marker) is self._last_next:
                     self.other_input(td, dated)
         else:
             check_td(td, STEP_CALLS)  # a dict, None, a (td, root) tuple: refused before anything moves
             action = get_entry(td, "action") if self._action_keys is None else self.group_actions(td)
-            if not is_compiling():
+            if eager:
                 dated = stamp_of(td)
                 watched = None if self._next_marker is None else get_entry(td, self._next_marker)
                 if (dated is not None and dated != self.stamp) or (watched is not None and watched is self._last_next):
@@ -397,19 +400,19 @@ class StepPath:
         if check_values is not None:
             check_values(action)
 
-    def advance(self, action: torch.Tensor) -> Advanced:
+    def advance(self, action: torch.Tensor, eager: bool) -> Advanced:
         """Steps 3-4 of every step, guarded: the bound :class:`Advance` and the final-observation rule.
 
         Returns the path's :class:`Advanced` record (rewritten by the next step) and
         leaves the guard pending; the caller builds its outputs, then calls
         :meth:`finish` with its ``call`` (the guard's call number; None inside a compiled
-        chunk, which leaves the numbering out: module docstring). An exception in between
-        leaves the env refusing calls until a full reset.
+        chunk -- ``eager`` False -- which leaves the numbering out: module docstring). An
+        exception in between leaves the env refusing calls until a full reset.
         """
         guard = self.guard
         guard.pending = "step"
         call = None
-        if not is_compiling():
+        if eager:
             call = guard.calls + 1  # guard.start("step"), inline: the number a second thread would change
             guard.calls = call
         raw = self.stepper.run(action)
@@ -437,11 +440,15 @@ class StepPath:
         The guard is marked around the backend call (two attribute writes): an
         exception escaping it leaves the env refusing calls until a full reset.
         """
+        return self.step_in(td, not is_compiling())
+
+    def step_in(self, td: TensorDictBase, eager: bool) -> torch.Tensor:
+        """:meth:`step`, told whether it runs eagerly (``not is_compiling()``: its callers ask once per step)."""
         if self.guard.pending is not None:
             self.refuse("step")
-        action = self.action_of(td)
+        action = self.action_of(td, eager)
         previous = self.root_obs
-        out = self.advance(action)
+        out = self.advance(action, eager)
         raw, next_obs, call = out.raw, out.next_obs, out.call
         dated = call is not None  # host integers a compiled chunk would guard on and recompile on (module docstring)
         number = 0
@@ -486,17 +493,21 @@ class StepPath:
             else:
                 monitor.unvouched_steps += 1
                 self.defer(previous, action, next_obs, raw.reward, out.final_obs_missing)
-        self.finish(call)
+        guard = self.guard  # self.finish(call), inline
+        if dated and guard.calls != call:
+            guard.overlapped("step")
+        guard.pending = None
         return done
 
     def step_and_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
         """:meth:`step`, then ``(td, next root)``: the post-reset observations where rows ended."""
-        self.step(td)
+        eager = not is_compiling()
+        self.step_in(td, eager)
         self.last_done = self.false
         data = self.entries(self.root_obs)
         data.update(self.root_flags)
         root = self.new_td(data, self.batch_size, self.device)
-        if not is_compiling():
+        if eager:
             stamp(root, self.stamp)
         return td, root
 
@@ -522,7 +533,7 @@ class StepPath:
             self.refuse("step")
         self.check_action(action)
         previous = self.root_obs
-        out = self.advance(action)
+        out = self.advance(action, not is_compiling())
         raw, next_obs, call = out.raw, out.next_obs, out.call
         if call is not None:  # (module docstring: compiled chunks)
             self.stamp += 1

@@ -183,19 +183,24 @@ class CartPoleEnv(BatchedTorchEnv):
         self._native_consts = torch.tensor(values, dtype=torch.float32)
         self._native_bounds = torch.stack((b.low, b.scale, b.below_high))  # kept alive: pointers below
         lows, scales, highs = (row.data_ptr() for row in self._native_bounds)
-        self._native_args = (
-            self.num_envs,
-            self._state.data_ptr(),
-            self._elapsed.data_ptr(),
-            self.max_episode_steps,
-            self._rng.key.data_ptr(),
-            self._rng.counter.data_ptr(),
-            lows,
-            scales,
-            highs,
-            int(b.needs_clamp),
-            self._native_consts.data_ptr(),
+        self._native_constants = native.StepConstants(  # kept alive: the kernel reads it at every step
+            n=self.num_envs,
+            state=self._state.data_ptr(),
+            elapsed=self._elapsed.data_ptr(),
+            limit=self.max_episode_steps,
+            key=self._rng.key.data_ptr(),
+            counter=self._rng.counter.data_ptr(),
+            low=lows,
+            scale=scales,
+            below_high=highs,
+            needs_clamp=int(b.needs_clamp),
+            c=self._native_consts.data_ptr(),
         )
+        # cos / sin of theta, rewritten by each step for its kernel (never returned); every pointer a step
+        # passes but its action's and outputs', read once (the tensors are never re-bound)
+        self._native_trig = torch.empty(2, self.num_envs, dtype=torch.float32).unbind(0)
+        cos, sin = self._native_trig
+        self._native_args = (self._native_constants.address(), cos.data_ptr(), sin.data_ptr())
         pointers = (self._elapsed.data_ptr(), self._rng.key.data_ptr(), self._rng.counter.data_ptr())
         self._native_reset_setup(lib, (*pointers, lows, scales, highs, int(b.needs_clamp)))
         self._native = lib.cartpole_step
@@ -350,18 +355,18 @@ class CartPoleEnv(BatchedTorchEnv):
     def _native_advance(self, action: torch.Tensor, columns: bool) -> tuple:
         """:meth:`_advance` in one native call (same values bit for bit): the eager CPU step."""
         theta = self._columns[2]
-        cos = torch.cos(theta)
-        sin = torch.sin(theta)
+        cos, sin = self._native_trig
+        torch.cos(theta, out=cos)
+        torch.sin(theta, out=sin)
         obs, new, reward, terminated, truncated, done = self._output_ring.take(columns, self._new_outputs)
-        a = self._native_args
+        a, cos_p, sin_p = self._native_args
         # counted first, as CounterRNG.advance counts: interrupted after, the draw pool refills early, never late
         kernel = self._native
         if kernel is None:  # (only called where _advance found the kernel)
             raise BackendError(f"{type(self).__name__}: the native step ran without its kernel.")
         self._rng.count_advance()  # the kernel advances the counters of the rows that end
         self.last_step_clean = not kernel(
-            a[0], a[1], cos.data_ptr(), sin.data_ptr(), action.data_ptr(), *a[2:],
-            obs.data_ptr(), new.data_ptr(), reward.data_ptr(),
+            a, cos_p, sin_p, action.data_ptr(), obs.data_ptr(), new.data_ptr(), reward.data_ptr(),
             terminated.data_ptr(), truncated.data_ptr(), done.data_ptr(),
         )  # fmt: skip
         return obs, reward, terminated, truncated, done, new

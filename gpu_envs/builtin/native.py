@@ -44,7 +44,7 @@ from pathlib import Path
 
 from gpu_envs.utils.native_library import NativeLibrary, cache_dir
 
-__all__ = ["SOURCE", "available", "build_into", "cache_dir", "kernels"]
+__all__ = ["SOURCE", "StepConstants", "available", "build_into", "cache_dir", "kernels"]
 
 SOURCE = r"""
 #include <stdint.h>
@@ -74,17 +74,35 @@ static inline uint32_t mix32(uint32_t x) {
     return x;
 }
 
+/* What an env's step passes the same at every call (its tensors' pointers and constants, read once
+   at setup): one pointer per call instead of eleven arguments, since ctypes converts every argument
+   of every call (~60 ns each). Mirrored by gpu_envs.builtin.native.StepConstants. */
+typedef struct {
+    int64_t n;              /* rows */
+    float *state;           /* [N, lanes] */
+    int64_t *elapsed;       /* [N] step counts */
+    int64_t limit;          /* max_episode_steps */
+    const int64_t *key;     /* [N, 2] counter-RNG keys */
+    int64_t *counter;       /* [N] counter-RNG counters */
+    const float *low, *scale, *below_high;  /* [lanes] reset bounds */
+    int64_t needs_clamp;    /* clamp draws below high */
+    const float *c;         /* the env's step constants */
+} StepConstants;
+
 /* One CartPole-v1 step of every row (see gpu_envs/builtin/cartpole.py for the torch twin).
    c: force_neg, force_step, k_pml, den_const, den_cos2, tau[4], bounds[4].
    Returns 0 when every action was 0 or 1 and every observation written is finite (the
    health look's checks, made on values already in registers), else 1. */
 KERNEL int cartpole_step(
-    int64_t n, float *state, const float *cosv, const float *sinv, const int64_t *action,
-    int64_t *elapsed, int64_t limit, const int64_t *key, int64_t *counter,
-    const float *low, const float *scale, const float *below_high, int needs_clamp,
-    const float *c, float *obs, float *final_obs, float *reward,
-    uint8_t *terminated, uint8_t *truncated, uint8_t *done)
+    const StepConstants *k, const float *cosv, const float *sinv, const int64_t *action,
+    float *obs, float *final_obs, float *reward, uint8_t *terminated, uint8_t *truncated, uint8_t *done)
 {
+    const int64_t n = k->n, limit = k->limit;
+    const int needs_clamp = (int)k->needs_clamp;
+    float *state = k->state;
+    int64_t *elapsed = k->elapsed, *counter = k->counter;
+    const int64_t *key = k->key;
+    const float *low = k->low, *scale = k->scale, *below_high = k->below_high, *c = k->c;
     const float force_neg = c[0], force_step = c[1], k_pml = c[2], den_const = c[3], den_cos2 = c[4];
     const float neg_k_pml = -k_pml;
     int bad = 0;
@@ -143,12 +161,15 @@ KERNEL int cartpole_step(
    Returns 0 when every action, reward and state written is finite (the health look's
    checks: the observation is the trigonometry of a finite state), else 1. */
 KERNEL int pendulum_step(
-    int64_t n, float *state, const float *sinv, const float *angle, const float *action,
-    int64_t *elapsed, int64_t limit, const int64_t *key, int64_t *counter,
-    const float *low, const float *scale, const float *below_high, int needs_clamp,
-    const float *c, float *reward, uint8_t *terminated, uint8_t *truncated,
-    float *new_thdot_out, float *angles)
+    const StepConstants *k, const float *sinv, const float *angle, const float *action,
+    float *reward, uint8_t *terminated, uint8_t *truncated, float *new_thdot_out, float *angles)
 {
+    const int64_t n = k->n, limit = k->limit;
+    const int needs_clamp = (int)k->needs_clamp;
+    float *state = k->state;
+    int64_t *elapsed = k->elapsed, *counter = k->counter;
+    const int64_t *key = k->key;
+    const float *low = k->low, *scale = k->scale, *below_high = k->below_high, *c = k->c;
     const float max_torque = c[0], max_speed = c[1], dt = c[2], k_sin = c[3], k_u = c[4];
     const float k_thdot = -0.1f, k_u2 = -0.001f;
     int bad = 0;
@@ -234,10 +255,10 @@ void pendulum_obs(int64_t n, const float *cosv, const float *sinv, const float *
 def _declare(lib: ctypes.CDLL) -> None:
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     fn = lib.cartpole_step
-    fn.argtypes = [i64, p, p, p, p, p, i64, p, p, p, p, p, i32, p, p, p, p, p, p, p]
+    fn.argtypes = [p, p, p, p, p, p, p, p, p, p]  # StepConstants*, cos, sin, action, then the six outputs
     fn.restype = i32  # 0: the step's actions and outputs passed the health look's checks
     fn = lib.pendulum_step
-    fn.argtypes = [i64, p, p, p, p, p, i64, p, p, p, p, p, i32, p, p, p, p, p, p]
+    fn.argtypes = [p, p, p, p, p, p, p, p, p]  # StepConstants*, sin, angle, action, outputs, scratch
     fn.restype = i32
     fn = lib.reset_rows
     fn.argtypes = [i64, i64, p, p, p, p, p, p, p, p, i32]
@@ -245,6 +266,41 @@ def _declare(lib: ctypes.CDLL) -> None:
     fn = lib.pendulum_obs
     fn.argtypes = [i64, p, p, p, i64, p]
     fn.restype = None
+
+
+class StepConstants(ctypes.Structure):
+    """The C ``StepConstants`` of :data:`SOURCE`: what a native step passes the same at every call, packed once.
+
+    ctypes converts each argument of each call (~60 ns apiece), so the env's pointers and
+    constants travel as one pointer (:meth:`address`). The env keeps this object, and the
+    tensors it points into, alive as long as it steps.
+
+    Example::
+
+        >>> import torch
+        >>> state = torch.zeros(4, 4)
+        >>> constants = StepConstants(n=4, state=state.data_ptr(), limit=500)
+        >>> constants.n, constants.limit, constants.state == state.data_ptr()
+        (4, 500, True)
+    """
+
+    _fields_ = [  # ctypes reads the layout from this class attribute
+        ("n", ctypes.c_int64),
+        ("state", ctypes.c_void_p),
+        ("elapsed", ctypes.c_void_p),
+        ("limit", ctypes.c_int64),
+        ("key", ctypes.c_void_p),
+        ("counter", ctypes.c_void_p),
+        ("low", ctypes.c_void_p),
+        ("scale", ctypes.c_void_p),
+        ("below_high", ctypes.c_void_p),
+        ("needs_clamp", ctypes.c_int64),
+        ("c", ctypes.c_void_p),
+    ]
+
+    def address(self) -> int:
+        """This structure's address, the kernels' first argument."""
+        return ctypes.addressof(self)
 
 
 _LIBRARY = NativeLibrary("kernels", SOURCE, _declare, "the built-in envs use their pure-torch step")

@@ -137,16 +137,18 @@ class PendulumEnv(BatchedTorchEnv):
         self._native_consts = torch.tensor(values, dtype=torch.float32)
         self._native_bounds = torch.stack((b.low, b.scale, b.below_high))  # kept alive: pointers below
         lows, scales, highs = (row.data_ptr() for row in self._native_bounds)
-        self._native_args = (
-            self._elapsed.data_ptr(),
-            self.max_episode_steps,
-            self._rng.key.data_ptr(),
-            self._rng.counter.data_ptr(),
-            lows,
-            scales,
-            highs,
-            int(b.needs_clamp),
-            self._native_consts.data_ptr(),
+        self._native_constants = native.StepConstants(  # kept alive: the kernel reads it at every step
+            n=self.num_envs,
+            state=self._state.data_ptr(),
+            elapsed=self._elapsed.data_ptr(),
+            limit=self.max_episode_steps,
+            key=self._rng.key.data_ptr(),
+            counter=self._rng.counter.data_ptr(),
+            low=lows,
+            scale=scales,
+            below_high=highs,
+            needs_clamp=int(b.needs_clamp),
+            c=self._native_consts.data_ptr(),
         )
         pointers = (self._elapsed.data_ptr(), self._rng.key.data_ptr(), self._rng.counter.data_ptr())
         self._native_reset_setup(lib, (*pointers, lows, scales, highs, int(b.needs_clamp)))
@@ -162,6 +164,19 @@ class PendulumEnv(BatchedTorchEnv):
         self._trig_of: int | None = None  # the state's version counter when _trig was computed (None: stale)
         # an env built under torch.inference_mode has inference tensors: no version counter, so nothing is reused
         self._trig_versioned = not self._state.is_inference()
+        # every pointer a step passes but its outputs', read once (the tensors are never re-bound)
+        self._native_args = (
+            self._native_constants.address(),
+            sin[:n].data_ptr(),
+            angle[:n].data_ptr(),
+            self._native_thdot.data_ptr(),
+            self._native_angles.data_ptr(),
+        )
+        cos_p, sin_p, thdot_p = cos.data_ptr(), sin.data_ptr(), self._native_thdot.data_ptr()
+        self._native_obs_args = (  # pendulum_obs of [post th] (the state's thdot) and of [new th] (new thdot)
+            (n, cos_p, sin_p, self._state.data_ptr() + 4, 2),
+            (n, cos_p + 4 * n, sin_p + 4 * n, thdot_p, 1),
+        )
         self._native = lib.pendulum_step
         self._native_obs = lib.pendulum_obs
 
@@ -301,7 +316,6 @@ class PendulumEnv(BatchedTorchEnv):
         user's in-place write all move it; the native partial reset, which writes through
         a pointer, forgets them itself: :meth:`_forget_state_cache`). Two torch ops of five saved.
         """
-        n = self.num_envs
         cos, sin, cos_th, sin_th, angle_th = self._trig
         if self._trig_of is None or self._trig_of != version_counter(self._state):
             th = self._columns[0]
@@ -309,8 +323,7 @@ class PendulumEnv(BatchedTorchEnv):
             torch.sin(th, out=sin_th)
         torch.atan2(sin_th, cos_th, out=angle_th)
         reward, terminated, truncated, obs, final = self._output_ring.take(columns, self._new_outputs)
-        angles, thdot = self._native_angles, self._native_thdot
-        a = self._native_args
+        a, sin_p, angle_p, thdot_p, angles_p = self._native_args
         # counted first, as CounterRNG.advance counts: interrupted after, the draw pool refills early, never late
         kernel = self._native
         if kernel is None:  # (only called where _advance found the kernel)
@@ -318,18 +331,19 @@ class PendulumEnv(BatchedTorchEnv):
         self._trig_of = None  # until the trigonometry below is that of the new state
         self._rng.count_advance()  # the kernel advances the counters of the rows that end
         self.last_step_clean = not kernel(
-            n, self._state.data_ptr(), sin_th.data_ptr(), angle_th.data_ptr(), action.data_ptr(), *a,
-            reward.data_ptr(), terminated.data_ptr(), truncated.data_ptr(), thdot.data_ptr(), angles.data_ptr(),
+            a, sin_p, angle_p, action.data_ptr(), reward.data_ptr(), terminated.data_ptr(), truncated.data_ptr(),
+            thdot_p, angles_p,
         )  # fmt: skip
+        angles = self._native_angles
         torch.cos(angles, out=cos)  # of [post th | new th]
         torch.sin(angles, out=sin)
         if self._trig_versioned:  # the kernel wrote the state through its pointer: no bump
             self._trig_of = version_counter(self._state)
-        cos_p, sin_p = cos.data_ptr(), sin.data_ptr()
-        self._native_obs(n, cos_p, sin_p, self._state.data_ptr() + 4, 2, obs.data_ptr())
+        obs_of_post, obs_of_new = self._native_obs_args
+        self._native_obs(*obs_of_post, obs.data_ptr())
         if final is None:
             return obs, reward, terminated, truncated, truncated, None
-        self._native_obs(n, cos_p + 4 * n, sin_p + 4 * n, thdot.data_ptr(), 1, final.data_ptr())
+        self._native_obs(*obs_of_new, final.data_ptr())
         return obs, reward, terminated, truncated, truncated, final
 
     def _forget_state_cache(self) -> None:

@@ -240,13 +240,22 @@ void reset_rows(
     }
 }
 
-/* out[i] = (cos[i], sin[i], thdot[i * stride]): an observation [cos th, sin th, thdot] per row. */
-void pendulum_obs(int64_t n, const float *cosv, const float *sinv, const float *thdot, int64_t stride, float *out)
+/* The observations [cos th, sin th, thdot] of a Pendulum step, in one call: obs[i] from the post-step
+   state (cosv[i], sinv[i], state[2 i + 1]) and, unless final is NULL, final[i] from the pre-reset one
+   (cosv[n + i], sinv[n + i], new_thdot[i]): angles [post th | new th] gave cosv / sinv. */
+void pendulum_obs(int64_t n, const float *cosv, const float *sinv, const float *state, const float *new_thdot,
+                  float *obs, float *final)
 {
     for (int64_t i = 0; i < n; i++) {
-        out[3 * i] = cosv[i];
-        out[3 * i + 1] = sinv[i];
-        out[3 * i + 2] = thdot[i * stride];
+        obs[3 * i] = cosv[i];
+        obs[3 * i + 1] = sinv[i];
+        obs[3 * i + 2] = state[2 * i + 1];
+    }
+    if (!final) return;
+    for (int64_t i = 0; i < n; i++) {
+        final[3 * i] = cosv[n + i];
+        final[3 * i + 1] = sinv[n + i];
+        final[3 * i + 2] = new_thdot[i];
     }
 }
 """
@@ -264,7 +273,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     fn.argtypes = [i64, i64, p, p, p, p, p, p, p, p, i32]
     fn.restype = None
     fn = lib.pendulum_obs
-    fn.argtypes = [i64, p, p, p, i64, p]
+    fn.argtypes = [i64, p, p, p, p, p, p]  # final may be None (NULL): not exposed
     fn.restype = None
 
 

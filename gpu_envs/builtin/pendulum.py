@@ -172,10 +172,13 @@ class PendulumEnv(BatchedTorchEnv):
             self._native_thdot.data_ptr(),
             self._native_angles.data_ptr(),
         )
-        cos_p, sin_p, thdot_p = cos.data_ptr(), sin.data_ptr(), self._native_thdot.data_ptr()
-        self._native_obs_args = (  # pendulum_obs of [post th] (the state's thdot) and of [new th] (new thdot)
-            (n, cos_p, sin_p, self._state.data_ptr() + 4, 2),
-            (n, cos_p + 4 * n, sin_p + 4 * n, thdot_p, 1),
+        # pendulum_obs: [post th] with the state's thdot, [new th] with the new thdot
+        self._native_obs_args = (
+            n,
+            cos.data_ptr(),
+            sin.data_ptr(),
+            self._state.data_ptr(),
+            self._native_thdot.data_ptr(),
         )
         self._native = lib.pendulum_step
         self._native_obs = lib.pendulum_obs
@@ -339,11 +342,7 @@ class PendulumEnv(BatchedTorchEnv):
         torch.sin(angles, out=sin)
         if self._trig_versioned:  # the kernel wrote the state through its pointer: no bump
             self._trig_of = version_counter(self._state)
-        obs_of_post, obs_of_new = self._native_obs_args
-        self._native_obs(*obs_of_post, obs.data_ptr())
-        if final is None:
-            return obs, reward, terminated, truncated, truncated, None
-        self._native_obs(*obs_of_new, final.data_ptr())
+        self._native_obs(*self._native_obs_args, obs.data_ptr(), None if final is None else final.data_ptr())
         return obs, reward, terminated, truncated, truncated, final
 
     def _forget_state_cache(self) -> None:

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import gymnasium
 import torch
 
+from gpu_envs.builtin.copies import DeepCopyOnly
 from gpu_envs.builtin.counter_rng import CounterRNG
 from gpu_envs.builtin.output_ring import OutputRing
 from gpu_envs.builtin.params import RowParams
@@ -64,7 +65,7 @@ def native_allowed() -> bool:
     return not (torch.compiler.is_compiling() or is_capturing() or dispatch_mode_active())
 
 
-class BatchedTorchEnv(gymnasium.vector.VectorEnv):
+class BatchedTorchEnv(DeepCopyOnly, gymnasium.vector.VectorEnv):
     """Base of the built-in envs: ``N`` systems as one ``[N, state_size]`` float32 state.
 
     Args:

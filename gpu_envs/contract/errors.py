@@ -132,5 +132,9 @@ class MissingComponentError(GpuEnvsError, RuntimeError):
     """An optional part is absent: the benchmarks of a source checkout, an optional dependency."""
 
 
+class NotCopyableError(GpuEnvsError, TypeError):
+    """A gpu_envs env was pickled or copied (``copy``/``deepcopy``): it holds a live simulator, so it cannot be."""
+
+
 class SnapshotError(GpuEnvsError, RuntimeError):
     """``get_state``/``set_state`` cannot snapshot or restore this env's rows exactly (its simulator keeps state out of reach)."""

@@ -68,14 +68,14 @@ import contextlib
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from gpu_envs.backends.base import Backend
 from gpu_envs.backends.common import release_simulator
-from gpu_envs.contract.errors import ClosedEnvError, InvalidArgumentError, ResetMaskError
+from gpu_envs.contract.errors import ClosedEnvError, InvalidArgumentError, NotCopyableError, ResetMaskError
 from gpu_envs.contract.final_obs import FinalObsRule
 from gpu_envs.contract.groups import missing_spec
 from gpu_envs.contract.keys import DONE_KEYS
@@ -528,6 +528,20 @@ class BatchedEnv(BatchedSpecs):
         self._snapshots.set(state, rows)
 
     # -------------------------------------------------------------- lifecycle
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        """Refuse ``pickle``, ``copy.copy`` and ``copy.deepcopy``: the env holds a live simulator.
+
+        Its backend's simulator, device memory and worker processes, and a step path bound
+        to them, cannot be carried into a copy; a :class:`~gpu_envs.NotCopyableError` says
+        what to do instead. The env stays usable.
+        """
+        raise NotCopyableError(
+            f"this env ({self.backend.describe()}, {self.num_envs} envs) cannot be pickled or copied: it holds a live "
+            "simulator and the step path bound to it. To copy rows, build another env the same way and restore a "
+            "snapshot into it: `other.set_state(env.get_state())`. To use an env in another process, send the "
+            "function that builds it (gpu_envs.make(...) with its arguments), not the env."
+        )
+
     def close(self) -> None:
         """Release the backend. Closing twice is harmless."""
         if not self._closed:

@@ -53,6 +53,7 @@ import torch
 from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite
+from gpu_envs.utils.row_views import ROW_VIEW_MIN_ENVS, row_dtype
 
 __all__ = [
     "ROW_VIEW_MIN_ENVS",
@@ -104,20 +105,13 @@ class FinalObsKind(str, enum.Enum, metaclass=_KindsWithOldNames):
     PLACEHOLDER = "placeholder + final_obs_missing"
 
 
-# torch's CPU `where` is slow when a [N, 1] mask broadcasts over short rows (a per-row
-# inner loop of a few elements). For large batches, rows of 2, 4, 8 or 16 bytes are
-# viewed as ONE element of these dtypes, so the mask no longer broadcasts. `where` only
-# moves bits, so the result is bit-exact for any dtype.
-_ROW_DTYPES = {2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.complex128}
-ROW_VIEW_MIN_ENVS = 256
 _OBJECT = np.dtype(object)
 
 
 def _row_dtype(shape: torch.Size, dtype: torch.dtype, num_envs: int, device: torch.device) -> torch.dtype | None:
-    row_bytes = math.prod(shape) * dtype.itemsize
-    if num_envs < ROW_VIEW_MIN_ENVS or len(shape) == 0 or device.type not in ("cpu", "cuda"):
-        return None
-    return _ROW_DTYPES.get(row_bytes)
+    # whole rows as single elements (gpu_envs.utils.row_views: torch's CPU `where` is slow
+    # when a [N, 1] mask broadcasts over short rows), on the devices whose views allow it
+    return row_dtype(shape, dtype, num_envs) if device.type in ("cpu", "cuda") else None
 
 
 def check_placeholder(value: float | int, dtype: torch.dtype, key: object) -> None:

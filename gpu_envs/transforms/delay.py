@@ -58,6 +58,7 @@ from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.keys import Key, as_keys, read, write
 from gpu_envs.transforms.streams import next_state_, seeded_states, top16
 from gpu_envs.utils.arguments import as_int, as_number
+from gpu_envs.utils.row_views import row_dtype, where_rows
 
 __all__ = ["Delay"]
 
@@ -91,6 +92,7 @@ class _Queue:
         self.values = torch.zeros(depth + 1, n, *shape, dtype=dtype, device=device)
         self._flat = self.values.view((depth + 1) * n, *shape)
         self.row_view = (1, n) + (1,) * len(shape)  # a [N] mask against the values
+        self.rows = row_dtype(shape, dtype, n)  # each row as one element for fill's where (utils.row_views), or None
 
     def push(self, value: torch.Tensor) -> None:
         self.values.copy_(torch.cat([self.values[1:], value.unsqueeze(0)]))
@@ -100,7 +102,7 @@ class _Queue:
 
     def fill(self, rows: torch.Tensor, value: torch.Tensor) -> None:
         """Every slot of ``rows`` (bool ``[N]``) set to ``value`` (``[N, *shape]``)."""
-        self.values.copy_(torch.where(rows.view(self.row_view), value.unsqueeze(0), self.values))
+        self.values.copy_(where_rows(rows.view(self.row_view), value.unsqueeze(0), self.values, 2, self.rows))
 
     def clear(self, rows: torch.Tensor) -> None:
         """Every slot of ``rows`` (bool ``[N]``) set to zero."""

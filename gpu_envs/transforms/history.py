@@ -57,6 +57,7 @@ from gpu_envs.contract.specs import Box, Composite
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.keys import Key, as_keys, read, write
 from gpu_envs.utils.arguments import as_int
+from gpu_envs.utils.row_views import row_dtype, where_rows
 
 __all__ = ["History"]
 
@@ -105,6 +106,8 @@ class History(Transform):
         # rows whose window restarts from the next root: they ended in the last step
         self._restart = torch.zeros(n, 1, dtype=torch.bool, device=dev)
         self._views = [(1, n) + (1,) * (w.dim() - 2) for w in self._windows]
+        # each window's rows as single elements for the restart's where (gpu_envs.utils.row_views), or None
+        self._rows = [row_dtype(w.shape[2:], w.dtype, n) for w in self._windows]
         self.row_state = tuple(self.live_state())
         return specs.replace(observation_spec=obs_spec)
 
@@ -121,8 +124,10 @@ class History(Transform):
         # rows that ended restart from their root's (reset) observation; done once (the flag
         # is cleared), so calling root again gives the same windows
         restart = self._restart
-        for key, window, view in zip(self.keys, self._windows, self._views, strict=True):
-            now = torch.where(restart.view(view), read(td, key).unsqueeze(0), window)  # a new tensor: the output
+        for key, window, view, rows in zip(self.keys, self._windows, self._views, self._rows, strict=True):
+            now = where_rows(
+                restart.view(view), read(td, key).unsqueeze(0), window, 2, rows
+            )  # a new tensor: the output
             window.copy_(now)
             write(td, key, now.transpose(0, 1))
         restart.zero_()

@@ -146,6 +146,7 @@ class BatchedTorchEnv(DeepCopyOnly, gymnasium.vector.VectorEnv):
         self._output_ring = OutputRing()  # off unless reuse_outputs(True)
         self._output_layout: dict[str, tuple[tuple[int, ...], torch.dtype]] | None = None  # (output_layout)
         self._native: Any = None  # the native step's kernel, set by a subclass's _build where it runs
+        self._native_constants: Any  # its StepConstants (native.step_constants), set alongside it
         self._build()
 
     def _build(self) -> None:
@@ -457,7 +458,7 @@ class BatchedTorchEnv(DeepCopyOnly, gymnasium.vector.VectorEnv):
             mask = self._check_mask(mask)
             if mask.is_contiguous():
                 self._rng.count_advance()  # counted first, as CounterRNG.advance counts
-                native(self.num_envs, self.state_size, self._state.data_ptr(), mask.data_ptr(), *self._native_rows)
+                native(self._native_constants.address(), self.state_size, mask.data_ptr())
                 self._forget_state_cache()  # written through a pointer: the version counter did not move
                 self._needs_reset = False
                 return
@@ -465,11 +466,6 @@ class BatchedTorchEnv(DeepCopyOnly, gymnasium.vector.VectorEnv):
 
     def _forget_state_cache(self) -> None:
         """Subclasses: drop what they keep computed from the state (the state was written behind torch's back)."""
-
-    def _native_reset_setup(self, lib: Any, pointers: tuple) -> None:
-        """The native partial reset's library and its fixed pointers (elapsed, key, counter, bounds...)."""
-        self._native_reset = lib.reset_rows
-        self._native_rows = pointers
 
     def _apply_reset(self, fresh: torch.Tensor, mask: Any | None) -> None:
         """Install ``fresh`` ``[N, state_size]`` on every row, or on the rows of ``mask`` [N].

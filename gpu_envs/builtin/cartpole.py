@@ -170,7 +170,6 @@ class CartPoleEnv(BatchedTorchEnv):
         lib = native.kernels()
         if lib is None:
             return
-        b = self._reset_bounds
         values = [
             float(self._force_neg),
             self._force_step,
@@ -180,29 +179,16 @@ class CartPoleEnv(BatchedTorchEnv):
             *self._tau[0].tolist(),
             *self._bounds[0].tolist(),
         ]
-        self._native_consts = torch.tensor(values, dtype=torch.float32)
-        self._native_bounds = torch.stack((b.low, b.scale, b.below_high))  # kept alive: pointers below
-        lows, scales, highs = (row.data_ptr() for row in self._native_bounds)
-        self._native_constants = native.StepConstants(  # kept alive: the kernel reads it at every step
-            n=self.num_envs,
-            state=self._state.data_ptr(),
-            elapsed=self._elapsed.data_ptr(),
-            limit=self.max_episode_steps,
-            key=self._rng.key.data_ptr(),
-            counter=self._rng.counter.data_ptr(),
-            low=lows,
-            scale=scales,
-            below_high=highs,
-            needs_clamp=int(b.needs_clamp),
-            c=self._native_consts.data_ptr(),
+        # what the step and the partial reset (BatchedTorchEnv._reset_rows) read at every call, packed once
+        self._native_constants = native.step_constants(
+            self._state, self._elapsed, self.max_episode_steps, self._rng, self._reset_bounds, values
         )
+        self._native_reset = lib.reset_rows
         # cos / sin of theta, rewritten by each step for its kernel (never returned); every pointer a step
         # passes but its action's and outputs', read once (the tensors are never re-bound)
         self._native_trig = torch.empty(2, self.num_envs, dtype=torch.float32).unbind(0)
         cos, sin = self._native_trig
         self._native_args = (self._native_constants.address(), cos.data_ptr(), sin.data_ptr())
-        pointers = (self._elapsed.data_ptr(), self._rng.key.data_ptr(), self._rng.counter.data_ptr())
-        self._native_reset_setup(lib, (*pointers, lows, scales, highs, int(b.needs_clamp)))
         self._native = lib.cartpole_step
 
     def _params_changed(self) -> None:

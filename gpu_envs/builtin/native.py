@@ -41,10 +41,13 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
+from typing import Any
+
+import torch
 
 from gpu_envs.utils.native_library import NativeLibrary, cache_dir
 
-__all__ = ["SOURCE", "StepConstants", "available", "build_into", "cache_dir", "kernels"]
+__all__ = ["SOURCE", "StepConstants", "available", "build_into", "cache_dir", "kernels", "step_constants"]
 
 SOURCE = r"""
 #include <stdint.h>
@@ -74,9 +77,9 @@ static inline uint32_t mix32(uint32_t x) {
     return x;
 }
 
-/* What an env's step passes the same at every call (its tensors' pointers and constants, read once
-   at setup): one pointer per call instead of eleven arguments, since ctypes converts every argument
-   of every call (~60 ns each). Mirrored by gpu_envs.builtin.native.StepConstants. */
+/* What an env's step and partial reset pass the same at every call (its tensors' pointers and
+   constants, read once at setup): one pointer per call instead of eleven arguments, since ctypes
+   converts every argument of every call (~60 ns each). Mirrored by gpu_envs.builtin.native.StepConstants. */
 typedef struct {
     int64_t n;              /* rows */
     float *state;           /* [N, lanes] */
@@ -89,6 +92,22 @@ typedef struct {
     const float *c;         /* the env's step constants */
 } StepConstants;
 
+/* Row i's next counter-based draw of `lanes` values of the reset bounds into out (the generator's
+   integer hash: gpu_envs/builtin/counter_rng.py); its counter moves on and its step count goes to 0. */
+static inline void draw_fresh(const StepConstants *k, int64_t i, int64_t lanes, float *out) {
+    const uint64_t start = (uint64_t)k->key[2 * i], step = (uint64_t)k->key[2 * i + 1];
+    const uint64_t base = (uint64_t)k->counter[i] * (uint64_t)lanes;
+    for (int64_t j = 0; j < lanes; j++) {
+        const uint32_t pos = (uint32_t)(base + (uint64_t)j);
+        const uint32_t bits = mix32((uint32_t)(start + (uint64_t)pos * step));
+        float v = fmaf((float)(bits >> 8), k->scale[j], k->low[j]);
+        if (k->needs_clamp && v > k->below_high[j]) v = k->below_high[j];
+        out[j] = v;
+    }
+    k->counter[i] += 1;
+    k->elapsed[i] = 0;
+}
+
 /* One CartPole-v1 step of every row (see gpu_envs/builtin/cartpole.py for the torch twin).
    c: force_neg, force_step, k_pml, den_const, den_cos2, tau[4], bounds[4].
    Returns 0 when every action was 0 or 1 and every observation written is finite (the
@@ -98,11 +117,9 @@ KERNEL int cartpole_step(
     float *obs, float *final_obs, float *reward, uint8_t *terminated, uint8_t *truncated, uint8_t *done)
 {
     const int64_t n = k->n, limit = k->limit;
-    const int needs_clamp = (int)k->needs_clamp;
     float *state = k->state;
-    int64_t *elapsed = k->elapsed, *counter = k->counter;
-    const int64_t *key = k->key;
-    const float *low = k->low, *scale = k->scale, *below_high = k->below_high, *c = k->c;
+    int64_t *elapsed = k->elapsed;
+    const float *c = k->c;
     const float force_neg = c[0], force_step = c[1], k_pml = c[2], den_const = c[3], den_cos2 = c[4];
     const float neg_k_pml = -k_pml;
     int bad = 0;
@@ -130,17 +147,7 @@ KERNEL int cartpole_step(
         bad |= ((uint64_t)action[i] > 1u) | nonfinite(nw[0]) | nonfinite(nw[1]) | nonfinite(nw[2])
                | nonfinite(nw[3]);
         if (d) {
-            const uint64_t start = (uint64_t)key[2 * i], step = (uint64_t)key[2 * i + 1];
-            const uint64_t base = (uint64_t)counter[i] * 4u;
-            for (int j = 0; j < 4; j++) {
-                const uint32_t pos = (uint32_t)(base + (uint64_t)j);
-                const uint32_t bits = mix32((uint32_t)(start + (uint64_t)pos * step));
-                float v = fmaf((float)(bits >> 8), scale[j], low[j]);
-                if (needs_clamp && v > below_high[j]) v = below_high[j];
-                nw[j] = v;
-            }
-            counter[i] += 1;
-            elapsed[i] = 0;
+            draw_fresh(k, i, 4, nw);
         } else {
             elapsed[i] = e;
         }
@@ -165,11 +172,9 @@ KERNEL int pendulum_step(
     float *reward, uint8_t *terminated, uint8_t *truncated, float *new_thdot_out, float *angles)
 {
     const int64_t n = k->n, limit = k->limit;
-    const int needs_clamp = (int)k->needs_clamp;
     float *state = k->state;
-    int64_t *elapsed = k->elapsed, *counter = k->counter;
-    const int64_t *key = k->key;
-    const float *low = k->low, *scale = k->scale, *below_high = k->below_high, *c = k->c;
+    int64_t *elapsed = k->elapsed;
+    const float *c = k->c;
     const float max_torque = c[0], max_speed = c[1], dt = c[2], k_sin = c[3], k_u = c[4];
     const float k_thdot = -0.1f, k_u2 = -0.001f;
     int bad = 0;
@@ -189,17 +194,7 @@ KERNEL int pendulum_step(
         const int trunc = e >= limit;
         float post[2] = {nt, nd};
         if (trunc) {
-            const uint64_t start = (uint64_t)key[2 * i], step = (uint64_t)key[2 * i + 1];
-            const uint64_t base = (uint64_t)counter[i] * 2u;
-            for (int j = 0; j < 2; j++) {
-                const uint32_t pos = (uint32_t)(base + (uint64_t)j);
-                const uint32_t bits = mix32((uint32_t)(start + (uint64_t)pos * step));
-                float v = fmaf((float)(bits >> 8), scale[j], low[j]);
-                if (needs_clamp && v > below_high[j]) v = below_high[j];
-                post[j] = v;
-            }
-            counter[i] += 1;
-            elapsed[i] = 0;
+            draw_fresh(k, i, 2, post);
         } else {
             elapsed[i] = e;
         }
@@ -217,26 +212,12 @@ KERNEL int pendulum_step(
     return bad;
 }
 
-/* A partial reset: rows where mask[i] take their next counter-based draw (lanes values),
-   their step count goes to 0 and their counter moves on; the other rows are untouched. */
-void reset_rows(
-    int64_t n, int64_t lanes, float *state, const uint8_t *mask, int64_t *elapsed,
-    const int64_t *key, int64_t *counter, const float *low, const float *scale,
-    const float *below_high, int needs_clamp)
+/* A partial reset: rows where mask[i] take their next counter-based draw (draw_fresh); the other
+   rows are untouched. */
+void reset_rows(const StepConstants *k, int64_t lanes, const uint8_t *mask)
 {
-    for (int64_t i = 0; i < n; i++) {
-        if (!mask[i]) continue;
-        const uint64_t start = (uint64_t)key[2 * i], step = (uint64_t)key[2 * i + 1];
-        const uint64_t base = (uint64_t)counter[i] * (uint64_t)lanes;
-        for (int64_t j = 0; j < lanes; j++) {
-            const uint32_t pos = (uint32_t)(base + (uint64_t)j);
-            const uint32_t bits = mix32((uint32_t)(start + (uint64_t)pos * step));
-            float v = fmaf((float)(bits >> 8), scale[j], low[j]);
-            if (needs_clamp && v > below_high[j]) v = below_high[j];
-            state[lanes * i + j] = v;
-        }
-        counter[i] += 1;
-        elapsed[i] = 0;
+    for (int64_t i = 0; i < k->n; i++) {
+        if (mask[i]) draw_fresh(k, i, lanes, k->state + lanes * i);
     }
 }
 
@@ -270,7 +251,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     fn.argtypes = [p, p, p, p, p, p, p, p, p]  # StepConstants*, sin, angle, action, outputs, scratch
     fn.restype = i32
     fn = lib.reset_rows
-    fn.argtypes = [i64, i64, p, p, p, p, p, p, p, p, i32]
+    fn.argtypes = [p, i64, p]  # StepConstants*, lanes, mask
     fn.restype = None
     fn = lib.pendulum_obs
     fn.argtypes = [i64, p, p, p, p, p, p]  # final may be None (NULL): not exposed
@@ -278,7 +259,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 
 class StepConstants(ctypes.Structure):
-    """The C ``StepConstants`` of :data:`SOURCE`: what a native step passes the same at every call, packed once.
+    """The C ``StepConstants`` of :data:`SOURCE`: what a native step or reset passes the same at every call, packed once.
 
     ctypes converts each argument of each call (~60 ns apiece), so the env's pointers and
     constants travel as one pointer (:meth:`address`). The env keeps this object, and the
@@ -310,6 +291,42 @@ class StepConstants(ctypes.Structure):
     def address(self) -> int:
         """This structure's address, the kernels' first argument."""
         return ctypes.addressof(self)
+
+
+def step_constants(
+    state: torch.Tensor,
+    elapsed: torch.Tensor,
+    limit: int,
+    rng: Any,
+    bounds: Any,
+    consts: list[float],
+) -> StepConstants:
+    """An env's :class:`StepConstants`: its state, step counts, random streams, reset bounds and step constants.
+
+    ``rng`` is the env's :class:`~gpu_envs.builtin.counter_rng.CounterRNG` (its ``key`` and
+    ``counter``), ``bounds`` its default reset :class:`~gpu_envs.builtin.counter_rng.UniformBounds`;
+    ``consts`` its step constants (the kernel's ``c``). The tensors passed are never re-bound
+    by the env; the ones made here (the bounds' rows, the constants) are kept alive by the
+    returned structure (its ``tensors``).
+    """
+    rows = torch.stack((bounds.low, bounds.scale, bounds.below_high))
+    c = torch.tensor(consts, dtype=torch.float32)
+    low, scale, below_high = (row.data_ptr() for row in rows)
+    packed = StepConstants(
+        n=state.shape[0],
+        state=state.data_ptr(),
+        elapsed=elapsed.data_ptr(),
+        limit=limit,
+        key=rng.key.data_ptr(),
+        counter=rng.counter.data_ptr(),
+        low=low,
+        scale=scale,
+        below_high=below_high,
+        needs_clamp=int(bounds.needs_clamp),
+        c=c.data_ptr(),
+    )
+    packed.tensors = (rows, c)  # what it points into, alive as long as it is
+    return packed
 
 
 _LIBRARY = NativeLibrary("kernels", SOURCE, _declare, "the built-in envs use their pure-torch step")

@@ -132,26 +132,12 @@ class PendulumEnv(BatchedTorchEnv):
         lib = native.kernels()
         if lib is None:
             return
-        b = self._reset_bounds
         values = [self.max_torque, self.max_speed, self.dt, self._k_sin, self._k_u]
-        self._native_consts = torch.tensor(values, dtype=torch.float32)
-        self._native_bounds = torch.stack((b.low, b.scale, b.below_high))  # kept alive: pointers below
-        lows, scales, highs = (row.data_ptr() for row in self._native_bounds)
-        self._native_constants = native.StepConstants(  # kept alive: the kernel reads it at every step
-            n=self.num_envs,
-            state=self._state.data_ptr(),
-            elapsed=self._elapsed.data_ptr(),
-            limit=self.max_episode_steps,
-            key=self._rng.key.data_ptr(),
-            counter=self._rng.counter.data_ptr(),
-            low=lows,
-            scale=scales,
-            below_high=highs,
-            needs_clamp=int(b.needs_clamp),
-            c=self._native_consts.data_ptr(),
+        # what the step and the partial reset (BatchedTorchEnv._reset_rows) read at every call, packed once
+        self._native_constants = native.step_constants(
+            self._state, self._elapsed, self.max_episode_steps, self._rng, self._reset_bounds, values
         )
-        pointers = (self._elapsed.data_ptr(), self._rng.key.data_ptr(), self._rng.counter.data_ptr())
-        self._native_reset_setup(lib, (*pointers, lows, scales, highs, int(b.needs_clamp)))
+        self._native_reset = lib.reset_rows
         n = self.num_envs
         self._reward_shape = ((n,), (n, 1))  # [N], or [N, 1] in the TensorDict layout
         # scratch the step rewrites (never returned): new thdot, and [post th | new th] for the trigonometry

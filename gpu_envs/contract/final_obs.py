@@ -53,7 +53,7 @@ import torch
 from gpu_envs.contract.errors import InvalidArgumentError
 from gpu_envs.contract.keys import ObsDict
 from gpu_envs.contract.specs import Composite
-from gpu_envs.utils.row_views import ROW_VIEW_MIN_ENVS, row_dtype
+from gpu_envs.utils.row_views import ROW_VIEW_MIN_ENVS, row_dtype, rows_of
 
 __all__ = [
     "ROW_VIEW_MIN_ENVS",
@@ -157,7 +157,6 @@ class _KeyPlan:
         if self.row_dtype is not None:
             row = torch.full((1, *shape), value, dtype=dtype, device=device)
             self.placeholder_row = row.view(1, -1).view(self.row_dtype)
-            self.ratio = self.row_dtype.itemsize // dtype.itemsize
             self.flat = len(shape) == 1  # [N, k] views as [N, 1] rows (and back) in one step
         elif len(shape) == 1:  # [N, k]: the [N, 1] mask broadcasts as it is (no view, no row test)
             self.fill = self._fill_rows_of_one_dim
@@ -166,14 +165,10 @@ class _KeyPlan:
     def rows(self, x: torch.Tensor) -> torch.Tensor | None:
         """``x`` ``[N, *shape]`` as ``[N, 1]`` whole-row elements, or None if it cannot be viewed so.
 
-        Eager only: torch.compile fuses the per-row loop anyway, and tracing
-        ``storage_offset()`` would break its graph.
+        :func:`gpu_envs.utils.row_views.rows_of` (eager only: torch.compile fuses the per-row
+        loop anyway, and tracing ``storage_offset()`` would break its graph).
         """
-        if self.row_dtype is None or torch.compiler.is_compiling():
-            return None
-        if not x.is_contiguous() or x.storage_offset() % self.ratio:
-            return None
-        return x.view(self.row_dtype) if self.flat else x.view(self.shape[0], -1).view(self.row_dtype)
+        return None if self.row_dtype is None else rows_of(x, 1, self.row_dtype)
 
     def unrows(self, rows: torch.Tensor) -> torch.Tensor:
         return rows.view(self.dtype) if self.flat else rows.view(self.dtype).view(self.shape)

@@ -493,10 +493,7 @@ class StepPath:
             else:
                 monitor.unvouched_steps += 1
                 self.defer(previous, action, next_obs, raw.reward, out.final_obs_missing)
-        guard = self.guard  # self.finish(call), inline
-        if dated and guard.calls != call:
-            guard.overlapped("step")
-        guard.pending = None
+        self.finish(call)
         return done
 
     def step_and_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:

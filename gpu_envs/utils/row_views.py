@@ -56,7 +56,7 @@ def rows_of(x: torch.Tensor, lead: int, rows: torch.dtype) -> torch.Tensor | Non
         return None
     if x.storage_offset() % (rows.itemsize // x.dtype.itemsize):
         return None
-    return x.view(*x.shape[:lead], -1).view(rows)
+    return x.view(rows) if x.dim() == lead + 1 else x.view(*x.shape[:lead], -1).view(rows)
 
 
 def where_rows(

@@ -34,8 +34,8 @@ from gpu_envs.backends.base import RawStep
 from gpu_envs.backends.torch_envs import TorchVectorBackend, raw_step_of
 from gpu_envs.builtin import CartPoleEnv, PendulumEnv, native
 from gpu_envs.contract.keys import TRANSITION_KEYS, transition_keys
+from gpu_envs.core.advances import BackendStep, DirectStep, FirstStep, WatchedStep
 from gpu_envs.core.env import BatchedEnv
-from gpu_envs.core.step_path import BackendStep, DirectStep, FirstStep, WatchedStep
 from gpu_envs.rollout import RolloutBuffer, collect
 from gpu_envs.rollout.cache import collect_cache
 from gpu_envs.rollout.cudagraph import GraphCollector
@@ -604,3 +604,127 @@ def test_the_steady_state_routes_are_the_ones_the_architecture_page_draws():
     page = (Path(__file__).resolve().parent.parent / "docs" / "ARCHITECTURE.md").read_text()
     for kind, route in routes.items():
         assert f"| {kind} | `{route}` |" in page, (kind, route)
+
+
+# ------------------------------------------------- step_and_reset's steady form
+def _general_only(env):
+    """``env`` whose path never takes ``step_and_reset``'s steady form: every step through ``general_step_and_reset``."""
+    path = env._path
+    bind = path.bind
+
+    def bind_general() -> None:
+        bind()
+        path.steady = False
+
+    path.bind = bind_general
+    path.steady = False
+    return env
+
+
+def _counted_general(env):
+    """``env`` with a count of the steps that went through ``general_step_and_reset`` (``env.general_steps``)."""
+    path = env._path
+    general = path.general_step_and_reset
+    env.general_steps = 0
+
+    def counted(td):
+        env.general_steps += 1
+        return general(td)
+
+    path.general_step_and_reset = counted
+    return env
+
+
+def _loop(env, steps):
+    """``steps`` transitions through ``step_and_maybe_reset``, fed its root, or a copy of ``td["next"]``, or ``env.step``'s.
+
+    Every fifth step is the torchrl loop (``td = env.step(td)["next"]``); after every fifth
+    ``step_and_maybe_reset`` the next input is a fresh TensorDict over ``td["next"]``'s
+    tensors (torchrl's ``step_mdp``): both continue from the cached root.
+    """
+    td, out = env.reset(), []
+    for t in range(steps):
+        td["action"] = env.action_spec.rand(generator=env.generator)
+        if t % 5 == 3:
+            td = env.step(td)
+            out.append(td.clone())
+            td = td["next"]  # the next step_and_maybe_reset continues from the cached root (torchrl's way)
+        elif t % 5 == 1:
+            td, _ = env.step_and_maybe_reset(td)
+            out.append(td.clone())
+            td = TensorDict(dict(td["next"].items()), batch_size=td.batch_size)
+        else:
+            td, root = env.step_and_maybe_reset(td)
+            out.append(td.clone())
+            td = root
+    return out, td
+
+
+def _isaac(**kwargs):
+    from tests.isaac_fakes import FakeIsaacDirectEnv
+
+    return gpu_envs.wrap(FakeIsaacDirectEnv(4, state=True, **kwargs))  # two observation keys: policy, critic
+
+
+STEADY_CASES = {  # (make, whether the steady form serves it)
+    "CartPole, final obs": (lambda: gpu_envs.make("CartPole-v1", num_envs=3, seed=5), True),
+    "CartPole, placeholders": (lambda: gpu_envs.make("CartPole-v1", num_envs=3, seed=5, expose_final_obs=False), True),
+    "CartPole x600, placeholders as rows": (
+        lambda: gpu_envs.make("CartPole-v1", num_envs=600, seed=5, expose_final_obs=False),
+        True,
+    ),
+    "Pendulum, checks off": (lambda: gpu_envs.make("Pendulum-v1", num_envs=3, seed=5, health_checks=False), True),
+    "torch env, masked final obs": (lambda: gpu_envs.wrap(CountingTorchVectorEnv(6, final_obs="masked")), True),
+    "torch env, no final obs": (lambda: gpu_envs.wrap(CountingTorchVectorEnv(6, final_obs="none")), True),
+    "two observation keys, placeholders": (_isaac, True),
+    "two observation keys, final obs": (lambda: _isaac(compute_final_obs=True), True),
+    "gymnasium, final mask": (lambda: gpu_envs.make("CartPole-v1", num_envs=3, backend="gymnasium", seed=5), True),
+    "checks on every step": (lambda: gpu_envs.make("CartPole-v1", num_envs=3, seed=5, health_checks="step"), False),
+}
+
+
+@pytest.mark.parametrize("case", list(STEADY_CASES))
+def test_the_steady_step_and_reset_equals_the_general_one(case):
+    make, steady = STEADY_CASES[case]
+    fast, general = _counted_general(make()), _general_only(make())
+    steps = 220 if "Pendulum" in case else 60  # episodes end within them
+    a, root_a = _loop(fast, steps)
+    b, root_b = _loop(general, steps)
+    assert fast._path.steady is steady and general._path.steady is False
+    # the first step (validated) and, without the steady form, every step_and_maybe_reset went the general way
+    assert fast.general_steps == (1 if steady else 48)
+    assert any(bool(td["next", "done"].any()) for td in a)
+    for x, y in zip(a, b, strict=True):
+        _assert_same(x, y)
+    _assert_same(root_a, root_b)
+    _assert_same(fast.root(), general.root())
+    monitors = fast.health_monitor, general.health_monitor
+    if monitors[0] is not None and monitors[1] is not None:  # the same steps counted clean or kept to look at
+        assert monitors[0].vouched_steps == monitors[1].vouched_steps
+        assert monitors[0].unvouched_steps == monitors[1].unvouched_steps
+
+
+@pytest.mark.parametrize("general", [False, True])
+def test_the_steady_step_and_reset_refuses_what_the_general_one_refuses(general):
+    env = gpu_envs.make("CartPole-v1", num_envs=4, seed=0)
+    env = _general_only(env) if general else env
+    td = env.reset()
+    td["action"] = torch.zeros(4, dtype=torch.long)
+    _, root = env.step_and_maybe_reset(td)
+    assert env._path.steady is not general
+    td["action"] = torch.zeros(4, dtype=torch.long)
+    with pytest.raises(gpu_envs.StaleInputError, match="earlier root"):  # the root of the step before
+        env.step_and_maybe_reset(td)
+    root["action"] = torch.zeros(4, dtype=torch.float32)
+    with pytest.raises(gpu_envs.ActionError, match="dtype"):
+        env.step_and_maybe_reset(root)
+    root["action"] = torch.zeros(4, dtype=torch.long)
+    root.lock_()
+    with pytest.raises(RuntimeError, match="locked"):  # tensordict's own refusal: the env is left marked
+        env.step_and_maybe_reset(root)
+    with pytest.raises(gpu_envs.ResetNeededError if hasattr(gpu_envs, "ResetNeededError") else Exception):
+        env.step_and_maybe_reset(env.root())
+    env.reset()
+    td = env.root().set("action", torch.ones(4, dtype=torch.long))
+    _, root = env.step_and_maybe_reset(td)  # usable again after the reset
+    assert root["observation"].shape == (4, 4)

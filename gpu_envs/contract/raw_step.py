@@ -37,7 +37,8 @@ class RawStep(NamedTuple):
     """One vector step, as torch tensors on the target device: ONE shape for every backend.
 
     Build it with keywords (``RawStep(obs=..., reward=..., ...)``); a hot path may pass
-    the fields positionally, in this order. The step path reads it by field name.
+    the fields positionally, in this order. The step path reads it by field name, and its
+    steady step unpacks it (the order is part of the type).
 
     Every tensor is the backend's to give away: it is never written again after
     ``step`` returns (a transition handed out stays as it was; copy what the simulator

@@ -20,8 +20,8 @@ What differs between backends and moments is decided once, in :meth:`StepPath.bi
 (after construction, after the first step, after a full reset, when ``validate``
 changes), never per step:
 
-* the backend advance, one of four named classes with one method, ``run(action) ->
-  RawStep``: :class:`FirstStep` on the first step (the backend's ``step``, validated
+* the backend advance, one of four named classes (:mod:`gpu_envs.core.advances`) with
+  one method, ``run(action) -> RawStep``: :class:`FirstStep` on the first step (the backend's ``step``, validated
   field by field by :class:`~gpu_envs.core.step_validation.StepValidator`, then
   :meth:`~StepPath.bind` again); later, :class:`DirectStep` (the function the backend
   hands from :meth:`~gpu_envs.backends.base.Backend.direct_step` where it declares
@@ -40,7 +40,10 @@ changes), never per step:
   ``HealthMonitor.defer`` (the tensors kept and scanned in batches;
   :mod:`gpu_envs.core.health`);
 * the TensorDict build: flat keys (one dict, built without re-validation) or nested
-  ones (tuple keys become sub-TensorDicts).
+  ones (tuple keys become sub-TensorDicts);
+* whether ``step_and_maybe_reset`` may take its steady form (:attr:`StepPath.steady`:
+  after the first step, flat keys, no every-step watch): steps 1-5 written out in one
+  method, :meth:`StepPath.step_and_reset`, for a plain TensorDict stepped eagerly.
 
 :meth:`StepPath.step` and :meth:`StepPath.values` share steps 2-4
 (:meth:`~StepPath.check_action`, :meth:`~StepPath.advance` -- which returns the step's
@@ -88,7 +91,7 @@ import contextlib
 import weakref
 from collections.abc import Callable, Iterator
 from operator import itemgetter
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -101,23 +104,22 @@ from gpu_envs.contract.final_obs import FinalObsRule
 from gpu_envs.contract.keys import ObsDict, transition_keys
 from gpu_envs.contract.protocols import NOT_SELF_CHECKED, OutputTargets
 from gpu_envs.contract.specs import Binary, Box, Discrete, MultiDiscrete
+from gpu_envs.core.advances import Advance, Advanced, BackendStep, DirectStep, FirstStep, WatchedStep
 from gpu_envs.core.health import HealthMonitor
 from gpu_envs.core.step_validation import StepValidator
 from gpu_envs.utils.arguments import STEP_CALLS, check_td
 from gpu_envs.utils.call_guard import CallGuard
-from gpu_envs.utils.tensordicts import fast_entries, get_entry, nest, set_entry, stamp, stamp_of
+from gpu_envs.utils.tensordicts import (
+    fast_entries,
+    get_entry,
+    nest,
+    new_stamped_flat_td,
+    set_entry,
+    stamp,
+    stamp_of,
+)
 
-__all__ = [
-    "CLOSED",
-    "NEVER_RESET",
-    "Advance",
-    "Advanced",
-    "BackendStep",
-    "DirectStep",
-    "FirstStep",
-    "StepPath",
-    "WatchedStep",
-]
+__all__ = ["CLOSED", "NEVER_RESET", "StepPath"]
 
 # why the guard is held when no call was interrupted (the env's reasons to refuse every call)
 NEVER_RESET = "never reset"
@@ -125,100 +127,9 @@ CLOSED = "closed"
 _NOTHING = object()  # matches no entry
 
 
-# ------------------------------------------------------------------ the advances
-class Advance(Protocol):
-    """Step 3 of the path, as bound by :meth:`StepPath.bind`: one simulator step, as a RawStep."""
-
-    def run(self, action: torch.Tensor) -> RawStep: ...
-
-
-class BackendStep:
-    """The backend's own ``step``: the advance of backends without a direct step."""
-
-    __slots__ = ("backend",)
-
-    def __init__(self, backend: Backend) -> None:
-        self.backend = backend
-
-    def run(self, action: torch.Tensor) -> RawStep:
-        return self.backend.step(action)
-
-
-class DirectStep:
-    """The function a backend hands from :meth:`~gpu_envs.backends.base.Backend.direct_step`, called as the step.
-
-    For the built-in envs, their own ``raw_step``: a built-in step is one call of the
-    env, with nothing of the backend in between.
-    """
-
-    __slots__ = ("step",)
-
-    def __init__(self, step: Callable[[torch.Tensor], RawStep]) -> None:
-        self.step = step
-
-    def run(self, action: torch.Tensor) -> RawStep:
-        return self.step(action)
-
-
-class WatchedStep:
-    """An advance whose outputs' metadata are compared with the specs on every step.
-
-    For backends that hand on tensors someone else made (a user's torch env, Isaac Lab):
-    a shape or dtype that changes after the first step is an error naming it, never a
-    silent broadcast. No value is read (no host sync).
-    """
-
-    __slots__ = ("check", "inner")
-
-    def __init__(self, inner: Advance, check: Callable[[RawStep], None]) -> None:
-        self.inner = inner
-        self.check = check
-
-    def run(self, action: torch.Tensor) -> RawStep:
-        raw = self.inner.run(action)
-        self.check(raw)
-        return raw
-
-
-class FirstStep:
-    """The first step's advance: the backend's ``step``, checked field by field; then the path's later parts.
-
-    ``bind_later`` is a weak reference to the path's method that binds them (the part
-    holds no strong reference back to its path: a dropped env is freed at once, with its
-    simulator).
-    """
-
-    __slots__ = ("backend", "bind_later", "validator")
-
-    def __init__(self, backend: Backend, validator: StepValidator, bind_later: weakref.WeakMethod) -> None:
-        self.backend = backend
-        self.validator = validator
-        self.bind_later = bind_later
-
-    def run(self, action: torch.Tensor) -> RawStep:
-        raw = self.backend.step(action)
-        self.validator.raw_step(raw)
-        bind = self.bind_later()
-        if bind is not None:
-            bind()
-        return raw
-
-
-class Advanced:
-    """What steps 3-4 made of one action (:meth:`StepPath.advance`): the RawStep and the final-obs rule's result.
-
-    One record per path, written in place by every step (no allocation): read it before
-    the next step. ``call`` is the guard's call number of the step (None inside a
-    compiled chunk), which :meth:`StepPath.finish` checks.
-    """
-
-    __slots__ = ("call", "final_obs_missing", "next_obs", "raw")
-
-    def __init__(self) -> None:
-        self.raw: RawStep
-        self.next_obs: ObsDict = {}
-        self.final_obs_missing: torch.Tensor
-        self.call: int | None = None
+def _no_fill(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """:attr:`StepPath.lone_fill` of an env of several observation keys (never called: one key only)."""
+    raise AssertionError("the steady step fills a lone observation key only")
 
 
 # -------------------------------------------------------------------- the path
@@ -241,6 +152,8 @@ class StepPath:
             :attr:`root_obs` outside the path calls :meth:`moved`.
         monitor: the env's :class:`~gpu_envs.core.health.HealthMonitor`, or None.
         stepper: the bound :class:`Advance` (module docstring).
+        run: the advance as one callable (a :class:`DirectStep`'s function itself).
+        steady: :meth:`step_and_reset` may take its steady form (module docstring).
     """
 
     def __init__(
@@ -267,6 +180,7 @@ class StepPath:
         self.monitor: HealthMonitor | None = None
         self.first = True  # the first step is validated (first_step_done), then the parts are bound again
         self.keys = list(validator.obs_meta)
+        self.action_shape, self.action_dtype = validator.action_shape, validator.action_dtype
         self._lone = self.keys[0] if len(self.keys) == 1 else None
         self.stamp = 0
         self.advanced = Advanced()
@@ -310,6 +224,7 @@ class StepPath:
         # batches (a collection scans its own buffer)
         self.defer = monitor.hand_step if monitor is not None and monitor.deferring else None
         self.checked = NOT_SELF_CHECKED if self.defer is None or monitor is None else monitor.trusted(checked)
+        self.deferring_monitor = None if self.defer is None else monitor  # the monitor counting hand-written steps
         info_spec = getattr(backend, "info_spec", None)
         info_keys = [] if info_spec is None else list(info_spec.keys(include_nested=True, leaves_only=True))
         nested = any(isinstance(key, tuple) for key in [*self.keys, *info_keys])
@@ -318,6 +233,13 @@ class StepPath:
         self.entries: Callable[[dict], dict] = nest if nested else dict
         self.nested = nested
         self.new_td: Callable[..., TensorDict] = tds.new_td if nested else tds.new_flat_td
+        # the advance as one callable: a direct step is the backend's own function, called with nothing between
+        stepper = self.stepper
+        self.run: Callable[[torch.Tensor], RawStep] = stepper.step if isinstance(stepper, DirectStep) else stepper.run
+        # step_and_reset's steady form (its docstring): after the first step, flat keys, no every-step watch
+        self.steady = not self.first and not nested and self._action_keys is None and self.watch is None
+        self.lone_fill = _no_fill if self._lone is None else self.rule.filler(self._lone)
+        self.none_missing = self.rule.none_missing
 
     def moved(self) -> None:
         """The root was replaced outside a step (a reset, a loaded state): earlier roots and ``td["next"]`` are stale."""
@@ -497,7 +419,85 @@ class StepPath:
         return done
 
     def step_and_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
-        """:meth:`step`, then ``(td, next root)``: the post-reset observations where rows ended."""
+        """:meth:`step`, then ``(td, next root)``: the post-reset observations where rows ended.
+
+        The steady state of most loops -- an eager step of a plain TensorDict, after the
+        first step, on an env of flat keys whose steps are not watched one by one
+        (:attr:`steady`, decided in :meth:`bind`) -- runs here as one method: the same
+        checks, guard, dating, final-observation rule and health count as :meth:`step_in`
+        and :meth:`advance`, in the same order, without their calls and the
+        :class:`Advanced` record. With one observation key and no final mask, the rule's
+        two cases are written out (the final observations as they are, or the placeholder
+        fill of :meth:`~gpu_envs.contract.final_obs.FinalObsRule.filler`). The calls it
+        saves were two thirds of the wrapper's cost over the contract's floor on the CPU
+        (``benchmarks/bench_overhead.py``, docs/BENCHMARKS.md). Every other step, and any
+        input it cannot take as it is, goes through :meth:`general_step_and_reset`;
+        ``tests/test_step_path.py`` proves the two equal, errors included.
+        """
+        entries = fast_entries(td)
+        guard = self.guard
+        if entries is None or not self.steady or guard.pending is not None or is_compiling():
+            return self.general_step_and_reset(td)
+        action: Any = entries.get("action")  # whatever td holds: refused below unless a tensor
+        dated = stamp_of(td)
+        if (dated is not None and dated != self.stamp) or entries.get(self._next_marker) is self._last_next:
+            self.other_input(td, dated)
+        if (  # check_action, inline
+            action.__class__ is not torch.Tensor
+            or action.shape != self.action_shape
+            or action.dtype is not self.action_dtype
+            or action.device != self.device
+        ):
+            self.validator.action(action)
+        check_values = self.check_values
+        if check_values is not None:
+            check_values(action)
+        previous = self.root_obs
+        guard.pending = "step"
+        call = guard.calls = guard.calls + 1  # guard.start("step"), inline (advance)
+        obs, reward, terminated, truncated, done, final_obs, final_mask, info = self.run(action)  # a RawStep
+        self.root_obs = obs
+        self.stamp = number = self.stamp + 1
+        lone = self._lone
+        if lone is not None and final_mask is None:  # the rule's two cases for one key (docstring)
+            now = obs[lone]
+            if final_obs is None:  # placeholders where ended
+                after, missing = self.lone_fill(done, now), done
+            else:  # the pre-reset observation of every row
+                after, missing = final_obs[lone], self.none_missing
+            self._last_next = _NOTHING if after is now else after
+            data = {lone: after, "reward": reward, "done": done, "terminated": terminated, "truncated": truncated}
+            root = {lone: now, **self.root_flags}
+        else:
+            next_obs, missing = self.rule(obs, done, final_obs, final_mask)
+            marker = self._next_marker
+            if marker is not None:
+                marked = next_obs[marker]
+                self._last_next = _NOTHING if marked is obs[marker] else marked
+            data = {**next_obs, "reward": reward, "done": done, "terminated": terminated, "truncated": truncated}
+            root = {**obs, **self.root_flags}
+        data["final_obs_missing"] = missing
+        if info:
+            data.update(info)
+        set_entry(td, "next", new_stamped_flat_td(data, self.batch_size, self.device, -number))
+        self.last_done = self.false
+        monitor = self.deferring_monitor
+        if monitor is not None:  # (as step_in)
+            if self.checked.last_step_clean:
+                if monitor.counting:
+                    monitor.vouched_steps += 1
+            else:
+                monitor.unvouched_steps += 1
+                defer = self.defer  # (set whenever the deferring monitor is)
+                if defer is not None:
+                    defer(previous, action, {key: data[key] for key in self.keys}, reward, missing)
+        if guard.calls != call:  # finish(call), inline
+            guard.overlapped("step")
+        guard.pending = None
+        return td, new_stamped_flat_td(root, self.batch_size, self.device, number)
+
+    def general_step_and_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
+        """:meth:`step_and_reset` for any input and env: :meth:`step_in`, then the next root."""
         eager = not is_compiling()
         self.step_in(td, eager)
         self.last_done = self.false

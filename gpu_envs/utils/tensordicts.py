@@ -46,6 +46,7 @@ __all__ = [
     "is_non_tensor",
     "nest",
     "new_flat_td",
+    "new_stamped_flat_td",
     "new_td",
     "set_entry",
     "stamp",
@@ -101,6 +102,18 @@ def _direct_flat(data: dict, batch_size: torch.Size, device: torch.device) -> Te
     return td
 
 
+def _direct_stamped_flat(data: dict, batch_size: torch.Size, device: torch.device, mark: int) -> TensorDict:
+    td = _new(TensorDict)
+    td.__dict__ = {
+        "_tensordict": data,
+        "_batch_size": batch_size,
+        "_device": device,
+        "_td_dim_names": None,
+        STAMP: mark,
+    }
+    return td
+
+
 def _public(data: dict, batch_size: torch.Size, device: torch.device) -> TensorDict:
     return TensorDict(data, batch_size=batch_size, device=device)
 
@@ -117,6 +130,15 @@ def new_td(data: dict, batch_size: torch.Size, device: torch.device) -> TensorDi
 def new_flat_td(data: dict, batch_size: torch.Size, device: torch.device) -> TensorDict:
     """:func:`new_td` for ``data`` whose values are all tensors (no nested dict): no walk over the entries."""
     return _direct_flat(data, batch_size, device) if DIRECT else _public(data, batch_size, device)
+
+
+def new_stamped_flat_td(data: dict, batch_size: torch.Size, device: torch.device, mark: int) -> TensorDict:
+    """:func:`new_flat_td`, then :func:`stamp` with ``mark``, in one call (the step path's steady step makes two a step)."""
+    if DIRECT:
+        return _direct_stamped_flat(data, batch_size, device, mark)
+    td = _public(data, batch_size, device)
+    stamp(td, mark)
+    return td
 
 
 def nest(flat: dict) -> dict:

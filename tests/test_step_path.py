@@ -712,18 +712,26 @@ def test_the_steady_step_and_reset_refuses_what_the_general_one_refuses(general)
     td["action"] = torch.zeros(4, dtype=torch.long)
     _, root = env.step_and_maybe_reset(td)
     assert env._path.steady is not general
+    before = env.root()["observation"].clone()
     td["action"] = torch.zeros(4, dtype=torch.long)
     with pytest.raises(gpu_envs.StaleInputError, match="earlier root"):  # the root of the step before
         env.step_and_maybe_reset(td)
     root["action"] = torch.zeros(4, dtype=torch.float32)
     with pytest.raises(gpu_envs.ActionError, match="dtype"):
         env.step_and_maybe_reset(root)
+    # on another device (a TensorDict of no device holds it): refused by the device check, before anything moves
+    meta = TensorDict(
+        {"observation": root["observation"], "action": torch.zeros(4, dtype=torch.long, device="meta")}, [4]
+    )
+    with pytest.raises(gpu_envs.ActionError, match="on meta"):
+        env.step_and_maybe_reset(meta)
+    assert torch.equal(env.root()["observation"], before)  # nothing moved
     root["action"] = torch.zeros(4, dtype=torch.long)
     root.lock_()
-    with pytest.raises(RuntimeError, match="locked"):  # tensordict's own refusal: the env is left marked
+    with pytest.raises(RuntimeError, match="locked"):  # tensordict's own refusal, after the step: the env is marked
         env.step_and_maybe_reset(root)
-    with pytest.raises(gpu_envs.ResetNeededError if hasattr(gpu_envs, "ResetNeededError") else Exception):
-        env.step_and_maybe_reset(env.root())
+    with pytest.raises(gpu_envs.InterruptedStepError, match="interrupted mid-step"):
+        env.step_and_maybe_reset(meta)  # any input: the guard refuses it first
     env.reset()
     td = env.root().set("action", torch.ones(4, dtype=torch.long))
     _, root = env.step_and_maybe_reset(td)  # usable again after the reset

@@ -181,6 +181,7 @@ class StepPath:
         self.first = True  # the first step is validated (first_step_done), then the parts are bound again
         self.keys = list(validator.obs_meta)
         self.action_shape, self.action_dtype = validator.action_shape, validator.action_dtype
+        self.on_cpu = device.type == "cpu"  # (is_cpu: the device check without making a torch.device per step)
         self._lone = self.keys[0] if len(self.keys) == 1 else None
         self.stamp = 0
         self.advanced = Advanced()
@@ -315,7 +316,7 @@ class StepPath:
             action.__class__ is not torch.Tensor
             or action.shape != validator.action_shape
             or action.dtype is not validator.action_dtype  # torch dtypes are singletons
-            or action.device != self.device
+            or (not action.is_cpu if self.on_cpu else action.device != self.device)
         ):
             validator.action(action)  # raises, unless a tensor subclass with the right metadata
         check_values = self.check_values
@@ -446,7 +447,7 @@ class StepPath:
             action.__class__ is not torch.Tensor
             or action.shape != self.action_shape
             or action.dtype is not self.action_dtype
-            or action.device != self.device
+            or (not action.is_cpu if self.on_cpu else action.device != self.device)
         ):
             self.validator.action(action)
         check_values = self.check_values

@@ -666,6 +666,11 @@ def _isaac(**kwargs):
     return gpu_envs.wrap(FakeIsaacDirectEnv(4, state=True, **kwargs))  # two observation keys: policy, critic
 
 
+def _validating(env):
+    env.validate_actions = True
+    return env
+
+
 STEADY_CASES = {  # (make, whether the steady form serves it)
     "CartPole, final obs": (lambda: gpu_envs.make("CartPole-v1", num_envs=3, seed=5), True),
     "CartPole, placeholders": (lambda: gpu_envs.make("CartPole-v1", num_envs=3, seed=5, expose_final_obs=False), True),
@@ -680,6 +685,7 @@ STEADY_CASES = {  # (make, whether the steady form serves it)
     "two observation keys, final obs": (lambda: _isaac(compute_final_obs=True), True),
     "gymnasium, final mask": (lambda: gpu_envs.make("CartPole-v1", num_envs=3, backend="gymnasium", seed=5), True),
     "checks on every step": (lambda: gpu_envs.make("CartPole-v1", num_envs=3, seed=5, health_checks="step"), False),
+    "action values checked": (lambda: _validating(gpu_envs.make("CartPole-v1", num_envs=3, seed=5)), False),
 }
 
 

@@ -42,8 +42,9 @@ changes), never per step:
 * the TensorDict build: flat keys (one dict, built without re-validation) or nested
   ones (tuple keys become sub-TensorDicts);
 * whether ``step_and_maybe_reset`` may take its steady form (:attr:`StepPath.steady`:
-  after the first step, flat keys, no every-step watch): steps 1-5 written out in one
-  method, :meth:`StepPath.step_and_reset`, for a plain TensorDict stepped eagerly.
+  after the first step, flat keys, no every-step watch or action-value check): steps
+  1-5 written out in one method, :meth:`StepPath.step_and_reset`, for a plain
+  TensorDict stepped eagerly.
 
 :meth:`StepPath.step` and :meth:`StepPath.values` share steps 2-4
 (:meth:`~StepPath.check_action`, :meth:`~StepPath.advance` -- which returns the step's
@@ -111,6 +112,7 @@ from gpu_envs.utils.arguments import STEP_CALLS, check_td
 from gpu_envs.utils.call_guard import CallGuard
 from gpu_envs.utils.tensordicts import (
     fast_entries,
+    fast_entries_and_stamp,
     get_entry,
     nest,
     new_stamped_flat_td,
@@ -237,8 +239,9 @@ class StepPath:
         # the advance as one callable: a direct step is the backend's own function, called with nothing between
         stepper = self.stepper
         self.run: Callable[[torch.Tensor], RawStep] = stepper.step if isinstance(stepper, DirectStep) else stepper.run
-        # step_and_reset's steady form (its docstring): after the first step, flat keys, no every-step watch
-        self.steady = not self.first and not nested and self._action_keys is None and self.watch is None
+        # step_and_reset's steady form (its docstring): after the first step, flat keys, no per-step value checks
+        flat = not nested and self._action_keys is None  # (action values are checked on the general path)
+        self.steady = flat and not self.first and self.watch is None and self.check_values is None
         self.lone_fill = _no_fill if self._lone is None else self.rule.filler(self._lone)
         self.none_missing = self.rule.none_missing
 
@@ -424,7 +427,7 @@ class StepPath:
 
         The steady state of most loops -- an eager step of a plain TensorDict, after the
         first step, on an env of flat keys whose steps are not watched one by one
-        (:attr:`steady`, decided in :meth:`bind`) -- runs here as one method: the same
+        (:attr:`steady`, decided in :meth:`bind`; not while action values are checked) -- runs here as one method: the same
         checks, guard, dating, final-observation rule and health count as :meth:`step_in`
         and :meth:`advance`, in the same order, without their calls and the
         :class:`Advanced` record. With one observation key and no final mask, the rule's
@@ -435,12 +438,11 @@ class StepPath:
         input it cannot take as it is, goes through :meth:`general_step_and_reset`;
         ``tests/test_step_path.py`` proves the two equal, errors included.
         """
-        entries = fast_entries(td)
+        entries, dated = fast_entries_and_stamp(td)
         guard = self.guard
         if entries is None or not self.steady or guard.pending is not None or is_compiling():
             return self.general_step_and_reset(td)
         action: Any = entries.get("action")  # whatever td holds: refused below unless a tensor
-        dated = stamp_of(td)
         if (dated is not None and dated != self.stamp) or entries.get(self._next_marker) is self._last_next:
             self.other_input(td, dated)
         if (  # check_action, inline
@@ -450,9 +452,6 @@ class StepPath:
             or (not action.is_cpu if self.on_cpu else action.device != self.device)
         ):
             self.validator.action(action)
-        check_values = self.check_values
-        if check_values is not None:
-            check_values(action)
         previous = self.root_obs
         guard.pending = "step"
         call = guard.calls = guard.calls + 1  # guard.start("step"), inline (advance)

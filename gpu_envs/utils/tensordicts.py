@@ -42,6 +42,7 @@ __all__ = [
     "direct_supported",
     "entries",
     "fast_entries",
+    "fast_entries_and_stamp",
     "get_entry",
     "is_non_tensor",
     "nest",
@@ -195,6 +196,18 @@ def fast_entries(td: Any) -> dict | None:
     if DIRECT and td.__class__ is TensorDict:
         return td._tensordict
     return None
+
+
+def fast_entries_and_stamp(td: Any) -> tuple[dict | None, int | None]:
+    """``(fast_entries(td), stamp_of(td))`` in one call: the step path's steady step reads both of every input.
+
+    ``(None, None)`` for anything but a plain TensorDict on a version of known layout
+    (the caller then takes the public path, which reads the stamp itself).
+    """
+    if DIRECT and td.__class__ is TensorDict:
+        attributes = td.__dict__
+        return attributes["_tensordict"], attributes.get(STAMP)
+    return None, None
 
 
 def stamp(td: TensorDictBase, value: int) -> None:

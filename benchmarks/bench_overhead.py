@@ -26,6 +26,10 @@ a TensorDict:
     look per step, ``gpu_envs.core.health_look``) and what flagging bad values with
     device ops on every step costs ("every-step checks cost").
 
+The distance to the floor is given twice, in points of the raw step: the difference of
+the two medians, and the median of the per-round differences (with its 95% confidence
+interval; the two ran next to each other in every round, so a busy machine moves both).
+
 Collect rows: ``collect(env, steps=T)`` (built-in CartPole-v1, final observations
 exposed, random actions) against a plain loop that steps the raw env with the same
 random actions and writes the same transitions (the 12 entries of collect's buffer,
@@ -39,7 +43,10 @@ what the default health checks (one scan of each collection's buffer) cost, in p
 the raw loop.
 
 Time is thread CPU time (``time.thread_time``), ``torch.set_num_threads(1)``,
-interleaved rounds in one process, medians.
+interleaved rounds in one process, medians. The step rows run with the objects alive
+before them frozen out of the garbage collector (:func:`~benchmarks.timing.frozen_heap`):
+a full collection of the imported libraries' objects landing in a random round moved
+single runs by 10-20 points at N = 8.
 
     python benchmarks/bench_overhead.py --json benchmarks/results/overhead.json
 """
@@ -64,6 +71,7 @@ from benchmarks.timing import (
     bench_result,
     clock,
     format_table,
+    frozen_heap,
     interleave,
     interleave_clocks,
     medians,
@@ -267,6 +275,7 @@ COLUMNS = [
     ("gpu_envs_us", "gpu_envs us/step"),
     ("gpu_envs_overhead", "gpu_envs overhead"),
     ("gpu_envs_vs_floor", "gpu_envs - floor"),
+    ("gpu_envs_vs_floor_paired", "gpu_envs - floor: median [95% CI] (min..max), paired per round"),
     ("checks_off_us", "checks off us/step"),
     ("checks_default_cost", "default checks cost: median [95% CI] (min..max), paired per round"),
     ("checks_default_target", "within 3 pts"),
@@ -305,7 +314,8 @@ def measure(sizes: list[int], steps: int, rounds: int, device: torch.device, war
         clocks = {"cpu": clock(device)}
         fns, ours = contenders(n, device)
         setups = check_setups(ours)
-        per_round = interleave_clocks(fns, steps, rounds, clocks, warmup, device, setups, alternate=True)["cpu"]
+        with frozen_heap():  # (full collections of the imported libraries' objects landed in random rounds)
+            per_round = interleave_clocks(fns, steps, rounds, clocks, warmup, device, setups, alternate=True)["cpu"]
         times = medians(per_round)
         row = overhead_row(times, N=n)
         row["checks_step_cost"] = f"{(times['checks_step'] - times['checks_off']) / times['raw'] * 100:+.1f} pts"
@@ -315,6 +325,13 @@ def measure(sizes: list[int], steps: int, rounds: int, device: torch.device, war
             for on, off, raw in zip(per_round["gpu_envs"], per_round["checks_off"], per_round["raw"], strict=True)
         ]
         row["checks_default_cost"] = spread(cost, fmt="{:+.1f} pts", shift=0.0)
+        # the distance to the floor paired round by round, as the checks' cost: steadier than the difference of
+        # two medians on a busy machine (neighbouring rounds share the load)
+        gap = [
+            (ours - floor) / raw * 100
+            for ours, floor, raw in zip(per_round["gpu_envs"], per_round["floor"], per_round["raw"], strict=True)
+        ]
+        row["gpu_envs_vs_floor_paired"] = spread(gap, fmt="{:+.1f} pts", shift=0.0)
         row["checks_default_target"] = verdict(cost, CHECKS_TARGET_POINTS)
         rows.append(row)
     return rows

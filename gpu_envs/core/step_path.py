@@ -21,8 +21,9 @@ What differs between backends and moments is decided once, in :meth:`StepPath.bi
 changes), never per step:
 
 * the backend advance, one of four named classes (:mod:`gpu_envs.core.advances`) with
-  one method, ``run(action) -> RawStep``: :class:`FirstStep` on the first step (the backend's ``step``, validated
-  field by field by :class:`~gpu_envs.core.step_validation.StepValidator`, then
+  one method, ``run(action) -> RawStep``: :class:`FirstStep` on the first step (the
+  backend's ``step``, validated field by field by
+  :class:`~gpu_envs.core.step_validation.StepValidator`, then
   :meth:`~StepPath.bind` again); later, :class:`DirectStep` (the function the backend
   hands from :meth:`~gpu_envs.backends.base.Backend.direct_step` where it declares
   ``capabilities.direct_step``: for the built-in envs, their own ``raw_step``) or

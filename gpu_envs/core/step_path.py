@@ -186,6 +186,9 @@ class StepPath:
         self.action_shape, self.action_dtype = validator.action_shape, validator.action_dtype
         self.on_cpu = device.type == "cpu"  # (is_cpu: the device check without making a torch.device per step)
         self._lone = self.keys[0] if len(self.keys) == 1 else None
+        # the steady step's form of the final-observation rule for one key (step_and_reset)
+        self.lone_fill = _no_fill if self._lone is None else rule.filler(self._lone)
+        self.none_missing = rule.none_missing
         self.stamp = 0
         self.advanced = Advanced()
         # a top-level observation key, and its tensor in the last td["next"] (a copy fed back is stepped from the root)
@@ -243,8 +246,6 @@ class StepPath:
         # step_and_reset's steady form (its docstring): after the first step, flat keys, no per-step value checks
         flat = not nested and self._action_keys is None  # (action values are checked on the general path)
         self.steady = flat and not self.first and self.watch is None and self.check_values is None
-        self.lone_fill = _no_fill if self._lone is None else self.rule.filler(self._lone)
-        self.none_missing = self.rule.none_missing
 
     def moved(self) -> None:
         """The root was replaced outside a step (a reset, a loaded state): earlier roots and ``td["next"]`` are stale."""
@@ -315,14 +316,13 @@ class StepPath:
 
     def check_action(self, action: Any) -> None:
         """Step 2 of every step: the action's metadata (type, shape, dtype, device), and its values where bound."""
-        validator = self.validator
-        if (
+        if (  # (step_and_reset's steady form writes this test out: keep the two the same)
             action.__class__ is not torch.Tensor
-            or action.shape != validator.action_shape
-            or action.dtype is not validator.action_dtype  # torch dtypes are singletons
+            or action.shape != self.action_shape
+            or action.dtype is not self.action_dtype  # torch dtypes are singletons
             or (not action.is_cpu if self.on_cpu else action.device != self.device)
         ):
-            validator.action(action)  # raises, unless a tensor subclass with the right metadata
+            self.validator.action(action)  # raises, unless a tensor subclass with the right metadata
         check_values = self.check_values
         if check_values is not None:
             check_values(action)
@@ -427,11 +427,11 @@ class StepPath:
         """:meth:`step`, then ``(td, next root)``: the post-reset observations where rows ended.
 
         The steady state of most loops -- an eager step of a plain TensorDict, after the
-        first step, on an env of flat keys whose steps are not watched one by one
-        (:attr:`steady`, decided in :meth:`bind`; not while action values are checked) -- runs here as one method: the same
-        checks, guard, dating, final-observation rule and health count as :meth:`step_in`
-        and :meth:`advance`, in the same order, without their calls and the
-        :class:`Advanced` record. With one observation key and no final mask, the rule's
+        first step, on an env of flat keys whose steps are not watched one by one and whose
+        action values are not checked (:attr:`steady`, decided in :meth:`bind`) -- runs
+        here as one method: the same checks, guard, dating, final-observation rule and
+        health count as :meth:`step_in` and :meth:`advance`, in the same order, without
+        their calls and the :class:`Advanced` record. With one observation key and no final mask, the rule's
         two cases are written out (the final observations as they are, or the placeholder
         fill of :meth:`~gpu_envs.contract.final_obs.FinalObsRule.filler`). The calls it
         saves were two thirds of the wrapper's cost over the contract's floor on the CPU
@@ -446,7 +446,7 @@ class StepPath:
         action: Any = entries.get("action")  # whatever td holds: refused below unless a tensor
         if (dated is not None and dated != self.stamp) or entries.get(self._next_marker) is self._last_next:
             self.other_input(td, dated)
-        if (  # check_action, inline
+        if (  # check_action's metadata test, inline (its values check is off here: steady)
             action.__class__ is not torch.Tensor
             or action.shape != self.action_shape
             or action.dtype is not self.action_dtype

@@ -443,3 +443,28 @@ def test_a_transformed_env_compiles_once_and_matches_eager(name):
     # actions, flags and counts exactly; float physics to rounding, which the pendulum's swing grows
     # over its 72 steps (fused kernels round differently: ~1e-4 at the end), the cart's stays ~1e-6
     assert_same(eager, torch.cat(compiled, dim=1), float_exact=False, tol=1e-5 if name == "cartpole" else 1e-3)
+
+
+@pytest.mark.slow
+def test_more_loops_than_dynamos_recompile_limit_each_compile():
+    """Every loop compiles its own chunk: dynamo's per-code-object limit (here lowered to 1) is never reached.
+
+    All loops' ``chunk`` once shared one code object, and the loop past the limit ran eagerly
+    with only a logged warning (the ninth ``collect(..., compile=True)`` of a process)."""
+    from unittest import mock
+
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    envs = [gpu_envs.wrap(CountingTorchVectorEnv(n, final_obs="masked")) for n in (3, 5, 7)]
+    with mock.patch.object(torch._dynamo.config, "recompile_limit", 1):
+        runs = [[collect(env, count_policy, steps=4, compile=True).clone() for _ in range(3)] for env in envs]
+        loops = [next(iter(collect_cache(env).compiled.values())) for env in envs]
+    assert all(loop.compiled for loop in loops)
+    assert counters["stats"]["unique_graphs"] == len(envs), dict(counters["stats"])
+    assert not counters["recompiles"], dict(counters["recompiles"])
+    for env, run in zip(envs, runs, strict=True):
+        eager_env = gpu_envs.wrap(CountingTorchVectorEnv(env.num_envs, final_obs="masked"))
+        eager = [collect(eager_env, count_policy, steps=4).clone() for _ in range(3)]
+        assert_same(torch.cat(eager, dim=1), torch.cat(run, dim=1))

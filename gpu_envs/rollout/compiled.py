@@ -32,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -42,7 +43,7 @@ from gpu_envs.rollout.cache import cached, collect_cache
 from gpu_envs.rollout.loop import Policy, RolloutBuffer, keep_grad_mode, make_step, start
 from gpu_envs.utils.torch_internals import dispatch_mode_active
 
-__all__ = ["CompiledLoop", "chunk_length", "compiled_loop"]
+__all__ = ["CompiledLoop", "chunk_length", "compiled_loop", "own_code"]
 
 # Steps unrolled per compiled call, by batch size. The Python around a call (guards over
 # every tensor of the TensorDicts, the runtime wrappers) costs about 100 us on a CPU: at
@@ -71,7 +72,7 @@ class CompiledLoop:
         self._step: Callable = env.step_and_maybe_reset if policy is None else make_step(env, policy)
         self._keys: list = []
         self._calls = 0
-        self._compiled = torch.compile(self.chunk, dynamic=False)
+        self._compiled = torch.compile(own_code(self.chunk), dynamic=False)
 
     def chunk(self, td: TensorDictBase, actions: list | None, columns: list) -> tuple[TensorDictBase, TensorDictBase]:
         """``K`` steps from root ``td``, transition ``i`` written into ``columns[j][..., i, ...]``.
@@ -132,6 +133,24 @@ class CompiledLoop:
         self._keys = self.buffer.keys
         self.warmed = True
         return td
+
+
+def own_code(method: Callable) -> Callable:
+    """``method`` bound to the same object, through a copy of its code object that no other loop shares.
+
+    dynamo keeps its compiled graphs, and counts recompiles against
+    ``torch._dynamo.config.recompile_limit`` (8), per code object. Every loop's ``chunk``
+    shares ``CompiledLoop.chunk``'s code, and each new loop (another env, policy or ``T``)
+    fails the last one's guards: the ninth loop of a process hit the limit and ran eagerly,
+    with only a logged warning. With a code object of its own, each loop compiles once and
+    its guards are checked against its own graph only.
+    """
+    func = method.__func__  # type: ignore[attr-defined]  # a bound method
+    copy = types.FunctionType(
+        func.__code__.replace(), func.__globals__, func.__name__, func.__defaults__, func.__closure__
+    )
+    copy.__qualname__ = func.__qualname__
+    return types.MethodType(copy, method.__self__)  # type: ignore[attr-defined]
 
 
 def compiled_loop(env: Any, policy: Policy | None, buffer: RolloutBuffer) -> CompiledLoop:

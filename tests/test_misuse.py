@@ -386,3 +386,24 @@ def test_unpacking_a_step_into_its_rows_is_refused_before_anything_moves(n, tran
     assert out["next", "reward"].shape == (n, 1)
     rows = list(out)  # iterating a step's rows on purpose stays possible
     assert len(rows) == n
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["flat", "with a nested entry"])
+def test_a_transformed_env_that_rewrites_actions_refuses_a_stale_root_too(nested):
+    """The action transforms step a shallow copy of the caller's root (which keeps the policy's action); the copy
+    keeps the root's date, so a stale root is refused as the bare env refuses it, and the caller's td is untouched."""
+    from gpu_envs.transforms import Delay, TransformedEnv
+
+    env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=N, device="cpu"), Delay(action_steps=1))
+    root0 = env.reset(seed=0)
+    if nested:
+        root0["extra"] = TensorDict({"x": torch.zeros(N)}, batch_size=[N])
+    action = torch.ones(N, dtype=torch.long)
+    root0["action"] = action
+    td, root1 = env.step_and_maybe_reset(root0)
+    assert td["action"] is action  # the policy's own action stays in the transition
+    root0["action"] = torch.zeros(N, dtype=torch.long)
+    with pytest.raises(gpu_envs.StaleInputError, match="this env is at root"):
+        env.step_and_maybe_reset(root0)
+    root1["action"] = torch.zeros(N, dtype=torch.long)
+    env.step_and_maybe_reset(root1)  # the current root is taken

@@ -48,6 +48,7 @@ from gpu_envs.utils.arguments import check_td
 from gpu_envs.utils.call_guard import CallGuard
 from gpu_envs.utils.call_site import SILENT_UNPACK_SIZES, refuse_unpacking, unpacked_into
 from gpu_envs.utils.live_state import DatedState, check_state, check_values, copy_into, prefixed, under
+from gpu_envs.utils.tensordicts import get_entry, set_entry, shallow_copy
 
 
 def env_seed(env: Any) -> int | None:
@@ -334,14 +335,14 @@ class TransformedEnv(BatchedSpecs):
             raise ActionError(
                 f'td has no "action" entry: set td["action"] (e.g. env.action_spec.rand()) before {call}().'
             )
-        inner = td.copy()  # shallow: the caller's td keeps the policy's action
+        inner = shallow_copy(td)  # the caller's td keeps the policy's action
         for t in self._inverting:
             inner = t.inv(inner)
         return inner
 
     def _forward(self, td: TensorDictBase, out: TensorDictBase) -> TensorDictBase:
         if out is not td:
-            td.set("next", out.get("next"))
+            set_entry(td, "next", get_entry(out, "next"))
         for t in self.transforms:
             td = t.step(td)
         return td

@@ -50,6 +50,7 @@ __all__ = [
     "new_stamped_flat_td",
     "new_td",
     "set_entry",
+    "shallow_copy",
     "stamp",
     "stamp_of",
 ]
@@ -208,6 +209,29 @@ def fast_entries_and_stamp(td: Any) -> tuple[dict | None, int | None]:
         attributes = td.__dict__
         return attributes["_tensordict"], attributes.get(STAMP)
     return None, None
+
+
+def shallow_copy(td: TensorDictBase) -> TensorDictBase:
+    """``td.copy()`` (a new TensorDict over the same tensors: setting an entry of one leaves the other's alone), keeping its stamp.
+
+    A copy of a root is the same root: it keeps the root's :func:`stamp`, so an env still
+    tells a stale one. A plain TensorDict whose values are all tensors is copied by its
+    entries dict (~0.5 us against tensordict's ~5 us); anything else (nested entries, other
+    classes) through ``td.copy()``, stamped again.
+    """
+    if DIRECT and td.__class__ is TensorDict:
+        attributes = td.__dict__
+        data = attributes["_tensordict"]
+        if all(value.__class__ is torch.Tensor for value in data.values()):
+            copy = _direct_flat(dict(data), attributes["_batch_size"], attributes["_device"])
+            if STAMP in attributes:
+                copy.__dict__[STAMP] = attributes[STAMP]
+            return copy
+    copy = td.copy()
+    mark = stamp_of(td)
+    if mark is not None:
+        stamp(copy, mark)
+    return copy
 
 
 def stamp(td: TensorDictBase, value: int) -> None:

@@ -10,7 +10,14 @@ included), each contender in its own env built with the same seed:
 * History: ``History(length=4)`` on the observation;
 * Delay: ``Delay(action_steps=(0, 3), observation_steps=(0, 2))``;
 * InitTracker: ``InitTracker()``;
-* all three: ``InitTracker(), Delay(...), History(length=4)``.
+* all three: ``InitTracker(), Delay(...), History(length=4)``;
+* History / Delay (torch ops): the same transforms built with ``GPU_ENVS_NATIVE=0``, so
+  they run their torch ops instead of their C kernel (``gpu_envs.transforms.native_rows``):
+  what the kernel saves, side by side;
+* History floor: what History's contract costs at the least, a transform that hands the
+  transition and the root a new ``[N, 4, *obs]`` window each (one ``clone`` of a kept
+  window each) and keeps nothing: two fresh windows per step are memory traffic 8x an
+  observation's, which no implementation avoids.
 
 Columns: microseconds per step and each contender's overhead over the bare step; the
 issue's target is History and Delay each within +15% of the bare step at N = 4096.
@@ -35,12 +42,16 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import os
+
 import torch
 
 import gpu_envs
 from benchmarks.timing import bench_result, format_table, interleave, overhead_row, save_json
 from gpu_envs.rollout import collect
-from gpu_envs.transforms import Delay, History, InitTracker, TransformedEnv
+from gpu_envs.transforms import Delay, History, InitTracker, Transform, TransformedEnv
+from gpu_envs.transforms.base import EnvSpecs
+from gpu_envs.transforms.keys import write
 
 SIZES = [64, 4096]
 ENVS = ("CartPole-v1", "Pendulum-v1")
@@ -52,6 +63,28 @@ CONTENDERS: dict[str, Callable[[], list]] = {
     "init_tracker": lambda: [InitTracker()],
     "all_three": lambda: [InitTracker(), Delay(action_steps=(0, 3), observation_steps=(0, 2)), History(length=4)],
 }
+
+
+class HistoryFloor(Transform):
+    """History's outputs and nothing else: a new ``[N, 4, *obs]`` window (a clone) in each transition and root."""
+
+    def setup(self, specs: EnvSpecs) -> EnvSpecs:
+        specs = super().setup(specs)
+        obs = specs.observation_spec["observation"]
+        self._window = torch.zeros(specs.num_envs, 4, *obs.shape, dtype=obs.dtype)
+        return specs
+
+    def step(self, td):
+        write(td, "observation", self._window.clone(), nxt=True)
+        return td
+
+    def root(self, td):
+        write(td, "observation", self._window.clone())
+        return td
+
+
+# the same transforms on their torch ops: built with GPU_ENVS_NATIVE=0 (their C kernel is looked up at setup)
+TORCH_OPS = {"history_torch": "history", "delay_torch": "delay"}
 
 
 def stepper(env: object) -> Callable[[], object]:
@@ -76,6 +109,18 @@ def contenders(env_id: str, n: int) -> dict[str, Callable[[], object]]:
     out = {"raw": stepper(build())}  # "raw": the baseline name overhead_row compares with
     for name, transforms in CONTENDERS.items():
         out[name] = stepper(TransformedEnv(build(), *transforms()))
+    out["history_outputs"] = stepper(TransformedEnv(build(), HistoryFloor()))
+    before = os.environ.get("GPU_ENVS_NATIVE")
+    for name, same in TORCH_OPS.items():
+        env = build()  # the env's own native step stays on: only the transforms' kernel is left out
+        os.environ["GPU_ENVS_NATIVE"] = "0"
+        try:
+            out[name] = stepper(TransformedEnv(env, *CONTENDERS[same]()))
+        finally:
+            if before is None:
+                del os.environ["GPU_ENVS_NATIVE"]
+            else:
+                os.environ["GPU_ENVS_NATIVE"] = before
     return out
 
 
@@ -119,11 +164,12 @@ COLUMNS = [
     ("empty_us", "empty us"),
     ("empty_overhead", "empty"),
     ("history_overhead", "History"),
+    ("history_torch_overhead", "History (torch ops)"),
+    ("history_outputs_overhead", "History floor"),
     ("delay_overhead", "Delay"),
+    ("delay_torch_overhead", "Delay (torch ops)"),
     ("init_tracker_overhead", "InitTracker"),
     ("all_three_overhead", "all three"),
-    ("history_vs_empty", "History - empty"),
-    ("delay_vs_empty", "Delay - empty"),
 ]
 
 
@@ -141,10 +187,7 @@ def run(
         for n in sizes:
             per = steps or (20 if quick else (200 if n < 4096 else 50))
             times = interleave(contenders(env_id, n), steps=per, rounds=rounds or (3 if quick else 15))
-            row = overhead_row(times, env=env_id, num_envs=n)
-            for name in ("history", "delay"):
-                row[f"{name}_vs_empty"] = f"{(times[name] - times['empty']) / times['raw']:+.1%}"
-            rows.append(row)
+            rows.append(overhead_row(times, env=env_id, num_envs=n))
     compiled_rows = []
     for env_id in ENVS if compiled else ():
         n = max(sizes)

@@ -20,6 +20,10 @@ Python's own handler for the test and puts back what was there; subprocesses tha
 receive SIGINT are started through ``tests/with_sigint.py`` for the same reason. Every
 such test is marked ``sigint``: tests/test_suite_signals.py reruns them with SIGINT
 ignored.
+
+``row_kernel_paths`` runs a test twice: with History's and Delay's C kernel
+(``gpu_envs.transforms.native_rows``) and with their torch ops (``GPU_ENVS_NATIVE=0``), so
+every reference test of those transforms checks both.
 """
 
 import importlib.util
@@ -57,3 +61,15 @@ def python_sigint():
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture(params=["native", "torch"])
+def row_kernel_paths(request, monkeypatch):
+    """History's and Delay's C kernel (``"native"``), then their torch ops (``"torch"``): see the module docstring."""
+    from gpu_envs.transforms import native_rows
+
+    if request.param == "torch":
+        monkeypatch.setenv("GPU_ENVS_NATIVE", "0")
+    elif native_rows.kernels(torch.device("cpu")) is None:
+        pytest.skip("no C compiler here: History and Delay run only their torch ops (the 'torch' case)")
+    return request.param

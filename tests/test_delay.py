@@ -20,6 +20,8 @@ from gpu_envs.rollout import collect
 from gpu_envs.transforms import Delay, EpisodeStats, History, TransformedEnv
 from tests.fakes import CountingTorchVectorEnv
 
+pytestmark = pytest.mark.usefixtures("row_kernel_paths")  # each test on the C kernel and the torch ops
+
 N = 5
 
 

@@ -20,6 +20,8 @@ from gpu_envs.contract.errors import InvalidArgumentError, SpecError
 from gpu_envs.rollout import collect
 from gpu_envs.transforms import EpisodeStats, History, InitTracker, ObservationNorm, TransformedEnv
 
+pytestmark = pytest.mark.usefixtures("row_kernel_paths")  # each test on the C kernel and the torch ops
+
 K = 3
 N = 6
 

@@ -28,7 +28,9 @@ the row's index (:mod:`gpu_envs.transforms.streams`): the same in every run
 with that seed, and never touching the env's own generator. Queues are time-major shift
 registers (``[depth + 1, N, *shape]``: a push is one contiguous copy, a read one
 ``index_select`` at each row's delay); every update is in place (no host sync, the same ops
-every step: CUDA-graph and ``compile=True`` safe); ``get_state`` / ``set_state`` snapshot the
+every step: CUDA-graph and ``compile=True`` safe). On a CPU env each hook is one C call
+(:mod:`gpu_envs.transforms.native_rows`, the same bytes as the torch ops, which run under
+``torch.compile``, on a GPU, and without a C compiler); ``get_state`` / ``set_state`` snapshot the
 queues, the delays and the streams per row. :attr:`Delay.action_delay` / :attr:`observation_delay`
 are the delays of the current episodes (``[N]`` int64 on the device).
 
@@ -56,6 +58,7 @@ from tensordict import TensorDictBase
 from gpu_envs.contract.errors import InvalidArgumentError, SpecError
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.keys import Key, as_keys, read, write
+from gpu_envs.transforms.native_rows import KernelUser, fits, kernels
 from gpu_envs.transforms.streams import next_state_, seeded_states, top16
 from gpu_envs.utils.arguments import as_int, as_number
 from gpu_envs.utils.row_views import row_dtype, where_rows
@@ -91,6 +94,8 @@ class _Queue:
     def __init__(self, n: int, depth: int, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> None:
         self.values = torch.zeros(depth + 1, n, *shape, dtype=dtype, device=device)
         self._flat = self.values.view((depth + 1) * n, *shape)
+        self.depth, self.input_shape, self.dtype = depth, torch.Size((n, *shape)), dtype
+        self.row_bytes = self.values[0, 0].numel() * self.values.element_size()  # one row's value, for the C kernel
         self.row_view = (1, n) + (1,) * len(shape)  # a [N] mask against the values
         self.rows = row_dtype(shape, dtype, n)  # each row as one element for fill's where (utils.row_views), or None
 
@@ -109,7 +114,7 @@ class _Queue:
         self.values.masked_fill_(rows.view(self.row_view), 0)
 
 
-class Delay(Transform):
+class Delay(KernelUser, Transform):
     """Per-row action and observation delays in steps (see the module docstring).
 
     Args:
@@ -193,8 +198,14 @@ class Delay(Transform):
         self._hold_draws = torch.zeros(n, dtype=torch.int64, device=dev)
         self.reseed(specs.seed)
         self._threshold = int(self.hold_probability * 2**16)  # hold where a 16-bit draw is below it
+        self._lib = kernels(dev)  # one C call per hook on a CPU env (gpu_envs.transforms.native_rows), or None
         self.row_state = tuple(self.live_state())
         return specs
+
+    @property
+    def native(self) -> bool:
+        """True where the hooks run the C kernel (:mod:`gpu_envs.transforms.native_rows`): a CPU env, set up, a compiler."""
+        return getattr(self, "_lib", None) is not None
 
     def reseed(self, seed: int | None) -> None:
         """Restart both streams of every row from ``seed`` (hashed with the row's index)."""
@@ -208,6 +219,26 @@ class Delay(Transform):
         if queue is None:
             return td
         action = read(td, "action")
+        lib = None if torch.compiler.is_compiling() else self._lib
+        if lib is not None and fits(action, queue.input_shape, queue.dtype):
+            applied = torch.empty_like(action)
+            held = self._applied
+            lib.delay_actions(
+                self.num_envs,
+                queue.depth,
+                queue.row_bytes,
+                queue.values.data_ptr(),
+                action.data_ptr(),
+                self._index.data_ptr(),  # the action lane, [N, 2]'s first column
+                self._first.data_ptr(),
+                self.initial_action == "first",
+                None if held is None else held.data_ptr(),
+                self._hold_draws.data_ptr(),
+                self._threshold,
+                applied.data_ptr(),
+            )
+            write(td, "action", applied)
+            return td
         first = self._first
         if self.initial_action == "first":  # the episode's first action stands in for the ones before it
             queue.fill(first, action)
@@ -222,15 +253,61 @@ class Delay(Transform):
         return td
 
     def step(self, td: TensorDictBase) -> TensorDictBase:
+        lib = None if torch.compiler.is_compiling() else self._lib
+        restart, done = self._restart, read(td, "done", nxt=True)
+        flags = lib is not None and fits(done, restart.shape, torch.bool)  # a kernel call may copy them
+        copied = False
         for key, queue in zip(self.keys, self._observations, strict=False):
-            queue.push(read(td, key, nxt=True))
-            write(td, key, queue.read(self._observation_index), nxt=True)
-        self._restart.copy_(read(td, "done", nxt=True))
+            obs = read(td, key, nxt=True)
+            if lib is not None and fits(obs, queue.input_shape, queue.dtype):
+                lane = self._index.data_ptr() + self._index.element_size()  # the observation lane: [N, 2]'s column 1
+                seen = torch.empty_like(obs)
+                give = flags and not copied  # this call copies the end flags into restart
+                lib.delay_observe(
+                    self.num_envs, queue.depth, queue.row_bytes, queue.values.data_ptr(), obs.data_ptr(), lane,
+                    seen.data_ptr(), restart.data_ptr() if give else None, done.data_ptr() if give else None,
+                )  # fmt: skip
+                copied = copied or give
+            else:
+                queue.push(obs)
+                seen = queue.read(self._observation_index)
+            write(td, key, seen, nxt=True)
+        if not copied:
+            restart.copy_(done)
         return td
 
     def root(self, td: TensorDictBase) -> TensorDictBase:
         # rows that ended (or were reset) start their new episode here: their queues restart and
         # their delays are drawn, once (the flag is cleared), so another root() gives the same values
+        lib = None if torch.compiler.is_compiling() else self._lib
+        queues = self._observations
+        if lib is not None:
+            self._native_restart(lib, clear=not queues)
+        else:
+            self._restart_rows()
+        restart = self._restart
+        cleared = lib is not None and not queues
+        for i, (key, queue) in enumerate(zip(self.keys, queues, strict=False)):
+            obs = read(td, key)
+            if lib is not None and fits(obs, queue.input_shape, queue.dtype):
+                lane = self._index.data_ptr() + self._index.element_size()  # the observation lane: [N, 2]'s column 1
+                seen = torch.empty_like(obs)
+                last = i == len(queues) - 1  # the last key's call clears the flags
+                lib.delay_fill_read(
+                    self.num_envs, queue.depth, queue.row_bytes, queue.values.data_ptr(), obs.data_ptr(),
+                    restart.data_ptr(), lane, seen.data_ptr(), last,
+                )  # fmt: skip
+                cleared = last
+            else:
+                queue.fill(restart.view(-1), obs)
+                seen = queue.read(self._observation_index)
+            write(td, key, seen)
+        if not cleared:
+            restart.zero_()
+        return td
+
+    def _restart_rows(self) -> None:
+        """The restarting rows' delays drawn and action queues cleared, in torch ops."""
         rows = self._restart.view(-1)
         if self._draws_delays:
             draws = self._episode_draws
@@ -241,11 +318,26 @@ class Delay(Transform):
         if self._action is not None:
             self._action.clear(rows)  # no action of the ended episode is applied in the next one
             self._first.logical_or_(rows)
-        for key, queue in zip(self.keys, self._observations, strict=False):
-            queue.fill(rows, read(td, key))
-            write(td, key, queue.read(self._observation_index))
-        self._restart.zero_()
-        return td
+
+    def _native_restart(self, lib: Any, clear: bool) -> None:
+        """:meth:`_restart_rows` in one C call (``clear``: and the restart flags zeroed)."""
+        action = self._action
+        lib.delay_restart(
+            self.num_envs,
+            self._restart.data_ptr(),
+            self._draws_delays,
+            self._episode_draws.data_ptr(),
+            self._lows.data_ptr(),
+            self._spans.data_ptr(),
+            self._depths.data_ptr(),
+            self._delays.data_ptr(),
+            self._index.data_ptr(),
+            None if action is None else action.values.data_ptr(),
+            0 if action is None else action.depth,
+            0 if action is None else action.row_bytes,
+            self._first.data_ptr(),
+            clear,
+        )
 
     def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
         self._restart.logical_or_(mask.view(self.num_envs, 1))

@@ -20,13 +20,15 @@ Exactly what each row holds:
   as ``("next", key)``;
 * a masked or partial reset touches only its rows: the other rows' windows go on.
 
-State: one window per key (kept time-major, ``[K, N, *obs]``, so that a step's shift is one
-contiguous copy; the TensorDicts hold ``[N, K, *obs]`` views of new tensors) and a ``[N, 1]`` flag of the rows whose window
-must restart from the next root (they ended in the last step), updated in place with
-``torch.where`` (no host sync, the same ops every step: CUDA-graph and ``compile=True``
-safe); ``get_state`` / ``set_state`` snapshot both per row. Any observation dtype works
-(uint8 image frames are stacked as uint8); the spec's bounds are the per-step bounds
-repeated K times.
+State: one ``[N, K, *obs]`` window per key and a ``[N, 1]`` flag of the rows whose window
+must restart from the next root (they ended in the last step), updated in place (no host
+sync, the same work every step: CUDA-graph and ``compile=True`` safe); the TensorDicts get
+new contiguous ``[N, K, *obs]`` tensors each step, and ``get_state`` / ``set_state``
+snapshot the state per row. On a CPU env each hook is one C call per key
+(:mod:`gpu_envs.transforms.native_rows`: the window's shift, the restarted rows' refill);
+on a GPU, under ``torch.compile`` and without a C compiler, a ``cat`` and a ``where``
+(the same bytes). Any observation dtype works (uint8 image frames are stacked as uint8);
+the spec's bounds are the per-step bounds repeated K times.
 
 Example::
 
@@ -56,13 +58,14 @@ from gpu_envs.contract.errors import SpecError
 from gpu_envs.contract.specs import Box, Composite
 from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.keys import Key, as_keys, read, write
+from gpu_envs.transforms.native_rows import KernelUser, fits, kernels
 from gpu_envs.utils.arguments import as_int
 from gpu_envs.utils.row_views import row_dtype, where_rows
 
 __all__ = ["History"]
 
 
-class History(Transform):
+class History(KernelUser, Transform):
     """The last ``length`` observations of each key, oldest first (see the module docstring).
 
     Args:
@@ -100,37 +103,71 @@ class History(Transform):
             low = leaf.low.to(dev).unsqueeze(0).expand(k, *leaf.shape)
             high = leaf.high.to(dev).unsqueeze(0).expand(k, *leaf.shape)
             obs_spec[key] = Box(low, high, (k, *leaf.shape), leaf.dtype, device=dev)
-            # time-major ([K, N, *obs]): a step's shift is one contiguous cat; the TensorDicts and the
-            # snapshots see the [N, K, *obs] view
-            self._windows.append(torch.zeros(k, n, *leaf.shape, dtype=leaf.dtype, device=dev))
+            self._windows.append(torch.zeros(n, k, *leaf.shape, dtype=leaf.dtype, device=dev))
         # rows whose window restarts from the next root: they ended in the last step
         self._restart = torch.zeros(n, 1, dtype=torch.bool, device=dev)
-        self._views = [(1, n) + (1,) * (w.dim() - 2) for w in self._windows]
+        self._views = [(n, 1) + (1,) * (w.dim() - 2) for w in self._windows]
         # each window's rows as single elements for the restart's where (gpu_envs.utils.row_views), or None
         self._rows = [row_dtype(w.shape[2:], w.dtype, n) for w in self._windows]
+        # the C kernel's view of each key: its input's shape and dtype, the bytes of one observation
+        self._lib = kernels(dev)
+        self._kernel_rows = [
+            (torch.Size((n, *w.shape[2:])), w.dtype, w[0, 0].numel() * w.element_size()) for w in self._windows
+        ]
         self.row_state = tuple(self.live_state())
         return specs.replace(observation_spec=obs_spec)
 
+    @property
+    def native(self) -> bool:
+        """True where the hooks run the C kernel (:mod:`gpu_envs.transforms.native_rows`): a CPU env, set up, a compiler."""
+        return getattr(self, "_lib", None) is not None
+
     # ------------------------------------------------------------- data hooks
     def step(self, td: TensorDictBase) -> TensorDictBase:
-        for key, window in zip(self.keys, self._windows, strict=True):
-            nxt = torch.cat([window[1:], read(td, key, nxt=True).unsqueeze(0)])  # a new tensor: the output
-            window.copy_(nxt)
-            write(td, key, nxt.transpose(0, 1), nxt=True)
-        self._restart.copy_(read(td, "done", nxt=True))
+        lib = None if torch.compiler.is_compiling() else self._lib
+        restart, done = self._restart, read(td, "done", nxt=True)
+        flags = lib is not None and fits(done, restart.shape, torch.bool)  # a kernel call may copy them
+        copied = False
+        for key, window, (shape, dtype, rb) in zip(self.keys, self._windows, self._kernel_rows, strict=True):
+            obs = read(td, key, nxt=True)
+            if lib is not None and fits(obs, shape, dtype):
+                nxt = torch.empty_like(window)
+                give = flags and not copied  # this call copies the end flags into restart
+                lib.history_step(
+                    shape[0], self.length, rb, window.data_ptr(), obs.data_ptr(), nxt.data_ptr(),
+                    restart.data_ptr() if give else None, done.data_ptr() if give else None,
+                )  # fmt: skip
+                copied = copied or give
+            else:
+                nxt = torch.cat([window[:, 1:], obs.unsqueeze(1)], 1)  # a new tensor: the output
+                window.copy_(nxt)
+            write(td, key, nxt, nxt=True)
+        if not copied:
+            restart.copy_(done)
         return td
 
     def root(self, td: TensorDictBase) -> TensorDictBase:
         # rows that ended restart from their root's (reset) observation; done once (the flag
         # is cleared), so calling root again gives the same windows
-        restart = self._restart
-        for key, window, view, rows in zip(self.keys, self._windows, self._views, self._rows, strict=True):
-            now = where_rows(
-                restart.view(view), read(td, key).unsqueeze(0), window, 2, rows
-            )  # a new tensor: the output
-            window.copy_(now)
-            write(td, key, now.transpose(0, 1))
-        restart.zero_()
+        restart, lib = self._restart, None if torch.compiler.is_compiling() else self._lib
+        keyed = list(zip(self.keys, self._windows, self._views, self._rows, self._kernel_rows, strict=True))
+        cleared = False
+        for i, (key, window, view, rows, (shape, dtype, rb)) in enumerate(keyed):
+            obs = read(td, key)
+            if lib is not None and fits(obs, shape, dtype):
+                now = torch.empty_like(window)
+                last = i == len(keyed) - 1  # the last key's call clears the flags
+                lib.history_root(
+                    shape[0], self.length, rb, window.data_ptr(), obs.data_ptr(), restart.data_ptr(), now.data_ptr(),
+                    last,
+                )  # fmt: skip
+                cleared = last
+            else:
+                now = where_rows(restart.view(view), obs.unsqueeze(1), window, 2, rows)  # a new tensor: the output
+                window.copy_(now)
+            write(td, key, now)
+        if not cleared:
+            restart.zero_()
         return td
 
     def reset(self, td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
@@ -139,7 +176,7 @@ class History(Transform):
 
     # ----------------------------------------------------------------- state
     def live_state(self) -> dict[str, torch.Tensor]:
-        state = {f"window_{i}": w.transpose(0, 1) for i, w in enumerate(self._windows)}  # [N, K, *obs] views
+        state = {f"window_{i}": w for i, w in enumerate(self._windows)}
         if self._windows:
             state["restart"] = self._restart
         return state

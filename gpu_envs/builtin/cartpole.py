@@ -36,6 +36,7 @@ from gymnasium.vector.utils import batch_space
 from gpu_envs.builtin import native
 from gpu_envs.builtin.base import BatchedTorchEnv, native_allowed
 from gpu_envs.builtin.draw_pool import DrawPool
+from gpu_envs.builtin.output_blocks import OutputBlocks
 from gpu_envs.builtin.render import render_cartpole
 from gpu_envs.contract.errors import BackendError
 
@@ -189,6 +190,7 @@ class CartPoleEnv(BatchedTorchEnv):
         self._native_trig = torch.empty(2, self.num_envs, dtype=torch.float32).unbind(0)
         cos, sin = self._native_trig
         self._native_args = (self._native_constants.address(), cos.data_ptr(), sin.data_ptr())
+        self._native_blocks = OutputBlocks(self._fresh_outputs)  # the step's outputs, a few steps' worth at a time
         self._native = lib.cartpole_step
 
     def _params_changed(self) -> None:
@@ -326,6 +328,10 @@ class CartPoleEnv(BatchedTorchEnv):
     output_names = ("observation", "final_observation", "reward", "terminated", "truncated", "done")
 
     def _new_outputs(self, columns: bool) -> tuple[torch.Tensor, ...]:
+        """A fresh set of the native step's outputs, carved from a block of a few steps' worth (:mod:`.output_blocks`)."""
+        return self._native_blocks.take(columns)
+
+    def _fresh_outputs(self, columns: bool) -> tuple[torch.Tensor, ...]:
         """The native step's outputs, allocated: obs, pre-reset obs, reward, terminated, truncated, done."""
         n, f32, flag = self.num_envs, torch.float32, torch.bool
         shape = self._reward_shape[columns]

@@ -37,6 +37,7 @@ from gymnasium.vector.utils import batch_space
 from gpu_envs.builtin import native
 from gpu_envs.builtin.base import BatchedTorchEnv, native_allowed
 from gpu_envs.builtin.draw_pool import DrawPool
+from gpu_envs.builtin.output_blocks import OutputBlocks
 from gpu_envs.builtin.render import render_pendulum
 from gpu_envs.contract.errors import BackendError
 from gpu_envs.utils.torch_internals import version_counter
@@ -166,6 +167,7 @@ class PendulumEnv(BatchedTorchEnv):
             self._state.data_ptr(),
             self._native_thdot.data_ptr(),
         )
+        self._native_blocks = OutputBlocks(self._fresh_outputs)  # the step's outputs, a few steps' worth at a time
         self._native = lib.pendulum_step
         self._native_obs = lib.pendulum_obs
 
@@ -284,6 +286,10 @@ class PendulumEnv(BatchedTorchEnv):
     output_names = ("reward", "terminated", "truncated", "observation", "final_observation")
 
     def _new_outputs(self, columns: bool) -> tuple[Any, ...]:
+        """A fresh set of the native step's outputs, carved from a block of a few steps' worth (:mod:`.output_blocks`)."""
+        return self._native_blocks.take(columns)
+
+    def _fresh_outputs(self, columns: bool) -> tuple[Any, ...]:
         """The native step's outputs, allocated: reward, terminated, truncated, obs, final obs (None if not exposed)."""
         n, f32, flag = self.num_envs, torch.float32, torch.bool
         shape = self._reward_shape[columns]

@@ -178,3 +178,34 @@ def test_a_deep_copy_of_a_set_up_transform_is_refused_with_the_envs_clear_error(
     with pytest.raises(gpu_envs.NotCopyableError, match="cannot be pickled or copied"):
         copy.deepcopy(transform)
     assert copy.deepcopy(make()).native is False  # not set up yet: a plain copy
+
+
+def test_under_a_dispatch_mode_the_hooks_run_their_torch_ops():
+    """A TorchDispatchMode (an op recorder, a sync guard, a graph emulation) sees no C call: the torch ops run there."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    def run(record: bool):
+        env = TransformedEnv(gpu_envs.make("CartPole-v1", num_envs=6, seed=3, max_episode_steps=4), History(length=3))
+        root, out = env.reset(), []
+        for t in range(8):
+            root["action"] = torch.full((6,), t % 2, dtype=torch.long)
+            if record:
+                with Recorder() as recorder:
+                    td, root = env.step_and_maybe_reset(root)
+                assert any("aten.cat" in op for op in recorder.ops), "History's torch ops ran"
+            else:
+                td, root = env.step_and_maybe_reset(root)
+            out += [td["next", "observation"].clone(), root["observation"].clone()]
+        return out
+
+    for a, b in zip(run(record=True), run(record=False), strict=True):
+        assert torch.equal(a, b)

@@ -49,20 +49,9 @@ from gpu_envs.contract.errors import ActionError, ClosedEnvError, InvalidArgumen
 from gpu_envs.contract.keys import OBSERVATION
 from gpu_envs.contract.raw_step import NO_INFO, RawStep
 from gpu_envs.utils.arguments import as_bool, as_int, as_seed
-from gpu_envs.utils.capture import is_capturing
 from gpu_envs.utils.devices import resolve_device
 from gpu_envs.utils.live_state import copy_into
-from gpu_envs.utils.torch_internals import dispatch_mode_active
-
-
-def native_allowed() -> bool:
-    """Whether a step may run the native kernel now: eager, not captured, and seen by no dispatch mode.
-
-    A traced step needs torch ops to trace; inside :func:`gpu_envs.utils.capture.capturing`
-    (a CUDA graph capture, or its CPU emulation) the ops are what is recorded; and a
-    ``TorchDispatchMode`` (an op recorder, a sync guard, a FLOP counter) would not see a C call.
-    """
-    return not (torch.compiler.is_compiling() or is_capturing() or dispatch_mode_active())
+from gpu_envs.utils.native_library import native_allowed
 
 
 class BatchedTorchEnv(DeepCopyOnly, gymnasium.vector.VectorEnv):

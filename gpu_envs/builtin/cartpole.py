@@ -34,11 +34,12 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from gpu_envs.builtin import native
-from gpu_envs.builtin.base import BatchedTorchEnv, native_allowed
+from gpu_envs.builtin.base import BatchedTorchEnv
 from gpu_envs.builtin.draw_pool import DrawPool
 from gpu_envs.builtin.output_blocks import OutputBlocks
 from gpu_envs.builtin.render import render_cartpole
 from gpu_envs.contract.errors import BackendError
+from gpu_envs.utils.native_library import native_allowed
 
 __all__ = ["CartPoleEnv"]
 

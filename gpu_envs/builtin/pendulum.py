@@ -35,11 +35,12 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from gpu_envs.builtin import native
-from gpu_envs.builtin.base import BatchedTorchEnv, native_allowed
+from gpu_envs.builtin.base import BatchedTorchEnv
 from gpu_envs.builtin.draw_pool import DrawPool
 from gpu_envs.builtin.output_blocks import OutputBlocks
 from gpu_envs.builtin.render import render_pendulum
 from gpu_envs.contract.errors import BackendError
+from gpu_envs.utils.native_library import native_allowed
 from gpu_envs.utils.torch_internals import version_counter
 
 __all__ = ["PendulumEnv"]

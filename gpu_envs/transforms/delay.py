@@ -61,6 +61,7 @@ from gpu_envs.transforms.keys import Key, as_keys, read, write
 from gpu_envs.transforms.native_rows import KernelUser, fits, kernels
 from gpu_envs.transforms.streams import next_state_, seeded_states, top16
 from gpu_envs.utils.arguments import as_int, as_number
+from gpu_envs.utils.native_library import native_allowed
 from gpu_envs.utils.row_views import row_dtype, where_rows
 
 __all__ = ["Delay"]
@@ -219,7 +220,7 @@ class Delay(KernelUser, Transform):
         if queue is None:
             return td
         action = read(td, "action")
-        lib = None if torch.compiler.is_compiling() else self._lib
+        lib = self._lib if native_allowed() else None
         if lib is not None and fits(action, queue.input_shape, queue.dtype):
             applied = torch.empty_like(action)
             held = self._applied
@@ -253,7 +254,7 @@ class Delay(KernelUser, Transform):
         return td
 
     def step(self, td: TensorDictBase) -> TensorDictBase:
-        lib = None if torch.compiler.is_compiling() else self._lib
+        lib = self._lib if native_allowed() else None
         restart, done = self._restart, read(td, "done", nxt=True)
         flags = lib is not None and fits(done, restart.shape, torch.bool)  # a kernel call may copy them
         copied = False
@@ -279,7 +280,7 @@ class Delay(KernelUser, Transform):
     def root(self, td: TensorDictBase) -> TensorDictBase:
         # rows that ended (or were reset) start their new episode here: their queues restart and
         # their delays are drawn, once (the flag is cleared), so another root() gives the same values
-        lib = None if torch.compiler.is_compiling() else self._lib
+        lib = self._lib if native_allowed() else None
         queues = self._observations
         if lib is not None:
             self._native_restart(lib, clear=not queues)

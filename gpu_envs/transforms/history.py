@@ -60,6 +60,7 @@ from gpu_envs.transforms.base import EnvSpecs, Transform
 from gpu_envs.transforms.keys import Key, as_keys, read, write
 from gpu_envs.transforms.native_rows import KernelUser, fits, kernels
 from gpu_envs.utils.arguments import as_int
+from gpu_envs.utils.native_library import native_allowed
 from gpu_envs.utils.row_views import row_dtype, where_rows
 
 __all__ = ["History"]
@@ -124,7 +125,7 @@ class History(KernelUser, Transform):
 
     # ------------------------------------------------------------- data hooks
     def step(self, td: TensorDictBase) -> TensorDictBase:
-        lib = None if torch.compiler.is_compiling() else self._lib
+        lib = self._lib if native_allowed() else None
         restart, done = self._restart, read(td, "done", nxt=True)
         flags = lib is not None and fits(done, restart.shape, torch.bool)  # a kernel call may copy them
         copied = False
@@ -149,7 +150,7 @@ class History(KernelUser, Transform):
     def root(self, td: TensorDictBase) -> TensorDictBase:
         # rows that ended restart from their root's (reset) observation; done once (the flag
         # is cleared), so calling root again gives the same windows
-        restart, lib = self._restart, None if torch.compiler.is_compiling() else self._lib
+        restart, lib = self._restart, self._lib if native_allowed() else None
         keyed = list(zip(self.keys, self._windows, self._views, self._rows, self._kernel_rows, strict=True))
         cleared = False
         for i, (key, window, view, rows, (shape, dtype, rb)) in enumerate(keyed):

@@ -14,9 +14,11 @@ new output tensor (the TensorDicts get new tensors, as from the torch ops).
   for bit; ``tests/test_native_rows.py`` steps both paths side by side through
   auto-resets, masked resets and snapshots.
 * **Used where it can be.** A transform takes the kernel at ``setup`` on a CPU env
-  (:func:`kernels`) and runs its torch ops instead inside a ``torch.compile`` trace, and for
-  an input whose shape, dtype or layout is not the one set up (the torch ops then say
-  what is wrong). With no C compiler or ``GPU_ENVS_NATIVE=0``, :func:`kernels` is None
+  (:func:`kernels`) and runs its torch ops instead where
+  :func:`gpu_envs.utils.native_library.native_allowed` says no (inside a ``torch.compile``
+  trace, a graph capture or its emulation, under a ``TorchDispatchMode``, none of which
+  would see a C call), and for an input whose shape, dtype or layout is not the one set
+  up (the torch ops then say what is wrong). With no C compiler or ``GPU_ENVS_NATIVE=0``, :func:`kernels` is None
   and the torch ops run: the same results, slower. The library is built and cached like
   the built-in envs' (:class:`gpu_envs.utils.native_library.NativeLibrary`).
 

@@ -42,10 +42,25 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["DEFAULT_FLAGS", "NativeLibrary", "cache_dir", "compiler"]
+import torch
+
+from gpu_envs.utils.capture import is_capturing
+from gpu_envs.utils.torch_internals import dispatch_mode_active
+
+__all__ = ["DEFAULT_FLAGS", "NativeLibrary", "cache_dir", "compiler", "native_allowed"]
 
 # IEEE arithmetic exactly as written: no contraction into fused multiply-adds, no fast math
 DEFAULT_FLAGS = ("-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math")
+
+
+def native_allowed() -> bool:
+    """Whether a hot path may call its native kernel now: eager, not captured, and seen by no dispatch mode.
+
+    A traced step needs torch ops to trace; inside :func:`gpu_envs.utils.capture.capturing`
+    (a CUDA graph capture, or its CPU emulation) the ops are what is recorded; and a
+    ``TorchDispatchMode`` (an op recorder, a sync guard, a FLOP counter) would not see a C call.
+    """
+    return not (torch.compiler.is_compiling() or is_capturing() or dispatch_mode_active())
 
 
 def cache_dir() -> Path:

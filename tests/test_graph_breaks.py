@@ -92,4 +92,6 @@ def test_collect_compiled_chunk_is_one_graph(policy, n):
         actions = [env.action_spec.rand(generator=env.generator) for _ in range(loop.k)]
     columns = [x.narrow(1, 0, loop.k) for x in buffer.storage()]
     assert loop.k == 8
-    assert breaks(loop.chunk, env.root(), actions, columns) == (1, 0, [])
+    assert breaks(loop.chunk, env.root(), actions, columns) == (1, 0, [])  # the form with the writes in the graph
+    assert loop.writes_outside  # on the CPU the chunk returns its values and the writes follow eagerly
+    assert breaks(loop.chunk_values, env.root(), actions) == (1, 0, [])

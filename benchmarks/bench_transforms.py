@@ -71,7 +71,7 @@ class HistoryFloor(Transform):
     def setup(self, specs: EnvSpecs) -> EnvSpecs:
         specs = super().setup(specs)
         obs = specs.observation_spec["observation"]
-        self._window = torch.zeros(specs.num_envs, 4, *obs.shape, dtype=obs.dtype)
+        self._window = torch.zeros(specs.num_envs, 4, *obs.shape, dtype=obs.dtype, device=specs.device)
         return specs
 
     def step(self, td):
@@ -102,9 +102,9 @@ def stepper(env: object) -> Callable[[], object]:
     return step
 
 
-def contenders(env_id: str, n: int) -> dict[str, Callable[[], object]]:
+def contenders(env_id: str, n: int, device: str | torch.device = "cpu") -> dict[str, Callable[[], object]]:
     def build():
-        return gpu_envs.make(env_id, num_envs=n, device="cpu", seed=0)
+        return gpu_envs.make(env_id, num_envs=n, device=device, seed=0)
 
     out = {"raw": stepper(build())}  # "raw": the baseline name overhead_row compares with
     for name, transforms in CONTENDERS.items():

@@ -305,6 +305,26 @@ def check_collect_grid(plan: Plan, budget: Budget) -> tuple[bool, str]:
     return True, "collect vs loop: " + "; ".join(parts)
 
 
+def check_transforms(plan: Plan, budget: Budget) -> tuple[bool, str]:
+    """History and Delay over the bare built-in step (issue 28 item 6), on the device.
+
+    ``benchmarks/bench_transforms.py``'s contenders (wall time around a sync on CUDA, where
+    the transforms run their torch ops): the issue's target is each within +15% of the
+    bare step at N = 4096. Passes when every contender stepped.
+    """
+    from benchmarks.bench_transforms import contenders
+    from benchmarks.timing import interleave
+
+    parts = []
+    for n in (8,) if plan.smoke else (64, 4096):
+        every = contenders("CartPole-v1", n, plan.device)
+        picked = {name: every[name] for name in ("raw", "empty", "history", "delay")}
+        times = interleave(picked, steps=10 if plan.smoke else 100, rounds=3, device=plan.device)
+        over = ", ".join(f"{name} {times[name] / times['raw'] - 1:+.0%}" for name in ("empty", "history", "delay"))
+        parts.append(f"N={n}: bare {times['raw'] * 1e6:.0f} us, {over}")
+    return True, "CartPole transforms over the bare step: " + "; ".join(parts)
+
+
 def check_multiagent(plan: Plan, budget: Budget) -> tuple[bool, str]:
     """VMAS navigation as agent groups through gpu_envs against VMAS stepped by hand (issue 27 item 6), on the device.
 
@@ -427,6 +447,7 @@ CHECKS: list[tuple[str, float, float, Callable]] = [
     ("default step loop", 40.0, 10.0, check_default_step),
     ("collect vs step loop grid", 40.0, 10.0, check_collect_grid),
     ("VMAS agent groups vs by hand", 60.0, 15.0, check_multiagent),
+    ("History and Delay over the bare step", 40.0, 10.0, check_transforms),
 ]
 
 

@@ -27,10 +27,11 @@ def test_smoke_run_passes_every_step(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "7 checks passed, 0 failed, 0 skipped" in proc.stdout
+    assert "8 checks passed, 0 failed, 0 skipped" in proc.stdout
     result = json.loads(out.read_text())
-    assert result["smoke"] and [c["ok"] for c in result["checks"]] == ["PASS"] * 7
+    assert result["smoke"] and [c["ok"] for c in result["checks"]] == ["PASS"] * 8
     assert result["checks"][6]["detail"].startswith("VMAS navigation: N=8: by hand")
+    assert result["checks"][7]["detail"].startswith("CartPole transforms over the bare step: N=8: bare")
     assert "emulated graphs (CPU): counting env identical; CartPole identical" in result["checks"][2]["detail"]
     assert [row["N"] for row in result["rows"]] == [8, 64]
     for row in result["rows"]:
@@ -40,7 +41,7 @@ def test_smoke_run_passes_every_step(tmp_path):
 def test_budget_skips_what_does_not_fit_and_says_so(capsys):
     assert gpu_check.main(["--smoke", "--budget-s", "0.5"]) == 0
     out = capsys.readouterr().out
-    assert "0 checks passed, 0 failed, 11 skipped" in out
+    assert "0 checks passed, 0 failed, 12 skipped" in out
     assert "skipped (budget): pytest tests/test_sync_guard.py tests/test_draw_pool.py tests/test_native_step.py" in out
     assert "skipped (budget): N=64 compile" in out
 

@@ -9,9 +9,9 @@ takes one ready set (a list ``pop``).
 What a user sees: the same contract as ``torch.empty`` per step ("never written again":
 each set is handed out once, and the env writes only into the set it takes), contiguous
 tensors of the same shapes and dtypes, each a view of its block. K is chosen so that one
-step's outputs times K stay within :data:`BLOCK_BYTES`: at large N it is 1 and every
-step allocates as before (no views). A transition kept alive keeps its block alive (at
-most :data:`BLOCK_BYTES` per output kind), and ``torch.save`` of one output writes its
+step's outputs times K stay within :data:`BLOCK_BYTES`: for the built-in envs 32 at N = 8,
+6-8 at N = 64, and 1 above ~250 rows, where every step allocates as before (no views). A
+transition kept alive keeps its block alive (at most :data:`BLOCK_BYTES` in all), and ``torch.save`` of one output writes its
 block's storage; ``.clone()`` gives a tensor of its own.
 
 Example::

@@ -80,7 +80,7 @@ class CompiledLoop:
         self._calls = 0
         # on a CPU the buffer writes leave the graph (module docstring): the chunk returns its steps' values
         self.writes_outside = torch.device(buffer.device).type == "cpu"
-        self._eager = self.chunk_values if self.writes_outside else self.chunk
+        self._eager: Callable[..., Any] = self.chunk_values if self.writes_outside else self.chunk
         self._compiled = torch.compile(own_code(self._eager), dynamic=False)
 
     def chunk(self, td: TensorDictBase, actions: list | None, columns: list) -> tuple[TensorDictBase, TensorDictBase]:

@@ -5,7 +5,8 @@ TensorDicts it hands back, then the buffer write. At small batches that is most 
 step. So the unit compiled here is a CHUNK of ``K`` steps: policy, ``env.step_and_maybe_reset``
 (the env's own step, the final-observation swap, the TensorDict glue) and the writes into
 the ``[N, T]`` buffer (on a GPU; on a CPU they follow the call, below), unrolled ``K``
-times in one graph, called ``T / K`` times per collection. Only the root TensorDict and the last transition come back to Python.
+times in one graph, called ``T / K`` times per collection. Only the root TensorDict and the
+last transition come back to Python (on a CPU, each step's values too).
 
 * ``K`` is the largest divisor of ``T`` up to a cap that shrinks as ``N`` grows (per-call
   overhead matters at small ``N``; at large ``N`` the kernels dominate and a longer

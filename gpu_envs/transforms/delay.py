@@ -203,11 +203,6 @@ class Delay(KernelUser, Transform):
         self.row_state = tuple(self.live_state())
         return specs
 
-    @property
-    def native(self) -> bool:
-        """True where the hooks run the C kernel (:mod:`gpu_envs.transforms.native_rows`): a CPU env, set up, a compiler."""
-        return getattr(self, "_lib", None) is not None
-
     def reseed(self, seed: int | None) -> None:
         """Restart both streams of every row from ``seed`` (hashed with the row's index)."""
         starts = seeded_states(self.num_envs, 2, self.device, seed, _SALT)

@@ -118,11 +118,6 @@ class History(KernelUser, Transform):
         self.row_state = tuple(self.live_state())
         return specs.replace(observation_spec=obs_spec)
 
-    @property
-    def native(self) -> bool:
-        """True where the hooks run the C kernel (:mod:`gpu_envs.transforms.native_rows`): a CPU env, set up, a compiler."""
-        return getattr(self, "_lib", None) is not None
-
     # ------------------------------------------------------------- data hooks
     def step(self, td: TensorDictBase) -> TensorDictBase:
         lib = self._lib if native_allowed() else None
@@ -151,13 +146,13 @@ class History(KernelUser, Transform):
         # rows that ended restart from their root's (reset) observation; done once (the flag
         # is cleared), so calling root again gives the same windows
         restart, lib = self._restart, self._lib if native_allowed() else None
-        keyed = list(zip(self.keys, self._windows, self._views, self._rows, self._kernel_rows, strict=True))
-        cleared = False
+        keyed = zip(self.keys, self._windows, self._views, self._rows, self._kernel_rows, strict=True)
+        cleared, last_key = False, len(self.keys) - 1
         for i, (key, window, view, rows, (shape, dtype, rb)) in enumerate(keyed):
             obs = read(td, key)
             if lib is not None and fits(obs, shape, dtype):
                 now = torch.empty_like(window)
-                last = i == len(keyed) - 1  # the last key's call clears the flags
+                last = i == last_key  # the last key's call clears the flags
                 lib.history_root(
                     shape[0], self.length, rb, window.data_ptr(), obs.data_ptr(), restart.data_ptr(), now.data_ptr(),
                     last,

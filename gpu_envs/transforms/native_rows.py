@@ -228,15 +228,20 @@ def fits(x: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> bool:
 
 
 class KernelUser:
-    """Mixin of the transforms that keep the library in ``_lib``: a deep copy shares the handle, copies the rest.
+    """Mixin of the transforms that keep the library in ``_lib`` (set at ``setup``): :attr:`native`, and deep copies.
 
-    The handle (a ``ctypes.CDLL``) cannot be deep-copied (``ValueError: ctypes objects
+    A deep copy shares the handle and copies the rest. The handle (a ``ctypes.CDLL``) cannot be deep-copied (``ValueError: ctypes objects
     containing pointers cannot be pickled``, which says nothing of the cause). Passed over,
     the copy goes on to what decides it: a set-up transform is bound to its env, which
     refuses with :class:`~gpu_envs.NotCopyableError` and says what works instead. The
     kernels take every pointer from the transform's own tensors at each call, so nothing
     else in the copy points into the original.
     """
+
+    @property
+    def native(self) -> bool:
+        """True where the hooks run the C kernel: a CPU env, set up, a C compiler."""
+        return getattr(self, "_lib", None) is not None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         cls = type(self)

@@ -223,10 +223,11 @@ def shallow_copy(td: TensorDictBase) -> TensorDictBase:
         attributes = td.__dict__
         data = attributes["_tensordict"]
         if all(value.__class__ is torch.Tensor for value in data.values()):
-            copy = _direct_flat(dict(data), attributes["_batch_size"], attributes["_device"])
-            if STAMP in attributes:
-                copy.__dict__[STAMP] = attributes[STAMP]
-            return copy
+            mark = attributes.get(STAMP)
+            size, device = attributes["_batch_size"], attributes["_device"]
+            if mark is None:
+                return _direct_flat(dict(data), size, device)
+            return _direct_stamped_flat(dict(data), size, device, mark)
     copy = td.copy()
     mark = stamp_of(td)
     if mark is not None:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,7 +48,7 @@ if __package__ in (None, ""):  # run as a script: make the repository's packages
 import torch
 
 from benchmarks import step_peers
-from benchmarks.timing import bench_result, format_table, interleave, save_json
+from benchmarks.timing import bench_result, env_var, format_table, interleave, save_json
 from gpu_envs.builtin import CartPoleEnv, PendulumEnv
 from gpu_envs.utils.capture import capturing
 
@@ -80,15 +79,8 @@ class GeneratorDraws:
 @contextlib.contextmanager
 def torch_step() -> Iterator[None]:
     """Built-in envs built inside run their pure-torch step (``GPU_ENVS_NATIVE=0``)."""
-    before = os.environ.get("GPU_ENVS_NATIVE")
-    os.environ["GPU_ENVS_NATIVE"] = "0"
-    try:
+    with env_var("GPU_ENVS_NATIVE", "0"):
         yield
-    finally:
-        if before is None:
-            del os.environ["GPU_ENVS_NATIVE"]
-        else:
-            os.environ["GPU_ENVS_NATIVE"] = before
 
 
 def generator_env(cls: type, n: int, **kwargs):

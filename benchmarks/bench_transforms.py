@@ -42,12 +42,11 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import os
 
 import torch
 
 import gpu_envs
-from benchmarks.timing import bench_result, format_table, interleave, overhead_row, save_json
+from benchmarks.timing import bench_result, env_var, format_table, interleave, overhead_row, save_json
 from gpu_envs.rollout import collect
 from gpu_envs.transforms import Delay, History, InitTracker, Transform, TransformedEnv
 from gpu_envs.transforms.base import EnvSpecs
@@ -110,17 +109,10 @@ def contenders(env_id: str, n: int, device: str | torch.device = "cpu") -> dict[
     for name, transforms in CONTENDERS.items():
         out[name] = stepper(TransformedEnv(build(), *transforms()))
     out["history_outputs"] = stepper(TransformedEnv(build(), HistoryFloor()))
-    before = os.environ.get("GPU_ENVS_NATIVE")
     for name, same in TORCH_OPS.items():
         env = build()  # the env's own native step stays on: only the transforms' kernel is left out
-        os.environ["GPU_ENVS_NATIVE"] = "0"
-        try:
+        with env_var("GPU_ENVS_NATIVE", "0"):
             out[name] = stepper(TransformedEnv(env, *CONTENDERS[same]()))
-        finally:
-            if before is None:
-                del os.environ["GPU_ENVS_NATIVE"]
-            else:
-                os.environ["GPU_ENVS_NATIVE"] = before
     return out
 
 

@@ -23,16 +23,15 @@ fast); ``vs sync1`` is ``gpu_envs / sync1`` time (target <= 1.5).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 import gpu_envs
+from benchmarks.timing import env_var
 
 SIZES = (1, 8, 64, 1024, 16384)
 ENV_IDS = ("CartPole-v1", "Pendulum-v1")
@@ -71,22 +70,6 @@ class NumpyPendulum:
         return obs, -cost, np.zeros(self.n, dtype=bool), truncated, {}
 
 
-@contextlib.contextmanager
-def _env_var(name: str, value: str | None) -> Iterator[None]:
-    before = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
-
-
 def _torch_action(env_id: str, n: int, device: torch.device) -> Callable[[], torch.Tensor]:
     g = torch.Generator(device=device).manual_seed(0)
     if env_id == "CartPole-v1":
@@ -103,7 +86,7 @@ def _numpy_action(env_id: str, n: int, shape: tuple = ()) -> Callable[[], np.nda
 
 def gpu_envs_loop(env_id: str, n: int, native: bool = True, **make) -> Callable[[], None]:
     """The default ``step_and_maybe_reset`` loop (``native=False``: built with ``GPU_ENVS_NATIVE=0``)."""
-    with _env_var("GPU_ENVS_NATIVE", None if native else "0"):
+    with env_var("GPU_ENVS_NATIVE", None if native else "0"):
         env = gpu_envs.make(env_id, num_envs=n, seed=0, **make)
     state = {"td": env.reset()}
     draw = _torch_action(env_id, n, env.device)

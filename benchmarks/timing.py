@@ -50,6 +50,27 @@ def clock(device: torch.device | None = None) -> Callable[[], float]:
 
 
 @contextlib.contextmanager
+def env_var(name: str, value: str | None) -> Iterator[None]:
+    """Inside, the environment variable ``name`` is ``value`` (None: unset); the old value comes back after.
+
+    with env_var("GPU_ENVS_NATIVE", "0"):
+        env = gpu_envs.make("CartPole-v1", num_envs=8)   # the pure-torch step
+    """
+    before = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+@contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
     """Inside, the objects alive on entry are out of the garbage collector's reach (``gc.freeze``).
 
